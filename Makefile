@@ -1,0 +1,51 @@
+# projcache: PGXS build, pg_regress, isolation, TAP and unit tests.
+#
+# "make installcheck" runs the pg_regress, isolation and TAP suites, each
+# against its own throwaway instance with projcache preloaded; it uses the
+# *installed* library, so run "make install" first.  "make unittest" builds
+# and runs the scheduler's unit tests, which need no server.
+
+MODULE_big = projcache
+OBJS = \
+	src/projcache.o \
+	src/clock.o \
+	src/shmem.o \
+	src/keymap.o \
+	src/request_ring.o \
+	src/scheduler.o \
+	src/fetch.o \
+	src/worker.o \
+	src/keycache_funcs.o
+
+EXTENSION = projcache
+DATA = projcache--1.0.sql
+PGFILEDESC = "projcache - shared-memory caches for configuration"
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
+ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+PG_CPPFLAGS = -I$(srcdir)/src
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The scheduler core is plain C: it is compiled a second time, without the
+# server, into a cmocka test binary.
+UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -I$(srcdir)/src
+test/unit/test_scheduler: test/unit/test_scheduler.c src/scheduler.c src/scheduler.h
+	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_scheduler.c src/scheduler.c -lcmocka -lm
+
+.PHONY: unittest
+unittest: test/unit/test_scheduler
+	test/unit/test_scheduler
+
+clean: clean-unit
+.PHONY: clean-unit
+clean-unit:
+	rm -f test/unit/test_scheduler
+	rm -rf tmp_check_iso output_iso
