@@ -1,0 +1,734 @@
+/*-------------------------------------------------------------------------
+ *
+ * scheduler.c
+ *	  The key cache's fetch / evict / refresh scheduler, as plain C.
+ *
+ * See scheduler.h for the state machine.  The data structures:
+ *
+ * - a chained hash table of SchedEntry, keyed by the key's bytes;
+ * - three binary min-heaps of entry pointers (evictions, refreshes, fetches
+ *	 waiting for their due time).  Every entry records its index in each heap,
+ *	 so scheduling, rescheduling and cancelling cost O(log n) and nothing
+ *	 ever scans all keys;
+ * - the open batch: fetches that are due and are being gathered before one
+ *	 call of the fetch function.
+ *
+ * This file must compile without PostgreSQL headers: it is unit-tested on
+ * its own (test/unit/test_scheduler.c).
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct SchedHeap
+{
+	SchedEntry **items;
+	int			count;
+	int			capacity;
+} SchedHeap;
+
+struct Sched
+{
+	SchedConfig config;
+	SchedAllocFn alloc_fn;
+	SchedFreeFn free_fn;
+
+	SchedEntry **buckets;
+	size_t		nbuckets;		/* power of two */
+	size_t		nentries;
+
+	SchedHeap	heaps[SCHED_NUM_QUEUES];
+
+	/* the open batch */
+	SchedEntry **batch;
+	int			batch_count;
+	int			batch_capacity;
+	SchedTime	batch_opened;
+	/* the batch handed out by the last sched_ready_batch() call */
+	SchedEntry **dispatched;
+	int			dispatched_capacity;
+};
+
+#define SCHED_INITIAL_BUCKETS 1024
+
+/* ----------------------------------------------------------------
+ * Pure helpers
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * A refresh interval makes sense only strictly between expiry (refreshing a
+ * fresh value is pointless) and expiry + grace (the key would be evicted
+ * first).
+ */
+bool
+sched_refresh_interval_valid(int64_t expiry_ms, int64_t grace_ms,
+							 int64_t refresh_ms)
+{
+	return refresh_ms > expiry_ms && refresh_ms < expiry_ms + grace_ms;
+}
+
+/*
+ * Delay before retry number 'attempt' (1-based): the first retry is
+ * immediate, then 1 s, growing by a factor of 1.5, capped at max_backoff_ms.
+ */
+int64_t
+sched_backoff_delay(int attempt, int64_t max_backoff_ms)
+{
+	double		delay = 1000.0;
+	int			i;
+
+	if (attempt <= 1)
+		return 0;
+	for (i = 2; i < attempt; i++)
+	{
+		delay *= 1.5;
+		if (delay >= (double) max_backoff_ms)
+			break;
+	}
+	if (delay >= (double) max_backoff_ms)
+		return max_backoff_ms < 0 ? 0 : max_backoff_ms;
+	return (int64_t) delay;
+}
+
+SchedFreshness
+sched_freshness(SchedTime last_fetch, SchedTime now,
+				int64_t expiry_ms, int64_t grace_ms)
+{
+	int64_t		elapsed = now > last_fetch ? now - last_fetch : 0;
+
+	if (elapsed >= expiry_ms + grace_ms)
+		return SCHED_EXPIRED;
+	if (elapsed >= expiry_ms)
+		return SCHED_STALE;
+	return SCHED_FRESH;
+}
+
+/* ----------------------------------------------------------------
+ * Memory and the hash table
+ * ----------------------------------------------------------------
+ */
+
+static void *
+sched_alloc0(Sched *s, size_t size)
+{
+	void	   *p = s->alloc_fn(size);
+
+	memset(p, 0, size);
+	return p;
+}
+
+static uint32_t
+sched_hash(const char *key, size_t keylen)
+{
+	/* FNV-1a: keys are short and the table is private, this is plenty. */
+	uint32_t	h = 2166136261u;
+	size_t		i;
+
+	for (i = 0; i < keylen; i++)
+	{
+		h ^= (unsigned char) key[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+static void
+sched_grow_buckets(Sched *s)
+{
+	size_t		newn = s->nbuckets * 2;
+	SchedEntry **newb = sched_alloc0(s, newn * sizeof(SchedEntry *));
+	size_t		i;
+
+	for (i = 0; i < s->nbuckets; i++)
+	{
+		SchedEntry *e = s->buckets[i];
+
+		while (e)
+		{
+			SchedEntry *next = e->next;
+			size_t		b = e->hash & (newn - 1);
+
+			e->next = newb[b];
+			newb[b] = e;
+			e = next;
+		}
+	}
+	s->free_fn(s->buckets);
+	s->buckets = newb;
+	s->nbuckets = newn;
+}
+
+SchedEntry *
+sched_lookup(Sched *s, const char *key, size_t keylen)
+{
+	uint32_t	h = sched_hash(key, keylen);
+	SchedEntry *e;
+
+	for (e = s->buckets[h & (s->nbuckets - 1)]; e; e = e->next)
+	{
+		if (e->hash == h && e->keylen == keylen &&
+			memcmp(e->key, key, keylen) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+size_t
+sched_count(const Sched *s)
+{
+	return s->nentries;
+}
+
+static SchedEntry *
+sched_insert_new(Sched *s, const char *key, size_t keylen)
+{
+	SchedEntry *e = sched_alloc0(s, sizeof(SchedEntry));
+	size_t		b;
+	int			q;
+
+	e->key = s->alloc_fn(keylen > 0 ? keylen : 1);
+	memcpy(e->key, key, keylen);
+	e->keylen = keylen;
+	e->hash = sched_hash(key, keylen);
+	e->state = SCHED_PENDING;
+	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+		e->heap_pos[q] = -1;
+
+	if (s->nentries >= s->nbuckets)
+		sched_grow_buckets(s);
+	b = e->hash & (s->nbuckets - 1);
+	e->next = s->buckets[b];
+	s->buckets[b] = e;
+	s->nentries++;
+	return e;
+}
+
+static void
+sched_unlink(Sched *s, SchedEntry *entry)
+{
+	SchedEntry **link = &s->buckets[entry->hash & (s->nbuckets - 1)];
+
+	while (*link != entry)
+		link = &(*link)->next;
+	*link = entry->next;
+	s->nentries--;
+}
+
+/* ----------------------------------------------------------------
+ * Timer queues: binary min-heaps with back-pointers
+ * ----------------------------------------------------------------
+ */
+
+static void
+heap_set(SchedHeap *h, SchedQueue q, int i, SchedEntry *e)
+{
+	h->items[i] = e;
+	e->heap_pos[q] = i;
+}
+
+static void
+heap_sift_up(SchedHeap *h, SchedQueue q, int i)
+{
+	SchedEntry *e = h->items[i];
+
+	while (i > 0)
+	{
+		int			parent = (i - 1) / 2;
+
+		if (h->items[parent]->heap_time[q] <= e->heap_time[q])
+			break;
+		heap_set(h, q, i, h->items[parent]);
+		i = parent;
+	}
+	heap_set(h, q, i, e);
+}
+
+static void
+heap_sift_down(SchedHeap *h, SchedQueue q, int i)
+{
+	SchedEntry *e = h->items[i];
+
+	for (;;)
+	{
+		int			child = 2 * i + 1;
+
+		if (child >= h->count)
+			break;
+		if (child + 1 < h->count &&
+			h->items[child + 1]->heap_time[q] < h->items[child]->heap_time[q])
+			child++;
+		if (e->heap_time[q] <= h->items[child]->heap_time[q])
+			break;
+		heap_set(h, q, i, h->items[child]);
+		i = child;
+	}
+	heap_set(h, q, i, e);
+}
+
+static void
+queue_remove(Sched *s, SchedQueue q, SchedEntry *e)
+{
+	SchedHeap  *h = &s->heaps[q];
+	int			i = e->heap_pos[q];
+	SchedEntry *last;
+
+	if (i < 0)
+		return;
+	e->heap_pos[q] = -1;
+	last = h->items[--h->count];
+	if (i == h->count)
+		return;
+	heap_set(h, q, i, last);
+	heap_sift_up(h, q, i);
+	heap_sift_down(h, q, last->heap_pos[q]);
+}
+
+/* Schedule e at 'when' in queue q, replacing any earlier schedule. */
+static void
+queue_schedule(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
+{
+	SchedHeap  *h = &s->heaps[q];
+
+	queue_remove(s, q, e);
+	if (h->count == h->capacity)
+	{
+		int			newcap = h->capacity ? h->capacity * 2 : 256;
+		SchedEntry **items = s->alloc_fn(newcap * sizeof(SchedEntry *));
+
+		if (h->count > 0)
+			memcpy(items, h->items, h->count * sizeof(SchedEntry *));
+		if (h->items)
+			s->free_fn(h->items);
+		h->items = items;
+		h->capacity = newcap;
+	}
+	e->heap_time[q] = when;
+	heap_set(h, q, h->count, e);
+	h->count++;
+	heap_sift_up(h, q, h->count - 1);
+}
+
+bool
+sched_peek(const Sched *s, SchedQueue queue, SchedTime *when)
+{
+	const SchedHeap *h = &s->heaps[queue];
+
+	if (h->count == 0)
+		return false;
+	*when = h->items[0]->heap_time[queue];
+	return true;
+}
+
+static SchedEntry *
+queue_pop_due(Sched *s, SchedQueue q, SchedTime now)
+{
+	SchedHeap  *h = &s->heaps[q];
+	SchedEntry *e;
+
+	if (h->count == 0 || h->items[0]->heap_time[q] > now)
+		return NULL;
+	e = h->items[0];
+	queue_remove(s, q, e);
+	return e;
+}
+
+/* ----------------------------------------------------------------
+ * Life cycle
+ * ----------------------------------------------------------------
+ */
+
+Sched *
+sched_create(const SchedConfig *config, SchedAllocFn alloc_fn, SchedFreeFn free_fn)
+{
+	Sched	   *s = alloc_fn(sizeof(Sched));
+
+	memset(s, 0, sizeof(Sched));
+	s->alloc_fn = alloc_fn;
+	s->free_fn = free_fn;
+	s->config = *config;
+	s->nbuckets = SCHED_INITIAL_BUCKETS;
+	s->buckets = sched_alloc0(s, s->nbuckets * sizeof(SchedEntry *));
+	return s;
+}
+
+static void
+sched_free_entry(Sched *s, SchedEntry *e)
+{
+	s->free_fn(e->key);
+	s->free_fn(e);
+}
+
+void
+sched_destroy(Sched *s)
+{
+	size_t		i;
+	int			q;
+
+	for (i = 0; i < s->nbuckets; i++)
+	{
+		SchedEntry *e = s->buckets[i];
+
+		while (e)
+		{
+			SchedEntry *next = e->next;
+
+			sched_free_entry(s, e);
+			e = next;
+		}
+	}
+	s->free_fn(s->buckets);
+	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+		if (s->heaps[q].items)
+			s->free_fn(s->heaps[q].items);
+	if (s->batch)
+		s->free_fn(s->batch);
+	if (s->dispatched)
+		s->free_fn(s->dispatched);
+	s->free_fn(s);
+}
+
+/*
+ * New settings apply to what is scheduled from now on; times already in
+ * the queues stay as they were.
+ */
+void
+sched_set_config(Sched *s, const SchedConfig *config)
+{
+	s->config = *config;
+}
+
+const SchedConfig *
+sched_config(const Sched *s)
+{
+	return &s->config;
+}
+
+/* ----------------------------------------------------------------
+ * The state machine
+ * ----------------------------------------------------------------
+ */
+
+static bool
+entry_is_fresh(const Sched *s, const SchedEntry *e, SchedTime now)
+{
+	if (e->invalidated)
+		return false;
+	return sched_freshness(e->last_fetch, now, s->config.expiry_ms,
+						   s->config.grace_period_ms) == SCHED_FRESH;
+}
+
+static SchedEntry *
+entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
+{
+	SchedTime	initiated;
+	bool		has_when = false;
+	SchedTime	when = 0;
+
+	switch (e->state)
+	{
+		case SCHED_IN_PROGRESS:
+			/* Nothing to do but upgrade a refresh to a normal fetch. */
+			e->is_refresh = e->is_refresh && is_refresh;
+			return NULL;
+		case SCHED_PENDING:
+			/* Even while backing off: the fetch just waits for its time. */
+			initiated = e->has_initiated ? e->initiated : now;
+			has_when = e->has_next_attempt;
+			when = e->next_attempt;
+			break;
+		case SCHED_COMPLETE:
+		default:
+			if (entry_is_fresh(s, e, now))
+				return NULL;
+			initiated = now;
+			break;
+	}
+
+	e->state = SCHED_IN_PROGRESS;
+	e->is_refresh = is_refresh;
+	e->dispatched = false;
+	e->has_fetch_when = has_when;
+	e->fetch_when = when;
+	e->fetch_initiated = initiated;
+	e->has_previous_fetch = e->has_last_fetch;
+	e->previous_fetch = e->last_fetch;
+	e->refetch_after = false;
+
+	/* No eviction while a fetch is running; completion reschedules it. */
+	queue_remove(s, SCHED_QUEUE_EVICT, e);
+	/* A refresh firing meanwhile finds the fetch running and does nothing. */
+	queue_schedule(s, SCHED_QUEUE_DUE, e, has_when && when > now ? when : now);
+	return e;
+}
+
+SchedEntry *
+sched_try_begin_fetch(Sched *s, const char *key, size_t keylen,
+					  bool is_refresh, SchedTime now)
+{
+	SchedEntry *e = sched_lookup(s, key, keylen);
+
+	if (e == NULL)
+	{
+		/* A rogue refresh (the key was evicted) must not re-create it. */
+		if (is_refresh)
+			return NULL;
+		e = sched_insert_new(s, key, keylen);
+	}
+	return entry_try_begin_fetch(s, e, is_refresh, now);
+}
+
+/*
+ * Make the key stale now: the value keeps serving, and a normal fetch is
+ * begun at once.  If a fetch is already waiting for its backoff, it is made
+ * due now; if one is already running, it may carry data older than the
+ * invalidation, so another fetch follows it.
+ */
+SchedEntry *
+sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
+{
+	SchedEntry *e = sched_lookup(s, key, keylen);
+
+	if (e == NULL)
+		return sched_try_begin_fetch(s, key, keylen, false, now);
+
+	e->invalidated = true;
+	if (e->state == SCHED_IN_PROGRESS)
+	{
+		e->is_refresh = false;
+		if (e->dispatched)
+			e->refetch_after = true;
+		else
+		{
+			e->has_fetch_when = false;
+			queue_schedule(s, SCHED_QUEUE_DUE, e, now);
+		}
+		return NULL;
+	}
+	if (e->state == SCHED_PENDING)
+		e->has_next_attempt = false;
+	return entry_try_begin_fetch(s, e, false, now);
+}
+
+SchedCompletion
+sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result, SchedTime now)
+{
+	bool		is_refresh = e->is_refresh;
+
+	if (e->state != SCHED_IN_PROGRESS)
+	{
+		/* Cannot happen if callers follow the protocol; retry to be safe. */
+		e->state = SCHED_PENDING;
+		entry_try_begin_fetch(s, e, false, now);
+		return SCHED_RESCHEDULED;
+	}
+	e->dispatched = false;
+
+	if (e->evict_after)
+	{
+		sched_evict(s, e);
+		return SCHED_EVICTED;
+	}
+
+	if (result == SCHED_RESULT_PENDING)
+	{
+		int64_t		delay;
+
+		e->attempts++;
+		delay = sched_backoff_delay(e->attempts, s->config.max_retry_backoff_ms);
+		e->state = SCHED_PENDING;
+		e->has_initiated = true;
+		e->initiated = e->fetch_initiated;
+		e->has_next_attempt = delay > 0;
+		e->next_attempt = now + delay;
+		entry_try_begin_fetch(s, e, is_refresh, now);
+		return SCHED_RESCHEDULED;
+	}
+
+	/* A value, or confirmation that the current one is still right. */
+	e->attempts = 0;
+	e->has_initiated = false;
+	e->has_next_attempt = false;
+	e->has_last_fetch = true;
+	e->last_fetch = now;
+	e->invalidated = false;
+	/* A refresh does not push the eviction: refreshed keys still age out. */
+	if (!(is_refresh && e->has_expiry))
+	{
+		e->has_expiry = true;
+		e->expiry = now + s->config.expiry_ms + s->config.grace_period_ms;
+	}
+	e->state = SCHED_COMPLETE;
+	queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
+	if (s->config.refresh_interval_ms > 0)
+		queue_schedule(s, SCHED_QUEUE_REFRESH, e,
+					   now + s->config.refresh_interval_ms);
+
+	if (e->refetch_after)
+	{
+		e->refetch_after = false;
+		e->invalidated = true;
+		entry_try_begin_fetch(s, e, false, now);
+		return SCHED_RESCHEDULED;
+	}
+	return SCHED_DONE;
+}
+
+SchedEntry *
+sched_pop_eviction(Sched *s, SchedTime now)
+{
+	return queue_pop_due(s, SCHED_QUEUE_EVICT, now);
+}
+
+SchedEntry *
+sched_pop_refresh(Sched *s, SchedTime now)
+{
+	return queue_pop_due(s, SCHED_QUEUE_REFRESH, now);
+}
+
+/* Forget the key: its queued timers go with it. */
+void
+sched_evict(Sched *s, SchedEntry *e)
+{
+	int			q;
+	int			i;
+
+	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+		queue_remove(s, q, e);
+	for (i = 0; i < s->batch_count; i++)
+	{
+		if (s->batch[i] == e)
+		{
+			s->batch[i] = s->batch[--s->batch_count];
+			break;
+		}
+	}
+	sched_unlink(s, e);
+	sched_free_entry(s, e);
+}
+
+SchedEvictReply
+sched_request_evict(Sched *s, const char *key, size_t keylen)
+{
+	SchedEntry *e = sched_lookup(s, key, keylen);
+
+	if (e == NULL)
+		return SCHED_EVICT_NOW;
+	if (e->state == SCHED_IN_PROGRESS && e->dispatched)
+	{
+		e->evict_after = true;
+		return SCHED_EVICT_DEFERRED;
+	}
+	sched_evict(s, e);
+	return SCHED_EVICT_NOW;
+}
+
+/* ----------------------------------------------------------------
+ * Batching
+ * ----------------------------------------------------------------
+ */
+
+static void
+ensure_capacity(Sched *s, SchedEntry ***array, int *capacity, int needed)
+{
+	SchedEntry **grown;
+
+	if (*capacity >= needed)
+		return;
+	grown = s->alloc_fn(needed * sizeof(SchedEntry *));
+	if (*array)
+	{
+		memcpy(grown, *array, *capacity * sizeof(SchedEntry *));
+		s->free_fn(*array);
+	}
+	*array = grown;
+	*capacity = needed;
+}
+
+int
+sched_ready_batch(Sched *s, SchedTime now, int batch_size,
+				  int64_t batch_interval_ms, SchedEntry ***batch)
+{
+	SchedEntry *e;
+	int			n;
+
+	if (batch_size < 1)
+		batch_size = 1;
+	ensure_capacity(s, &s->batch, &s->batch_capacity, batch_size);
+
+	while (s->batch_count < batch_size &&
+		   (e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL)
+	{
+		if (s->batch_count == 0)
+			s->batch_opened = now;
+		e->dispatched = true;
+		s->batch[s->batch_count++] = e;
+	}
+
+	if (s->batch_count == 0 ||
+		(s->batch_count < batch_size &&
+		 now < s->batch_opened + batch_interval_ms))
+		return 0;
+
+	n = s->batch_count;
+	ensure_capacity(s, &s->dispatched, &s->dispatched_capacity, n);
+	memcpy(s->dispatched, s->batch, n * sizeof(SchedEntry *));
+	s->batch_count = 0;
+	*batch = s->dispatched;
+	return n;
+}
+
+bool
+sched_next_wakeup(const Sched *s, int64_t batch_interval_ms, SchedTime *when)
+{
+	bool		found = false;
+	SchedTime	best = 0;
+	int			q;
+
+	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+	{
+		SchedTime	t;
+
+		if (sched_peek(s, q, &t) && (!found || t < best))
+		{
+			best = t;
+			found = true;
+		}
+	}
+	if (s->batch_count > 0)
+	{
+		SchedTime	t = s->batch_opened + batch_interval_ms;
+
+		if (!found || t < best)
+			best = t;
+		found = true;
+	}
+	if (found)
+		*when = best;
+	return found;
+}
+
+SchedEntry *
+sched_restore_complete(Sched *s, const char *key, size_t keylen,
+					   SchedTime last_fetch, SchedTime expiry,
+					   bool has_refresh, SchedTime refresh_at)
+{
+	SchedEntry *e = sched_lookup(s, key, keylen);
+
+	if (e == NULL)
+		e = sched_insert_new(s, key, keylen);
+	e->state = SCHED_COMPLETE;
+	e->has_last_fetch = true;
+	e->last_fetch = last_fetch;
+	e->has_expiry = true;
+	e->expiry = expiry;
+	queue_schedule(s, SCHED_QUEUE_EVICT, e, expiry);
+	if (has_refresh)
+		queue_schedule(s, SCHED_QUEUE_REFRESH, e, refresh_at);
+	return e;
+}

@@ -1,0 +1,218 @@
+/*-------------------------------------------------------------------------
+ *
+ * scheduler.h
+ *	  The key cache's fetch / evict / refresh scheduler, as plain C.
+ *
+ * This is the private half of the key cache: per-key fetch state machine,
+ * retry backoff, expiry and refresh times, and the timer queues that drive
+ * them.  It knows nothing about PostgreSQL, shared memory or SQL: the
+ * scheduler worker (worker.c) feeds it requests and fetch results and
+ * applies the decisions it returns to the shared key map, and the unit tests
+ * (test/unit) drive it on a fake clock.
+ *
+ * Per-key states (the FetchState of the reference design):
+ *
+ *	 ────► PENDING ◄──────┐
+ *			  │			  │ result still pending: backoff
+ *			  ▼			  │
+ *	 ┌──► IN_PROGRESS ────┘
+ *	 │		  │
+ *	 │		  ▼
+ *	 └──── COMPLETE
+ *
+ * IN_PROGRESS covers the whole life of one fetch: waiting for its due time
+ * (backoff), gathered into a batch, and running in the fetch function.
+ * While a key is IN_PROGRESS it is never evicted.
+ *
+ * All times are milliseconds on one monotonic clock chosen by the caller.
+ * Nothing in here reads a clock.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PROJCACHE_SCHEDULER_H
+#define PROJCACHE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int64_t SchedTime;		/* milliseconds on the caller's clock */
+
+typedef struct SchedConfig
+{
+	int64_t		expiry_ms;		/* fresh below this age */
+	int64_t		grace_period_ms;	/* stale until expiry + grace, then
+									 * expired */
+	int64_t		refresh_interval_ms;	/* <= 0: no refresh; else must pass
+										 * sched_refresh_interval_valid() */
+	int64_t		max_retry_backoff_ms;	/* cap of the retry backoff */
+} SchedConfig;
+
+typedef enum SchedFetchState
+{
+	SCHED_PENDING,
+	SCHED_IN_PROGRESS,
+	SCHED_COMPLETE
+} SchedFetchState;
+
+typedef enum SchedFreshness
+{
+	SCHED_FRESH,
+	SCHED_STALE,
+	SCHED_EXPIRED
+} SchedFreshness;
+
+/* What a finished fetch brought back for one key. */
+typedef enum SchedResult
+{
+	SCHED_RESULT_PENDING,		/* upstream not ready, or the fetch failed */
+	SCHED_RESULT_VALUE,			/* a new value (enabled or disabled) */
+	SCHED_RESULT_NOT_MODIFIED	/* the current value is still right */
+} SchedResult;
+
+/* What the caller must do after sched_complete_fetch(). */
+typedef enum SchedCompletion
+{
+	SCHED_DONE,					/* publish the value (unless pending); eviction
+								 * and refresh are scheduled */
+	SCHED_RESCHEDULED,			/* another fetch of the key is under way; publish
+								 * the value unless pending */
+	SCHED_EVICTED				/* an eviction was requested during the fetch:
+								 * the entry is gone, remove the key */
+} SchedCompletion;
+
+/* Answer of sched_request_evict(). */
+typedef enum SchedEvictReply
+{
+	SCHED_EVICT_NOW,			/* no fetch is running: remove the key now */
+	SCHED_EVICT_DEFERRED		/* removed when the running fetch completes */
+} SchedEvictReply;
+
+/* The timer queues, for sched_peek(). */
+typedef enum SchedQueue
+{
+	SCHED_QUEUE_EVICT,
+	SCHED_QUEUE_REFRESH,
+	SCHED_QUEUE_DUE,
+	SCHED_NUM_QUEUES
+} SchedQueue;
+
+/*
+ * The private state of one key.  Callers may read every field; they change
+ * it only through the functions below.
+ */
+typedef struct SchedEntry
+{
+	char	   *key;			/* not NUL-terminated; keylen bytes */
+	size_t		keylen;
+	uint32_t	hash;
+	struct SchedEntry *next;	/* hash chain */
+
+	SchedFetchState state;
+
+	/* IN_PROGRESS only */
+	bool		is_refresh;		/* this fetch is only a refresh */
+	bool		dispatched;		/* taken into a batch (no longer queued) */
+	bool		has_fetch_when; /* false: due as soon as possible */
+	SchedTime	fetch_when;		/* due time while backing off */
+	SchedTime	fetch_initiated;	/* first start of this (re)try series */
+	bool		has_previous_fetch; /* last success when this fetch began */
+	SchedTime	previous_fetch;
+
+	/* PENDING only: carried from one attempt to the next */
+	bool		has_initiated;
+	SchedTime	initiated;
+	bool		has_next_attempt;
+	SchedTime	next_attempt;
+
+	int			attempts;		/* retry backoff: attempts since last success */
+
+	bool		has_last_fetch; /* last successful (non-pending) fetch */
+	SchedTime	last_fetch;
+	bool		has_expiry;		/* eviction time; a refresh never moves it */
+	SchedTime	expiry;
+
+	bool		invalidated;	/* treat as stale until the next success */
+	bool		refetch_after;	/* invalidated while its fetch ran: fetch again */
+	bool		evict_after;	/* evict when the running fetch completes */
+
+	/* timer queue bookkeeping: index in each heap, or -1 */
+	int			heap_pos[SCHED_NUM_QUEUES];
+	SchedTime	heap_time[SCHED_NUM_QUEUES];
+} SchedEntry;
+
+typedef struct Sched Sched;
+
+/* Memory for the scheduler: malloc/free in tests, a memory context in the worker. */
+typedef void *(*SchedAllocFn) (size_t size);
+typedef void (*SchedFreeFn) (void *ptr);
+
+extern Sched *sched_create(const SchedConfig *config,
+						   SchedAllocFn alloc_fn, SchedFreeFn free_fn);
+extern void sched_destroy(Sched *s);
+extern void sched_set_config(Sched *s, const SchedConfig *config);
+extern const SchedConfig *sched_config(const Sched *s);
+
+/* Pure helpers, also used by readers outside the worker. */
+extern bool sched_refresh_interval_valid(int64_t expiry_ms, int64_t grace_ms,
+										 int64_t refresh_ms);
+extern int64_t sched_backoff_delay(int attempt, int64_t max_backoff_ms);
+extern SchedFreshness sched_freshness(SchedTime last_fetch, SchedTime now,
+									  int64_t expiry_ms, int64_t grace_ms);
+
+extern SchedEntry *sched_lookup(Sched *s, const char *key, size_t keylen);
+extern size_t sched_count(const Sched *s);
+
+/*
+ * Begin a normal fetch (creating the key's private state if needed), or a
+ * refresh (which does nothing for an unknown key).  Returns the entry if a
+ * fetch was begun, NULL if none was needed or one is already running (a
+ * normal request upgrades a running refresh).  A begun fetch is queued until
+ * its due time: now, or later while backing off.
+ */
+extern SchedEntry *sched_try_begin_fetch(Sched *s, const char *key, size_t keylen,
+										 bool is_refresh, SchedTime now);
+
+/* Treat the key as stale from now on and fetch it at once (see .c). */
+extern SchedEntry *sched_invalidate(Sched *s, const char *key, size_t keylen,
+									SchedTime now);
+
+/*
+ * Record a fetch result for an IN_PROGRESS entry.  Pending results keep the
+ * old value and begin the next attempt after the backoff.
+ */
+extern SchedCompletion sched_complete_fetch(Sched *s, SchedEntry *entry,
+											SchedResult result, SchedTime now);
+
+/* Timer queues. */
+extern bool sched_peek(const Sched *s, SchedQueue queue, SchedTime *when);
+extern SchedEntry *sched_pop_eviction(Sched *s, SchedTime now);
+extern SchedEntry *sched_pop_refresh(Sched *s, SchedTime now);
+extern void sched_evict(Sched *s, SchedEntry *entry);
+extern SchedEvictReply sched_request_evict(Sched *s, const char *key, size_t keylen);
+
+/*
+ * Batching: move due fetches into the open batch and say whether it should
+ * go out now (it is full, or has gathered for batch_interval_ms).  Returns
+ * the number of entries in *batch to dispatch, 0 to keep gathering; the
+ * array stays valid until the next call.
+ */
+extern int	sched_ready_batch(Sched *s, SchedTime now, int batch_size,
+							  int64_t batch_interval_ms, SchedEntry ***batch);
+
+/* Earliest time anything is due (queues and the open batch); false if idle. */
+extern bool sched_next_wakeup(const Sched *s, int64_t batch_interval_ms,
+							  SchedTime *when);
+
+/*
+ * Rebuild the state of a key that has a value, after a worker restart:
+ * COMPLETE since last_fetch, evicted at expiry, refreshed at refresh_at when
+ * has_refresh.
+ */
+extern SchedEntry *sched_restore_complete(Sched *s, const char *key, size_t keylen,
+										  SchedTime last_fetch, SchedTime expiry,
+										  bool has_refresh, SchedTime refresh_at);
+
+#endif							/* PROJCACHE_SCHEDULER_H */
