@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# test.sh - run every projcache test: unit, pg_regress, isolation and TAP.
+#
+#     sudo bash scripts/test.sh
+#
+# The source tree (tracked files plus uncommitted working files) is copied to
+# a fresh /tmp/projcache-test.XXXXXX, built there as the unprivileged
+# "postgres" OS user (PostgreSQL refuses to run as root), installed as root
+# ("make installcheck" temp instances load the *installed* library), and then
+# each suite is run in turn, continuing after a failure:
+#
+#   unit        make unittest                          (cmocka, no server)
+#   pg_regress  make installcheck ISOLATION= TAP_TESTS=
+#   isolation   make installcheck REGRESS= TAP_TESTS=  (if the Makefile has specs)
+#   TAP         make installcheck REGRESS= ISOLATION=  (if test/t/*.pl exist)
+#
+# Each suite's output is shown as it runs and kept in <tmpdir>/logs/.  The
+# last line printed is always "N passed, M failed" (totals over all suites);
+# the exit status is 0 only when M is 0 and at least one test ran.  A build
+# failure, a crash, a timeout or anything unexpected counts as a failure.
+# The temp dir is removed on success and kept (path printed) on failure.
+# No server is left running.
+#
+# Environment: PROJCACHE_TEST_BUDGET  overall time limit in seconds (780)
+#              PROJCACHE_KEEP=1       keep the temp dir even on success
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+BUDGET=${PROJCACHE_TEST_BUDGET:-780}
+START=$SECONDS
+
+PASSED=0
+FAILED=0
+SUMMARY=()
+WORK=
+SRC=
+LOGS=
+STEP_PID=
+
+# Settings from the caller's environment must not leak into test instances.
+unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS \
+	PGPASSWORD PGSSLMODE CMOCKA_MESSAGE_OUTPUT CMOCKA_XML_FILE
+
+say() { printf '==> %s\n' "$*"; }
+
+# summary_add SUITE PASS FAIL NOTE: add one suite's result to the totals.
+summary_add() {
+	PASSED=$((PASSED + $2))
+	FAILED=$((FAILED + $3))
+	SUMMARY+=("$(printf '  %-11s %4d passed, %4d failed%s' "$1" "$2" "$3" "${4:+   ($4)}")")
+}
+summary_skip() {
+	SUMMARY+=("$(printf '  %-11s skipped (%s)' "$1" "$2")")
+}
+
+# --- users: root runs servers and builds as "postgres", others as themselves
+if [ "$(id -u)" -eq 0 ]; then
+	RUN_USER=postgres
+	AS_PG=(runuser -u postgres -- env HOME="$(getent passwd postgres | cut -d: -f6)")
+	AS_ROOT=(env)
+else
+	RUN_USER=$(id -un)
+	AS_PG=(env)
+	AS_ROOT=(sudo)
+fi
+
+# stop_instances: stop every server started from the temp dir and kill any
+# leftover process of ours still working in it (only those: matched by data
+# directory or by working directory under $WORK).
+stop_instances() {
+	[ -n "$WORK" ] && [ -d "$WORK" ] || return 0
+	local pidfile pid cwd pids=()
+	cd / || return 0 # so that this script itself is not "working in it"
+	while IFS= read -r pidfile; do
+		"${AS_PG[@]}" /usr/lib/postgresql/15/bin/pg_ctl stop -m immediate -w -t 20 \
+			-D "$(dirname "$pidfile")" >/dev/null 2>&1 || true
+	done < <(find "$WORK" -name postmaster.pid 2>/dev/null)
+	for pid in $(pgrep -u "$RUN_USER" 2>/dev/null); do
+		[ "$pid" = $$ ] && continue
+		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
+		case "$cwd/" in "$WORK"/*) pids+=("$pid") ;; esac
+	done
+	if [ "${#pids[@]}" -gt 0 ]; then
+		say "killing leftover test processes: ${pids[*]}"
+		kill -TERM "${pids[@]}" 2>/dev/null
+		sleep 2
+		kill -KILL "${pids[@]}" 2>/dev/null
+	fi
+	return 0
+}
+
+# finish: print the summary and the final count line, then exit.
+finish() {
+	local rc=0 t=$((SECONDS - START))
+	trap - INT TERM HUP
+	stop_instances
+	if [ $((PASSED + FAILED)) -eq 0 ]; then
+		summary_add "(none)" 0 1 "no test ran at all: that is a failure"
+	fi
+	[ "$FAILED" -gt 0 ] && rc=1
+	echo
+	echo "==================== projcache test summary ===================="
+	printf '%s\n' "${SUMMARY[@]}"
+	printf 'elapsed: %dm%02ds\n' $((t / 60)) $((t % 60))
+	if [ -n "$WORK" ] && [ -d "$WORK" ]; then
+		if [ "$rc" -eq 0 ] && [ "${PROJCACHE_KEEP:-0}" != 1 ]; then
+			rm -rf "$WORK"
+		else
+			echo "kept build and logs: $WORK (logs in $WORK/logs)"
+		fi
+	fi
+	echo "$PASSED passed, $FAILED failed"
+	exit "$rc"
+}
+
+# shellcheck disable=SC2317  # invoked by the trap below
+on_signal() {
+	echo
+	say "interrupted: stopping test processes"
+	[ -n "$STEP_PID" ] && pkill -TERM -P "$STEP_PID" 2>/dev/null
+	summary_add "(aborted)" 0 1 "interrupted by a signal"
+	finish
+}
+trap on_signal INT TERM HUP
+
+# run_step LOG LIMIT CMD...: run CMD with a time limit, output shown and
+# copied to LOG; returns CMD's status (124 or 137 on timeout).  The limit is
+# capped by what is left of the overall budget.
+run_step() {
+	local log=$1 limit=$2 left rc
+	shift 2
+	left=$((BUDGET - (SECONDS - START)))
+	[ "$left" -lt "$limit" ] && limit=$left
+	if [ "$limit" -le 0 ]; then
+		echo "time budget of ${BUDGET}s exhausted, not started: $*" | tee "$log"
+		return 124
+	fi
+	# In the background so that a signal reaches our trap at once; timeout
+	# puts the command in its own process group and kills it all on expiry.
+	(
+		timeout -k 15 "$limit" "$@" 2>&1 | tee "$log"
+		exit "${PIPESTATUS[0]}"
+	) &
+	STEP_PID=$!
+	wait "$STEP_PID"
+	rc=$?
+	STEP_PID=
+	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+		echo "*** timed out after ${limit}s: $*" | tee -a "$log"
+	fi
+	return "$rc"
+}
+
+timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
+
+# make_var NAME: the value of a variable of the project's Makefile.
+make_var() {
+	# shellcheck disable=SC2016  # $(NAME) is for make, not the shell
+	make --no-print-directory -s -f Makefile \
+		-f <(printf 'projcache-print-var:\n\t@echo $(%s)\n' "$1") \
+		PG_CONFIG="$PG_CONFIG" projcache-print-var 2>/dev/null
+}
+
+# copy_tree: the tree as a developer sees it: tracked files plus untracked,
+# not ignored ones (so no .git, objects or old test output).
+copy_tree() {
+	local git=(git -C "$REPO" -c safe.directory='*')
+	if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		"${git[@]}" ls-files -z --cached --others --exclude-standard |
+			while IFS= read -r -d '' f; do
+				# a tracked file deleted in the working tree is not copied
+				if [ -e "$REPO/$f" ] || [ -L "$REPO/$f" ]; then printf '%s\0' "$f"; fi
+			done |
+			tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$SRC" -xf -
+	else
+		tar -C "$REPO" --exclude=./.git --exclude='*.o' --exclude='*.so' \
+			--exclude='*.bc' --exclude=./tmp_check --exclude=./tmp_check_iso \
+			--exclude=./results --exclude=./output_iso --exclude=./log \
+			-cf - . | tar -C "$SRC" -xf -
+	fi
+}
+
+# count_pg_regress LOG: "ok failed ignored" from pg_regress' per-test lines
+# (PG 15: "test foo    ... ok    25 ms", "     foo ... FAILED", ...).
+count_pg_regress() {
+	awk '
+		/^(test +| +)[^ ]+ +\.\.\. ok( |$)/             { ok++ }
+		/^(test +| +)[^ ]+ +\.\.\. FAILED( |$)/         { bad++ }
+		/^(test +| +)[^ ]+ +\.\.\. failed \(ignored\)/ { ign++ }
+		END { print ok + 0, bad + 0, ign + 0 }' "$1"
+}
+
+# show_tail FILE...: the end of each existing file, for post-mortems.
+show_tail() {
+	local f
+	for f in "$@"; do
+		[ -f "$f" ] || continue
+		echo "----- tail -80 $f -----"
+		tail -n 80 "$f"
+	done
+}
+
+# run_regress_suite NAME LOG DIFFS INSTLOG MAKEARGS...: one pg_regress-style
+# suite (pg_regress or isolation tester), counted from its per-test lines.
+run_regress_suite() {
+	local name=$1 log=$2 diffs=$3 instlog=$4 rc ok bad ign note=
+	shift 4
+	say "$name: make installcheck $*"
+	run_step "$log" 420 "${AS_PG[@]}" make installcheck PG_CONFIG="$PG_CONFIG" "$@"
+	rc=$?
+	read -r ok bad ign < <(count_pg_regress "$log")
+	[ "$ign" -gt 0 ] && { ok=$((ok + ign)); note="$ign failure(s) ignored by the schedule"; }
+	if timed_out "$rc"; then
+		bad=$((bad + 1)); note="timed out"
+	elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+		bad=1; note="exit status $rc without a failed test: see the log above"
+	elif [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then
+		bad=1; note="ran no test"
+	fi
+	if [ "$bad" -gt 0 ]; then
+		if [ -f "$diffs" ]; then
+			echo "----- head -200 $diffs -----"
+			head -n 200 "$diffs"
+		fi
+		show_tail "$instlog"
+	fi
+	summary_add "$name" "$ok" "$bad" "$note"
+}
+
+# ------------------------------------------------------------------ setup
+say "projcache tests: source $REPO"
+if ! bash "$REPO/scripts/install-deps.sh"; then
+	summary_add "deps" 0 1 "scripts/install-deps.sh failed"
+	finish
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-test.XXXXXX") || {
+	summary_add "setup" 0 1 "mktemp failed"
+	finish
+}
+SRC=$WORK/src
+LOGS=$WORK/logs
+mkdir -p "$SRC" "$LOGS"
+if ! copy_tree; then
+	summary_add "setup" 0 1 "copying the source tree to $SRC failed"
+	finish
+fi
+chmod 755 "$WORK"
+if [ "$RUN_USER" = postgres ]; then
+	chown -R postgres:postgres "$WORK"
+	# the copy must be reachable by postgres
+	parent=$(dirname "$WORK")
+	"${AS_PG[@]}" test -x "$parent" || chmod o+x "$parent"
+fi
+cd "$SRC" || finish
+say "testing a copy in $SRC (as OS user $RUN_USER)"
+
+# ------------------------------------------------------------------ build
+built=0
+say "build: make"
+run_step "$LOGS/build.log" 300 "${AS_PG[@]}" make -j"$(nproc)" PG_CONFIG="$PG_CONFIG"
+rc=$?
+if [ "$rc" -eq 0 ]; then
+	say "build: make install"
+	run_step "$LOGS/install.log" 120 "${AS_ROOT[@]}" make install PG_CONFIG="$PG_CONFIG"
+	rc=$?
+	if [ "$rc" -eq 0 ]; then
+		built=1
+		warnings=$(grep -c 'warning:' "$LOGS/build.log")
+		summary_add "build" 0 0 "built and installed; $warnings compiler warning(s)"
+	else
+		summary_add "build" 0 1 "make install failed (exit $rc)"
+	fi
+	# make install may have left root-owned files behind
+	[ "$RUN_USER" = postgres ] && chown -R postgres:postgres "$SRC"
+else
+	summary_add "build" 0 1 "make failed (exit $rc); server suites skipped"
+fi
+
+# ------------------------------------------------------------------ a. unit
+# cmocka prints "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s),
+# listed below:" per group.  They need no server, so they run even when the
+# extension does not build.
+say "unit: make unittest"
+run_step "$LOGS/unit.log" 180 "${AS_PG[@]}" make unittest PG_CONFIG="$PG_CONFIG"
+rc=$?
+read -r ok bad < <(awk '
+	/^\[  PASSED  \] [0-9]+ test\(s\)\./                 { p += $4 }
+	/^\[  FAILED  \] [0-9]+ test\(s\), listed below:/     { f += $4 }
+	END { print p + 0, f + 0 }' "$LOGS/unit.log")
+note=
+if timed_out "$rc"; then
+	bad=$((bad + 1)); note="timed out"
+elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+	bad=1; note="did not build or crashed (exit $rc)"
+elif [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then
+	bad=1; note="no cmocka result line in the output"
+fi
+summary_add "unit" "$ok" "$bad" "$note"
+
+if [ "$built" -eq 1 ]; then
+	# -------------------------------------------------------------- b. pg_regress
+	if [ -n "$(make_var REGRESS)" ]; then
+		run_regress_suite "pg_regress" "$LOGS/regress.log" regression.diffs \
+			tmp_check/log/postmaster.log ISOLATION= TAP_TESTS=
+	else
+		summary_skip "pg_regress" "REGRESS is empty: no sql/*.sql"
+	fi
+
+	# -------------------------------------------------------------- c. isolation
+	if [ -n "$(make_var ISOLATION)" ]; then
+		run_regress_suite "isolation" "$LOGS/isolation.log" output_iso/regression.diffs \
+			tmp_check_iso/log/postmaster.log REGRESS= TAP_TESTS=
+	else
+		summary_skip "isolation" "the Makefile defines no ISOLATION specs"
+	fi
+
+	# -------------------------------------------------------------- d. TAP
+	if compgen -G "test/t/*.pl" >/dev/null; then
+		say "TAP: make installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v"
+		run_step "$LOGS/tap.log" 600 "${AS_PG[@]}" make installcheck \
+			PG_CONFIG="$PG_CONFIG" REGRESS= ISOLATION= PROVE_FLAGS=-v
+		rc=$?
+		# Count top-level "ok N" / "not ok N" lines (subtests are indented;
+		# "# TODO" and "# skip" count as passes).  A file that died or had a
+		# bad plan without a "not ok" of its own adds one failure; its name
+		# is listed after the counts for the post-mortem.
+		tap_result=$(awk '
+			/^test\/t\/[^ ]+\.pl \.+ *$/ { file = $1; next }
+			/^not ok [0-9]+/ {
+				if (tolower($0) ~ /# *todo/) ok++
+				else { bad++; notok[file]++; failing[file] = 1 }
+				next
+			}
+			/^ok [0-9]+/ { ok++; next }
+			/^test\/t\/[^ ]+\.pl +\(Wstat: / {
+				sfile = $1
+				if ($0 !~ /Wstat: 0 /) broken[sfile] = 1
+				next
+			}
+			/^  Parse errors:/ && sfile != "" { broken[sfile] = 1; next }
+			/^[^ ]/ { sfile = "" }
+			END {
+				for (f in broken) if (!(f in notok)) { bad++; failing[f] = 1 }
+				printf "%d %d", ok + 0, bad + 0
+				for (f in failing) printf " %s", f
+				print ""
+			}' "$LOGS/tap.log")
+		read -r ok bad failing_files <<<"$tap_result"
+		note=
+		if timed_out "$rc"; then
+			bad=$((bad + 1)); note="timed out"
+		elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+			bad=1; note="exit status $rc without a failed test: see the log above"
+		elif [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then
+			bad=1; note="ran no test"
+		fi
+		if [ "$bad" -gt 0 ]; then
+			for f in $failing_files; do
+				base=$(basename "$f" .pl)
+				show_tail "tmp_check/log/regress_log_$base" tmp_check/log/"${base}"_*.log
+			done
+			[ -n "$failing_files" ] || show_tail tmp_check/log/*
+		fi
+		summary_add "TAP" "$ok" "$bad" "$note"
+	else
+		summary_skip "TAP" "no test/t/*.pl"
+	fi
+else
+	summary_skip "pg_regress" "no build"
+	summary_skip "isolation" "no build"
+	summary_skip "TAP" "no build"
+fi
+
+finish
