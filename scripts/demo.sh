@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# demo.sh - a short, printed tour of projcache's key cache.
+#
+#     sudo bash scripts/demo.sh
+#
+# Installs the dependencies, builds and installs the extension from a copy of
+# this tree, starts a throwaway cluster (port 54329, socket and data in a temp
+# dir, run by the unprivileged "postgres" OS user) with projcache preloaded
+# and its debug clock on, then walks through: cold miss, wait for a fetch,
+# hit, an unknown key (negative caching), an upstream failure while the old
+# value keeps serving, recovery, and the counters.  The server is always
+# stopped and the temp dir removed on exit, error or Ctrl-C.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PGBIN/pg_config
+PORT=54329
+WORK=
+DATA=
+SOCK=
+
+# Settings from the caller's environment must not redirect psql elsewhere.
+unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS
+
+if [ "$(id -u)" -eq 0 ]; then
+	RUN_USER=postgres
+	AS_PG=(runuser -u postgres -- env HOME="$(getent passwd postgres | cut -d: -f6)")
+	AS_ROOT=(env)
+else
+	RUN_USER=$(id -un)
+	AS_PG=(env)
+	AS_ROOT=(sudo)
+fi
+
+caption() { printf '\n=== %s\n' "$*"; }
+
+# Always: stop the server (if it runs) and remove the temp dir.
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	cd /
+	if [ -n "$DATA" ] && [ -f "$DATA/postmaster.pid" ]; then
+		if [ "$rc" -ne 0 ] && [ -f "$WORK/server.log" ]; then
+			echo "--- last lines of the server log ---"
+			tail -n 30 "$WORK/server.log"
+		fi
+		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null 2>&1 ||
+			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m immediate -w -t 30 >/dev/null 2>&1 ||
+			true
+	fi
+	[ -n "$WORK" ] && rm -rf "$WORK"
+	if [ "$rc" -ne 0 ]; then
+		echo "demo FAILED (exit $rc); server stopped" >&2
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+# psql against the demo server, stopping at the first error.  Input lines
+# are echoed, so the reader sees each statement above its result.
+pgsql() {
+	"${AS_PG[@]}" "$PGBIN/psql" -X -q -a -v ON_ERROR_STOP=1 -P null='(null)' \
+		-p "$PORT" -h "$SOCK" -d postgres "$@"
+}
+# psql returning bare values, for the script's own checks.
+pgvalue() {
+	"${AS_PG[@]}" "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
+		-p "$PORT" -h "$SOCK" -d postgres -c "$1"
+}
+
+# copy_tree DEST: tracked files plus untracked, not ignored ones.
+copy_tree() {
+	local git=(git -C "$REPO" -c safe.directory='*')
+	if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		"${git[@]}" ls-files -z --cached --others --exclude-standard |
+			while IFS= read -r -d '' f; do
+				if [ -e "$REPO/$f" ] || [ -L "$REPO/$f" ]; then printf '%s\0' "$f"; fi
+			done |
+			tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$1" -xf -
+	else
+		tar -C "$REPO" --exclude=./.git --exclude='*.o' --exclude='*.so' \
+			--exclude='*.bc' --exclude=./tmp_check --exclude=./tmp_check_iso \
+			--exclude=./results --exclude=./output_iso -cf - . | tar -C "$1" -xf -
+	fi
+}
+
+# ------------------------------------------------------------ setup
+caption "setup: dependencies, build, install, throwaway cluster on port $PORT"
+bash "$REPO/scripts/install-deps.sh"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-demo.XXXXXX")
+DATA=$WORK/data
+SOCK=$WORK/sock
+mkdir -p "$WORK/src" "$SOCK"
+copy_tree "$WORK/src"
+chmod 755 "$WORK"
+if [ "$RUN_USER" = postgres ]; then
+	chown -R postgres:postgres "$WORK"
+	"${AS_PG[@]}" test -x "$(dirname "$WORK")" || chmod o+x "$(dirname "$WORK")"
+fi
+cd "$WORK/src"
+
+if ! "${AS_PG[@]}" make -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >"$WORK/build.log" 2>&1; then
+	cat "$WORK/build.log"
+	echo "demo: the extension does not build" >&2
+	exit 1
+fi
+"${AS_ROOT[@]}" make -s install PG_CONFIG="$PG_CONFIG" >/dev/null
+echo "built and installed projcache"
+
+"${AS_PG[@]}" "$PGBIN/initdb" -D "$DATA" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1 ||
+	{ cat "$WORK/initdb.log"; exit 1; }
+cat >>"$DATA/postgresql.conf" <<EOF
+
+# projcache demo
+listen_addresses = ''
+shared_preload_libraries = 'projcache'
+projcache.debug_clock = on
+projcache.database = 'postgres'
+projcache.expiry = '30s'
+projcache.grace_period = '60s'
+EOF
+"${AS_PG[@]}" "$PGBIN/pg_ctl" start -D "$DATA" -l "$WORK/server.log" -w -t 30 \
+	-o "-p $PORT -k $SOCK" >/dev/null
+echo "server running: psql -p $PORT -h $SOCK -d postgres"
+
+# ------------------------------------------------------------ 1
+caption "1. create the extension, an upstream table and the fetch function it calls"
+pgsql <<'SQL'
+CREATE EXTENSION projcache;
+
+-- The source of truth: one config per project key.  A row that is not
+-- available (or no row at all) is a key the upstream does not know.
+CREATE TABLE public.project_configs (
+    key       text PRIMARY KEY,
+    config    jsonb NOT NULL,
+    revision  text NOT NULL,
+    available boolean NOT NULL DEFAULT true
+);
+INSERT INTO public.project_configs (key, config, revision) VALUES
+    ('acme',   '{"plan": "pro",  "rate_limit": 100}', 'r1'),
+    ('globex', '{"plan": "free", "rate_limit": 10}',  'r1');
+
+-- A switch to simulate an outage: one row = the upstream is down.
+CREATE TABLE public.upstream_down (
+    down boolean PRIMARY KEY DEFAULT true CHECK (down)
+);
+
+-- The fetch function the worker calls with a batch of keys and the
+-- revisions it already holds (NULL when it has none).  Keys absent from the
+-- result are disabled; an unchanged revision is answered 'not_modified'.
+CREATE FUNCTION public.fetch_configs(keys text[], revisions text[])
+  RETURNS TABLE(key text, state text, revision text, config jsonb)
+  LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM public.upstream_down) THEN
+    RAISE EXCEPTION 'upstream is down';
+  END IF;
+  RETURN QUERY
+    SELECT k.key,
+           CASE WHEN k.rev IS NOT NULL AND k.rev = c.revision
+                THEN 'not_modified' ELSE 'enabled' END,
+           c.revision,
+           CASE WHEN k.rev IS NOT NULL AND k.rev = c.revision
+                THEN NULL ELSE c.config END
+      FROM unnest(keys, revisions) AS k(key, rev)
+      JOIN public.project_configs AS c ON c.key = k.key AND c.available;
+END
+$$;
+
+ALTER SYSTEM SET projcache.fetch_function = 'public.fetch_configs';
+SELECT pg_reload_conf();
+SQL
+
+# ------------------------------------------------------------ 2
+caption "2. cold miss: get() never blocks; it returns NULL and asks the worker for a fetch"
+pgsql <<'SQL'
+SELECT projcache.get('acme');
+SELECT state, freshness FROM projcache.lookup('acme');
+SQL
+
+# ------------------------------------------------------------ 3
+caption "3. wait up to 5 s for the fetch, then a plain get() is a hit from shared memory"
+pgsql <<'SQL'
+SELECT projcache.get('acme', '5s');
+SELECT projcache.get('acme');
+SELECT state, freshness, revision FROM projcache.lookup('acme');
+SQL
+
+# ------------------------------------------------------------ 4
+caption "4. a key the upstream does not know is cached as disabled (negative caching)"
+pgsql <<'SQL'
+SELECT state, freshness, config FROM projcache.lookup('nobody', '5s');
+SQL
+
+# ------------------------------------------------------------ 5
+caption "5. the upstream goes down and 40 s pass: the stale value keeps serving, the error is recorded"
+pgsql <<'SQL'
+INSERT INTO public.upstream_down DEFAULT VALUES;
+SELECT projcache.debug_advance_clock('40s');
+SELECT projcache.get('acme');
+SELECT pg_sleep(1);
+SELECT key, state, freshness, last_error FROM projcache.entries ORDER BY key;
+SQL
+
+# ------------------------------------------------------------ 6
+caption "6. the upstream recovers with a new revision: the retry picks it up"
+pgsql <<'SQL'
+DELETE FROM public.upstream_down;
+UPDATE public.project_configs
+   SET config = '{"plan": "enterprise", "rate_limit": 1000}', revision = 'r2'
+ WHERE key = 'acme';
+SELECT projcache.debug_advance_clock('2s');
+SQL
+echo "(waiting up to 10 s for revision r2)"
+rev=
+for _ in $(seq 1 20); do
+	rev=$(pgvalue "SELECT revision FROM projcache.lookup('acme')")
+	[ "$rev" = r2 ] && break
+	sleep 0.5
+done
+pgsql <<'SQL'
+SELECT projcache.get('acme');
+SELECT state, freshness, revision, last_error FROM projcache.lookup('acme');
+SQL
+if [ "$rev" != r2 ]; then
+	echo "demo: acme still has revision '$rev' after 10 s, expected r2" >&2
+	exit 1
+fi
+
+# ------------------------------------------------------------ 7
+caption "7. the counters"
+if ! pgsql -x <<'SQL'
+SELECT * FROM projcache.stats;
+SQL
+then
+	echo "(note: SELECT * FROM projcache.stats failed; the demo goes on)"
+fi
+
+# ------------------------------------------------------------ done
+cd /
+"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null
+echo
+echo "demo finished; server stopped"
