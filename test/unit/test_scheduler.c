@@ -1,0 +1,1667 @@
+/*-------------------------------------------------------------------------
+ *
+ * test_scheduler.c
+ *	  cmocka unit tests of the key cache's scheduler core (src/scheduler.c).
+ *
+ * The scheduler is plain C and reads no clock, so it is tested here without
+ * a server, on a fake clock: every test keeps a SchedTime "now" and moves it
+ * forward by hand.
+ *
+ * The test_store_* tests and test_ready_state mirror, scenario by scenario,
+ * the tests of the reference design's ProjectStore (same configuration, same
+ * time steps, same checks).  The reference keeps the shared map (what readers
+ * see) and the private fetch state together; here the scheduler is only the
+ * private half, so a "Store" below pairs it with a tiny fake of the shared
+ * map and applies the worker's protocol to both:
+ *
+ *	- a completion that brings a value publishes it to the shared map; a
+ *	  pending result leaves the old state in place;
+ *	- an eviction removes the key from the scheduler and the shared map;
+ *	- a fetch must be dispatched (taken into a batch by sched_ready_batch)
+ *	  before it can be completed, as the worker does.
+ *
+ * The remaining tests cover the pure helpers (refresh interval validation,
+ * retry backoff, freshness) and what the C scheduler adds to the reference:
+ * batching, invalidation, requested evictions, restoring after a worker
+ * restart, and the timer heaps under load.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scheduler.h"
+
+#define KEY1 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define KEY2 "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define KEY3 "cccccccccccccccccccccccccccccccc"
+
+#define KEY_MAX 64
+#define FAKE_MAX_PROJECTS 4096
+
+/* Batch size used when a test just wants "whatever is due now". */
+#define DISPATCH_BATCH_SIZE 500
+
+/* Defaults of the reference configuration (and of projcache's GUCs). */
+#define DEFAULT_EXPIRY_MS 300000
+#define DEFAULT_GRACE_MS 120000
+#define DEFAULT_MAX_BACKOFF_MS 60000
+
+/* ----------------------------------------------------------------
+ * A fake of the shared key map
+ * ----------------------------------------------------------------
+ */
+
+typedef enum FakeState
+{
+	FAKE_PENDING,
+	FAKE_DISABLED,
+	FAKE_ENABLED
+} FakeState;
+
+/*
+ * One key of the shared map.  Readers get a copy (a snapshot, like the
+ * reference's SharedProject); "generation" is bumped at every published
+ * state, which is what wakes waiting readers in the server.
+ */
+typedef struct FakeProject
+{
+	char		key[KEY_MAX];
+	FakeState	state;
+	const char *revision;		/* no revisions in these tests: always NULL */
+	uint64_t	generation;
+} FakeProject;
+
+typedef struct FakeShared
+{
+	FakeProject projects[FAKE_MAX_PROJECTS];
+	int			nprojects;
+} FakeShared;
+
+static FakeProject *
+fake_find(FakeShared *shared, const char *key)
+{
+	int			i;
+
+	for (i = 0; i < shared->nprojects; i++)
+	{
+		if (strcmp(shared->projects[i].key, key) == 0)
+			return &shared->projects[i];
+	}
+	return NULL;
+}
+
+static FakeProject *
+fake_get_or_create_ref(FakeShared *shared, const char *key)
+{
+	FakeProject *p = fake_find(shared, key);
+
+	if (p == NULL)
+	{
+		assert_true(shared->nprojects < FAKE_MAX_PROJECTS);
+		assert_true(strlen(key) < KEY_MAX);
+		p = &shared->projects[shared->nprojects++];
+		memset(p, 0, sizeof(FakeProject));
+		strcpy(p->key, key);
+		p->state = FAKE_PENDING;
+		p->revision = NULL;
+	}
+	return p;
+}
+
+/* What a reader sees: absent keys are created pending. */
+static FakeProject
+fake_get_or_create(FakeShared *shared, const char *key)
+{
+	return *fake_get_or_create_ref(shared, key);
+}
+
+static void
+fake_set_state(FakeShared *shared, const char *key, FakeState state)
+{
+	FakeProject *p = fake_get_or_create_ref(shared, key);
+
+	p->state = state;
+	p->generation++;
+}
+
+static bool
+fake_remove(FakeShared *shared, const char *key)
+{
+	FakeProject *p = fake_find(shared, key);
+
+	if (p == NULL)
+		return false;
+	*p = shared->projects[--shared->nprojects];
+	return true;
+}
+
+/* ----------------------------------------------------------------
+ * The store: scheduler plus shared map, driven as the worker drives them
+ * ----------------------------------------------------------------
+ */
+
+typedef struct Store
+{
+	Sched	   *sched;
+	FakeShared *shared;
+} Store;
+
+/* What a fetch brought back, as the fetch function reports it. */
+typedef enum Answer
+{
+	ANSWER_PENDING,
+	ANSWER_DISABLED,
+	ANSWER_ENABLED,
+	ANSWER_NOT_MODIFIED
+} Answer;
+
+/*
+ * Configure a store like the reference's Config::new: a refresh interval
+ * that is not strictly between expiry and expiry + grace is ignored.
+ */
+static void
+store_init_full(Store *st, int64_t expiry_ms, int64_t grace_ms,
+				int64_t refresh_ms, int64_t max_backoff_ms)
+{
+	SchedConfig config;
+
+	config.expiry_ms = expiry_ms;
+	config.grace_period_ms = grace_ms;
+	config.refresh_interval_ms =
+		sched_refresh_interval_valid(expiry_ms, grace_ms, refresh_ms) ?
+		refresh_ms : 0;
+	config.max_retry_backoff_ms = max_backoff_ms;
+
+	st->sched = sched_create(&config, malloc, free);
+	assert_non_null(st->sched);
+	st->shared = calloc(1, sizeof(FakeShared));
+	assert_non_null(st->shared);
+}
+
+static void
+store_init(Store *st, int64_t expiry_ms, int64_t grace_ms, int64_t refresh_ms)
+{
+	store_init_full(st, expiry_ms, grace_ms, refresh_ms,
+					DEFAULT_MAX_BACKOFF_MS);
+}
+
+static void
+store_free(Store *st)
+{
+	sched_destroy(st->sched);
+	free(st->shared);
+}
+
+static bool
+entry_is_key(const SchedEntry *e, const char *key)
+{
+	return e->keylen == strlen(key) && memcmp(e->key, key, e->keylen) == 0;
+}
+
+static void
+copy_key(char *dst, const SchedEntry *e)
+{
+	assert_true(e->keylen < KEY_MAX);
+	memcpy(dst, e->key, e->keylen);
+	dst[e->keylen] = '\0';
+}
+
+static SchedEntry *
+lookup(Store *st, const char *key)
+{
+	return sched_lookup(st->sched, key, strlen(key));
+}
+
+/* The reference's assert_state!: what a reader of the shared map sees. */
+#define assert_state(st, key, expected) \
+	assert_int_equal(fake_get_or_create((st)->shared, (key)).state, (expected))
+
+/*
+ * store.try_begin_fetch(key): a reader's request creates the key in the
+ * shared map (pending) and asks the scheduler for a fetch.
+ */
+static SchedEntry *
+begin_fetch(Store *st, const char *key, SchedTime now)
+{
+	(void) fake_get_or_create_ref(st->shared, key);
+	return sched_try_begin_fetch(st->sched, key, strlen(key), false, now);
+}
+
+/* store.refresh(refresh): never re-creates an evicted key. */
+static SchedEntry *
+refresh_key(Store *st, const char *key, SchedTime now)
+{
+	return sched_try_begin_fetch(st->sched, key, strlen(key), true, now);
+}
+
+/*
+ * The returned Fetch of a completion that must be retried: the same entry,
+ * in progress again.
+ */
+static SchedEntry *
+in_progress(Store *st, const char *key)
+{
+	SchedEntry *e = lookup(st, key);
+
+	assert_non_null(e);
+	assert_int_equal(e->state, SCHED_IN_PROGRESS);
+	return e;
+}
+
+/*
+ * Take the key's fetch into a batch, as the worker does before calling the
+ * fetch function.  The key must be due at 'now' and alone in the batch.
+ */
+static SchedEntry *
+dispatch(Store *st, const char *key, SchedTime now)
+{
+	SchedEntry **batch = NULL;
+	int			n;
+
+	n = sched_ready_batch(st->sched, now, DISPATCH_BATCH_SIZE, 0, &batch);
+	assert_int_equal(n, 1);
+	assert_true(entry_is_key(batch[0], key));
+	assert_int_equal(batch[0]->state, SCHED_IN_PROGRESS);
+	assert_true(batch[0]->dispatched);
+	return batch[0];
+}
+
+/*
+ * fetch.complete(answer) + store.complete_fetch(): record the result and
+ * apply it to the shared map as the worker does.
+ */
+static SchedCompletion
+complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
+{
+	char		key[KEY_MAX];
+	SchedResult result;
+	SchedCompletion completion;
+
+	copy_key(key, e);
+	switch (answer)
+	{
+		case ANSWER_PENDING:
+			result = SCHED_RESULT_PENDING;
+			break;
+		case ANSWER_NOT_MODIFIED:
+			result = SCHED_RESULT_NOT_MODIFIED;
+			break;
+		default:
+			result = SCHED_RESULT_VALUE;
+			break;
+	}
+
+	completion = sched_complete_fetch(st->sched, e, result, now);
+	if (completion == SCHED_EVICTED)
+	{
+		/* e is gone */
+		assert_null(lookup(st, key));
+		fake_remove(st->shared, key);
+	}
+	else if (answer == ANSWER_DISABLED)
+		fake_set_state(st->shared, key, FAKE_DISABLED);
+	else if (answer == ANSWER_ENABLED)
+		fake_set_state(st->shared, key, FAKE_ENABLED);
+	return completion;
+}
+
+static SchedCompletion
+dispatch_and_complete(Store *st, const char *key, Answer answer, SchedTime now)
+{
+	return complete(st, dispatch(st, key, now), answer, now);
+}
+
+/* store.evict(eviction): forget the key in both halves. */
+static void
+store_evict(Store *st, const char *key)
+{
+	SchedEntry *e = lookup(st, key);
+
+	assert_non_null(e);
+	assert_int_equal(e->state, SCHED_COMPLETE);
+	sched_evict(st->sched, e);
+	assert_null(lookup(st, key));
+	assert_true(fake_remove(st->shared, key));
+}
+
+/* Evict everything whose eviction is due at 'now'; returns how many. */
+static int
+collect_evicted(Store *st, SchedTime now, char evicted[][KEY_MAX], int max)
+{
+	SchedEntry *e;
+	int			n = 0;
+
+	while ((e = sched_pop_eviction(st->sched, now)) != NULL)
+	{
+		char		key[KEY_MAX];
+
+		copy_key(key, e);
+		store_evict(st, key);
+		if (n < max)
+			strcpy(evicted[n], key);
+		n++;
+	}
+	return n;
+}
+
+typedef enum ActionKind
+{
+	ACTION_NONE,
+	ACTION_EVICTION,
+	ACTION_REFRESH
+} ActionKind;
+
+typedef struct Action
+{
+	ActionKind	kind;
+	char		key[KEY_MAX];
+} Action;
+
+/*
+ * store.poll() on a paused clock: jump to the next eviction or refresh and
+ * pop it.  Anything already due is taken at once, and an eviction wins over
+ * a refresh due at the same time (the reference's biased select).  With
+ * timeout_ms >= 0, nothing due within now + timeout_ms is a timeout: the
+ * clock moves by timeout_ms and ACTION_NONE is returned.
+ */
+static Action
+store_poll(Store *st, SchedTime *now, int64_t timeout_ms)
+{
+	Action		action;
+	SchedTime	evict_at = 0;
+	SchedTime	refresh_at = 0;
+	bool		has_evict = sched_peek(st->sched, SCHED_QUEUE_EVICT, &evict_at);
+	bool		has_refresh = sched_peek(st->sched, SCHED_QUEUE_REFRESH, &refresh_at);
+	SchedTime	when;
+	SchedEntry *e;
+
+	memset(&action, 0, sizeof(Action));
+	action.kind = ACTION_NONE;
+
+	if (evict_at < *now)
+		evict_at = *now;
+	if (refresh_at < *now)
+		refresh_at = *now;
+
+	if (has_evict && (!has_refresh || evict_at <= refresh_at))
+	{
+		action.kind = ACTION_EVICTION;
+		when = evict_at;
+	}
+	else if (has_refresh)
+	{
+		action.kind = ACTION_REFRESH;
+		when = refresh_at;
+	}
+	else
+	{
+		if (timeout_ms >= 0)
+			*now += timeout_ms;
+		return action;
+	}
+
+	if (timeout_ms >= 0 && when > *now + timeout_ms)
+	{
+		*now += timeout_ms;
+		action.kind = ACTION_NONE;
+		return action;
+	}
+
+	*now = when;
+	if (action.kind == ACTION_EVICTION)
+		e = sched_pop_eviction(st->sched, *now);
+	else
+		e = sched_pop_refresh(st->sched, *now);
+	assert_non_null(e);
+	copy_key(action.key, e);
+	return action;
+}
+
+/* ----------------------------------------------------------------
+ * The reference's ProjectStore tests
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_store_fetch(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedEntry *fetch;
+	SchedEntry **batch;
+
+	(void) state;
+	store_init(&st, DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0);
+
+	fetch = begin_fetch(&st, KEY1, now);
+	assert_non_null(fetch);
+	assert_true(entry_is_key(fetch, KEY1));
+	assert_false(fetch->has_fetch_when);
+	assert_null(fake_get_or_create(st.shared, KEY1).revision);
+	assert_state(&st, KEY1, FAKE_PENDING);
+
+	/* A fetch is already in progress: nothing to do. */
+	assert_null(begin_fetch(&st, KEY1, now));
+
+	/* A pending result begins the next fetch at once. */
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	fetch = in_progress(&st, KEY1);
+	assert_true(entry_is_key(fetch, KEY1));
+	/* The first retry is still immediate. */
+	assert_false(fetch->has_fetch_when);
+	assert_null(fake_get_or_create(st.shared, KEY1).revision);
+	assert_state(&st, KEY1, FAKE_PENDING);
+
+	/* Pending again. */
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	fetch = in_progress(&st, KEY1);
+	assert_true(entry_is_key(fetch, KEY1));
+	/* This time it is in the future (backoff). */
+	assert_true(fetch->has_fetch_when && fetch->fetch_when > now);
+	assert_null(fake_get_or_create(st.shared, KEY1).revision);
+	assert_state(&st, KEY1, FAKE_PENDING);
+
+	/* It is not dispatched before its time; then complete with disabled. */
+	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 0,
+									   &batch), 0);
+	now = fetch->fetch_when;
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* A new fetch is not yet necessary. */
+	assert_null(begin_fetch(&st, KEY1, now));
+
+	store_free(&st);
+}
+
+static void
+test_store_fetch_pending_does_not_replace_state(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 0);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	now += 6000;
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	/* The fetch completes pending: another fetch is begun. */
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	(void) in_progress(&st, KEY1);
+	/* The old state is still there, not replaced. */
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_ENABLED);
+
+	store_free(&st);
+}
+
+static void
+test_store_evict_projects(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	char		evicted[4][KEY_MAX];
+
+	(void) state;
+	store_init(&st, 5000, 0, 0);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* 3 seconds are not enough to expire anything. */
+	now += 3000;
+
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	assert_non_null(begin_fetch(&st, KEY2, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+
+	/* 6 seconds in all expire the first key. */
+	now += 3000;
+
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 1);
+	assert_string_equal(evicted[0], KEY1);
+	assert_state(&st, KEY1, FAKE_PENDING);
+	assert_state(&st, KEY2, FAKE_DISABLED);
+
+	store_free(&st);
+}
+
+static void
+test_store_evict_projects_pending_not_expired(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedEntry *fetch;
+	char		evicted[4][KEY_MAX];
+
+	(void) state;
+	store_init(&st, 5000, 0, 0);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	fetch = dispatch(&st, KEY1, now);
+	/* A key created pending in the shared map but never fetched: never expires. */
+	(void) fake_get_or_create(st.shared, KEY2);
+
+	now += 6000;
+
+	/* No evictions, the key is pending. */
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+
+	/* Complete the fetch. */
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+
+	/* Not evicted either: the 5 seconds run from the completion. */
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+	now += 4000;
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* Just enough to expire it. */
+	now += 1001;
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 1);
+	assert_string_equal(evicted[0], KEY1);
+	assert_state(&st, KEY1, FAKE_PENDING);
+	assert_state(&st, KEY2, FAKE_PENDING);
+	/* The never-fetched key has no private state at all. */
+	assert_null(lookup(&st, KEY2));
+
+	store_free(&st);
+}
+
+static void
+test_store_evict_projects_stale(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	char		evicted[4][KEY_MAX];
+
+	(void) state;
+	store_init(&st, 5000, 5000, 0);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+
+	/* In the grace period, not yet expired. */
+	now += 9500;
+
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* Now it is expired. */
+	now += 1000;
+
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 1);
+	assert_string_equal(evicted[0], KEY1);
+	assert_state(&st, KEY1, FAKE_PENDING);
+
+	store_free(&st);
+}
+
+static void
+test_store_no_eviction_during_fetch(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedEntry *fetch;
+	char		evicted[4][KEY_MAX];
+
+	(void) state;
+	store_init(&st, 5000, 5000, 0);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	fetch = dispatch(&st, KEY1, now);
+
+	/* Past expiry, but a fetch is running. */
+	now += 10500;
+	/* No evictions while a fetch is running. */
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+	/* Begin a new fetch as soon as possible (after the grace period). */
+	now += 5001;
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	fetch = dispatch(&st, KEY1, now);
+
+	/* Past expiry again. */
+	now += 10500;
+	/* No evictions while a fetch is running. */
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+
+	/* Not quite expired yet. */
+	now += 9500;
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+	/* Now it is. */
+	now += 501;
+	assert_int_equal(collect_evicted(&st, now, evicted, 4), 1);
+	assert_string_equal(evicted[0], KEY1);
+	assert_state(&st, KEY1, FAKE_PENDING);
+
+	store_free(&st);
+}
+
+static void
+test_store_refresh(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedEntry *fetch;
+	Action		action;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* Wait for a refresh. */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_REFRESH);
+	assert_string_equal(action.key, KEY1);
+	assert_int_equal(now, 7000);
+
+	fetch = refresh_key(&st, KEY1, now);
+	assert_non_null(fetch);
+	assert_true(fetch->is_refresh);
+	/* A normal request upgrades the running refresh to a normal fetch. */
+	assert_null(begin_fetch(&st, KEY1, now));
+	assert_false(fetch->is_refresh);
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+
+	/*
+	 * The refresh was upgraded to a normal fetch: the eviction moved, and the
+	 * next refresh is 7 seconds from now.
+	 */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_REFRESH);
+	assert_int_equal(now, 14000);
+	fetch = refresh_key(&st, KEY1, now);
+	assert_non_null(fetch);
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+
+	/* This refresh did not push the eviction, which comes next. */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_EVICTION);
+	assert_string_equal(action.key, KEY1);
+	assert_int_equal(now, 17000);
+
+	store_free(&st);
+}
+
+static void
+test_store_refresh_overtaken_by_eviction(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	Action		action;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* Way past the expiry. */
+	now += 20000;
+
+	/* The eviction goes first: no point refreshing an evicted key. */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_EVICTION);
+	assert_string_equal(action.key, KEY1);
+	store_evict(&st, action.key);
+
+	/* And the eviction took the queued refresh with it. */
+	action = store_poll(&st, &now, 60000);
+	assert_int_equal(action.kind, ACTION_NONE);
+
+	store_free(&st);
+}
+
+static void
+test_store_refresh_during_eviction(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	Action		eviction;
+	Action		refresh;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* Way past the expiry. */
+	now += 20000;
+
+	/*
+	 * Take both the eviction and the refresh before acting on either: a
+	 * refresh of an evicted key must not fetch it.
+	 */
+	eviction = store_poll(&st, &now, -1);
+	assert_int_equal(eviction.kind, ACTION_EVICTION);
+	refresh = store_poll(&st, &now, -1);
+	assert_int_equal(refresh.kind, ACTION_REFRESH);
+	assert_string_equal(eviction.key, KEY1);
+	assert_string_equal(refresh.key, KEY1);
+	store_evict(&st, eviction.key);
+
+	assert_null(refresh_key(&st, refresh.key, now));
+
+	store_free(&st);
+}
+
+/*
+ * The reference checks that a reader waiting on a key is notified when its
+ * state changes.  In projcache that wake-up is the server's (a condition
+ * variable broadcast by the worker after publishing) and is covered by the
+ * server-side tests (get(..., wait => ...) in pg_regress / isolation / TAP).
+ * What the scheduler guarantees is when a state is published: not while a
+ * fetch is running, and once it completes with a value.  A reader's earlier
+ * copy keeps what it saw; "generation" stands in for the notification.
+ */
+static void
+test_ready_state(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedEntry *fetch;
+	FakeProject snapshot;
+	FakeProject current;
+
+	(void) state;
+	store_init(&st, DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0);
+
+	snapshot = fake_get_or_create(st.shared, KEY1);
+	assert_int_equal(snapshot.state, FAKE_PENDING);
+	/* The reader's request begins a fetch. */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	fetch = dispatch(&st, KEY1, now);
+
+	/* After five seconds without a completion the key is still pending. */
+	now += 5000;
+	current = fake_get_or_create(st.shared, KEY1);
+	assert_int_equal(current.generation, snapshot.generation);	/* no wake-up */
+	assert_int_equal(current.state, FAKE_PENDING);
+
+	/* The fetch completes: the state changes. */
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+
+	/* A waiting reader would be woken now. */
+	current = fake_get_or_create(st.shared, KEY1);
+	assert_int_not_equal(current.generation, snapshot.generation);
+
+	/* The old copy is still pending. */
+	assert_int_equal(snapshot.state, FAKE_PENDING);
+
+	/* The up-to-date read is disabled. */
+	assert_int_equal(current.state, FAKE_DISABLED);
+
+	store_free(&st);
+}
+
+/* ----------------------------------------------------------------
+ * Pure helpers
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_refresh_interval_validation(void **state)
+{
+	Store		st;
+	SchedTime	when;
+
+	(void) state;
+
+	/* Equal to the expiry: refreshing a fresh value is pointless. */
+	assert_false(sched_refresh_interval_valid(5000, 5000, 5000));
+	/* Equal to expiry + grace: the key would be evicted first. */
+	assert_false(sched_refresh_interval_valid(5000, 5000, 10000));
+	/* Strictly in between. */
+	assert_true(sched_refresh_interval_valid(5000, 5000, 5001));
+	assert_true(sched_refresh_interval_valid(5000, 5000, 7000));
+	assert_true(sched_refresh_interval_valid(5000, 5000, 9999));
+	/* Outside. */
+	assert_false(sched_refresh_interval_valid(5000, 5000, 4000));
+	assert_false(sched_refresh_interval_valid(5000, 5000, 12000));
+	/* None. */
+	assert_false(sched_refresh_interval_valid(5000, 5000, 0));
+	assert_false(sched_refresh_interval_valid(5000, 5000, -1));
+	/* Without a grace period no interval fits. */
+	assert_false(sched_refresh_interval_valid(5000, 0, 5000));
+
+	/* An ignored interval schedules no refresh; a valid one does. */
+	store_init(&st, 5000, 5000, 10000);
+	assert_int_equal(sched_config(st.sched)->refresh_interval_ms, 0);
+	assert_non_null(begin_fetch(&st, KEY1, 0));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, 0),
+					 SCHED_DONE);
+	assert_false(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+	assert_true(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_int_equal(when, 10000);
+	store_free(&st);
+
+	store_init(&st, 5000, 5000, 7000);
+	assert_non_null(begin_fetch(&st, KEY1, 0));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, 0),
+					 SCHED_DONE);
+	assert_true(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+	assert_int_equal(when, 7000);
+	store_free(&st);
+}
+
+static void
+test_backoff_sequence(void **state)
+{
+	static const int64_t expected_60s[] = {
+		0, 1000, 1500, 2250, 3375, 5062, 7593, 11390, 17085, 25628, 38443,
+		57665, 60000, 60000
+	};
+	static const int64_t expected_5s[] = {
+		0, 1000, 1500, 2250, 3375, 5000, 5000, 5000
+	};
+	Store		st;
+	SchedTime	now = 0;
+	SchedEntry *fetch;
+	size_t		i;
+
+	(void) state;
+
+	for (i = 0; i < sizeof(expected_60s) / sizeof(expected_60s[0]); i++)
+		assert_int_equal(sched_backoff_delay((int) i + 1, 60000),
+						 expected_60s[i]);
+	assert_int_equal(sched_backoff_delay(1000, 60000), 60000);
+
+	for (i = 0; i < sizeof(expected_5s) / sizeof(expected_5s[0]); i++)
+		assert_int_equal(sched_backoff_delay((int) i + 1, 5000),
+						 expected_5s[i]);
+
+	/* A cap below one second caps the very first delay. */
+	assert_int_equal(sched_backoff_delay(1, 500), 0);
+	assert_int_equal(sched_backoff_delay(2, 500), 500);
+	assert_int_equal(sched_backoff_delay(3, 500), 500);
+	assert_int_equal(sched_backoff_delay(10, 500), 500);
+	assert_int_equal(sched_backoff_delay(2, 0), 0);
+	assert_int_equal(sched_backoff_delay(0, 5000), 0);
+
+	/*
+	 * The scheduler applies it: consecutive pending results wait 0, 1000,
+	 * 1500, ... ms; a success resets it.
+	 */
+	store_init_full(&st, 5000, 5000, 0, 5000);
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	for (i = 0; i < sizeof(expected_5s) / sizeof(expected_5s[0]); i++)
+	{
+		assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+						 SCHED_RESCHEDULED);
+		fetch = in_progress(&st, KEY1);
+		if (expected_5s[i] == 0)
+			assert_false(fetch->has_fetch_when);
+		else
+		{
+			assert_true(fetch->has_fetch_when);
+			assert_int_equal(fetch->fetch_when - now, expected_5s[i]);
+			now = fetch->fetch_when;
+		}
+	}
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_NOT_MODIFIED, now),
+					 SCHED_DONE);
+	assert_int_equal(lookup(&st, KEY1)->attempts, 0);
+
+	now += 6000;
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	assert_false(in_progress(&st, KEY1)->has_fetch_when);
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	assert_int_equal(in_progress(&st, KEY1)->fetch_when - now, 1000);
+	store_free(&st);
+}
+
+static void
+test_freshness(void **state)
+{
+	(void) state;
+
+	/* expiry 5 s, grace 5 s, last fetch at t = 1000 */
+	assert_int_equal(sched_freshness(1000, 1000, 5000, 5000), SCHED_FRESH);
+	assert_int_equal(sched_freshness(1000, 5999, 5000, 5000), SCHED_FRESH);
+	assert_int_equal(sched_freshness(1000, 6000, 5000, 5000), SCHED_STALE);
+	assert_int_equal(sched_freshness(1000, 10999, 5000, 5000), SCHED_STALE);
+	assert_int_equal(sched_freshness(1000, 11000, 5000, 5000), SCHED_EXPIRED);
+	assert_int_equal(sched_freshness(1000, 1000000, 5000, 5000), SCHED_EXPIRED);
+	/* A clock reading before the last fetch counts as no time elapsed. */
+	assert_int_equal(sched_freshness(1000, 0, 5000, 5000), SCHED_FRESH);
+	/* Without a grace period a value goes from fresh to expired. */
+	assert_int_equal(sched_freshness(0, 4999, 5000, 0), SCHED_FRESH);
+	assert_int_equal(sched_freshness(0, 5000, 5000, 0), SCHED_EXPIRED);
+}
+
+/* ----------------------------------------------------------------
+ * What the C scheduler adds
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_batching(void **state)
+{
+	static const char *const later[] = {"c", "d", "e", "f"};
+	Store		st;
+	SchedEntry **batch = NULL;
+	SchedTime	when;
+	const char *leftover = NULL;
+	int			n;
+	int			i;
+
+	(void) state;
+	store_init(&st, DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0);
+
+	/* Idle: nothing to wake up for. */
+	assert_false(sched_next_wakeup(st.sched, 100, &when));
+
+	/* A lone key is gathered for the batch interval... */
+	assert_non_null(begin_fetch(&st, "a", 0));
+	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(when, 0);
+	assert_int_equal(sched_ready_batch(st.sched, 0, 3, 100, &batch), 0);
+	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(when, 100);
+
+	/* ...joined by the keys that come meanwhile... */
+	assert_non_null(begin_fetch(&st, "b", 50));
+	assert_int_equal(sched_ready_batch(st.sched, 50, 3, 100, &batch), 0);
+	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(when, 100);
+	assert_int_equal(sched_ready_batch(st.sched, 99, 3, 100, &batch), 0);
+
+	/* ...and goes out when the interval is over. */
+	n = sched_ready_batch(st.sched, 100, 3, 100, &batch);
+	assert_int_equal(n, 2);
+	assert_true(entry_is_key(batch[0], "a") || entry_is_key(batch[1], "a"));
+	assert_true(entry_is_key(batch[0], "b") || entry_is_key(batch[1], "b"));
+	assert_true(batch[0]->dispatched && batch[1]->dispatched);
+	assert_false(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(complete(&st, batch[0], ANSWER_ENABLED, 100), SCHED_DONE);
+	assert_int_equal(complete(&st, batch[1], ANSWER_ENABLED, 100), SCHED_DONE);
+
+	/*
+	 * A full batch goes out at once; the rest waits for the next one.  (Which
+	 * of the keys due at the same time is left over is not specified.)
+	 */
+	assert_non_null(begin_fetch(&st, "c", 200));
+	assert_non_null(begin_fetch(&st, "d", 200));
+	assert_non_null(begin_fetch(&st, "e", 200));
+	assert_non_null(begin_fetch(&st, "f", 200));
+	n = sched_ready_batch(st.sched, 200, 3, 100, &batch);
+	assert_int_equal(n, 3);
+	for (i = 0; i < 4; i++)
+	{
+		SchedEntry *e = lookup(&st, later[i]);
+
+		assert_int_equal(e->state, SCHED_IN_PROGRESS);
+		if (!e->dispatched)
+		{
+			assert_null(leftover);
+			leftover = later[i];
+		}
+	}
+	assert_non_null(leftover);
+	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(when, 200);	/* the leftover key is due */
+	assert_int_equal(sched_ready_batch(st.sched, 200, 3, 100, &batch), 0);
+	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(when, 300);	/* the batch holding it */
+	n = sched_ready_batch(st.sched, 300, 3, 100, &batch);
+	assert_int_equal(n, 1);
+	assert_true(entry_is_key(batch[0], leftover));
+
+	/* A fetch backing off wakes the worker at its due time. */
+	assert_int_equal(complete(&st, batch[0], ANSWER_PENDING, 300),
+					 SCHED_RESCHEDULED);
+	assert_int_equal(dispatch_and_complete(&st, leftover, ANSWER_PENDING, 300),
+					 SCHED_RESCHEDULED);
+	/* (c, d and e are still running; a and b are evicted much later) */
+	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(when, 1300);
+
+	store_free(&st);
+}
+
+static void
+test_batching_2000_keys(void **state)
+{
+	Store		st;
+	SchedEntry **batch = NULL;
+	SchedTime	now = 1000;
+	SchedTime	when;
+	char		key[KEY_MAX];
+	int			nbatches = 0;
+	int			total = 0;
+	int			n;
+	int			i;
+
+	(void) state;
+	store_init(&st, DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0);
+
+	for (i = 0; i < 2000; i++)
+	{
+		snprintf(key, sizeof(key), "key-%04d", i);
+		assert_non_null(begin_fetch(&st, key, now));
+	}
+
+	/* Full batches need no waiting. */
+	while ((n = sched_ready_batch(st.sched, now, 500, 100, &batch)) > 0)
+	{
+		assert_int_equal(n, 500);
+		nbatches++;
+		total += n;
+		for (i = 0; i < n; i++)
+		{
+			assert_true(batch[i]->dispatched);
+			assert_int_equal(complete(&st, batch[i], ANSWER_DISABLED, now),
+							 SCHED_DONE);
+		}
+	}
+	assert_int_equal(nbatches, 4);
+	assert_int_equal(total, 2000);
+	assert_int_equal(sched_count(st.sched), 2000);
+
+	/* Every key is now complete, evicted together at expiry + grace. */
+	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(when, now + DEFAULT_EXPIRY_MS + DEFAULT_GRACE_MS);
+	for (i = 0; i < 2000; i++)
+	{
+		snprintf(key, sizeof(key), "key-%04d", i);
+		assert_int_equal(lookup(&st, key)->state, SCHED_COMPLETE);
+		assert_state(&st, key, FAKE_DISABLED);
+	}
+
+	store_free(&st);
+}
+
+static void
+test_invalidate(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedTime	when;
+	SchedEntry *fetch;
+	SchedEntry **batch;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 0);
+
+	/* A complete, fresh key: a fetch is begun at once. */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	now += 1000;
+	assert_null(begin_fetch(&st, KEY1, now));	/* fresh */
+	fetch = sched_invalidate(st.sched, KEY1, strlen(KEY1), now);
+	assert_non_null(fetch);
+	assert_int_equal(fetch->state, SCHED_IN_PROGRESS);
+	assert_false(fetch->is_refresh);
+	assert_false(fetch->has_fetch_when);
+	assert_true(fetch->invalidated);
+	assert_true(sched_peek(st.sched, SCHED_QUEUE_DUE, &when));
+	assert_int_equal(when, now);
+	/* No eviction while it runs. */
+	assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	/* The old value keeps serving. */
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* A pending answer: the key stays stale, the retry follows. */
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	fetch = in_progress(&st, KEY1);
+	assert_true(fetch->invalidated);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+
+	/* A value: fresh again, no new fetch needed. */
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
+					 SCHED_DONE);
+	assert_false(lookup(&st, KEY1)->invalidated);
+	assert_state(&st, KEY1, FAKE_ENABLED);
+	assert_null(begin_fetch(&st, KEY1, now));
+
+	/*
+	 * Invalidated while its fetch runs: that fetch may carry data older
+	 * than the invalidation, so another fetch follows its completion.
+	 */
+	now += 1000;
+	fetch = sched_invalidate(st.sched, KEY1, strlen(KEY1), now);
+	assert_non_null(fetch);
+	(void) dispatch(&st, KEY1, now);
+	assert_null(sched_invalidate(st.sched, KEY1, strlen(KEY1), now));
+	assert_true(fetch->refetch_after);
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now),
+					 SCHED_RESCHEDULED);
+	/* The completed fetch's value is published all the same. */
+	assert_state(&st, KEY1, FAKE_DISABLED);
+	fetch = in_progress(&st, KEY1);
+	assert_false(fetch->is_refresh);
+	assert_false(fetch->has_fetch_when);
+	assert_true(fetch->invalidated);
+	assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_ENABLED);
+
+	/* Invalidated while backing off: made due now. */
+	assert_non_null(begin_fetch(&st, KEY2, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	fetch = in_progress(&st, KEY2);
+	assert_true(fetch->has_fetch_when);
+	assert_int_equal(fetch->fetch_when, now + 1000);
+	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 0,
+									   &batch), 0);
+	assert_null(sched_invalidate(st.sched, KEY2, strlen(KEY2), now));
+	assert_false(fetch->has_fetch_when);
+	assert_true(sched_peek(st.sched, SCHED_QUEUE_DUE, &when));
+	assert_int_equal(when, now);
+	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_ENABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY2, FAKE_ENABLED);
+
+	/* An unknown key: a normal fetch is begun. */
+	fetch = sched_invalidate(st.sched, KEY3, strlen(KEY3), now);
+	assert_non_null(fetch);
+	assert_true(entry_is_key(fetch, KEY3));
+	assert_int_equal(fetch->state, SCHED_IN_PROGRESS);
+
+	store_free(&st);
+}
+
+static void
+test_request_evict(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedTime	when;
+	SchedEntry *fetch;
+	SchedEntry **batch;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+
+	/* A complete key goes now, with its eviction and refresh timers. */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
+					 SCHED_EVICT_NOW);
+	assert_true(fake_remove(st.shared, KEY1));
+	assert_null(lookup(&st, KEY1));
+	assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_false(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+
+	/* A fetch not yet dispatched is dropped. */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
+					 SCHED_EVICT_NOW);
+	assert_true(fake_remove(st.shared, KEY1));
+	assert_null(lookup(&st, KEY1));
+	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 0,
+									   &batch), 0);
+
+	/* So is one backing off. */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+					 SCHED_RESCHEDULED);
+	assert_true(in_progress(&st, KEY1)->has_fetch_when);
+	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
+					 SCHED_EVICT_NOW);
+	assert_true(fake_remove(st.shared, KEY1));
+	assert_false(sched_next_wakeup(st.sched, 0, &when));
+
+	/* A running fetch: deferred until it completes. */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	fetch = dispatch(&st, KEY1, now);
+	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
+					 SCHED_EVICT_DEFERRED);
+	assert_ptr_equal(lookup(&st, KEY1), fetch);
+	assert_true(fetch->evict_after);
+	now += 500;
+	assert_int_equal(complete(&st, fetch, ANSWER_ENABLED, now), SCHED_EVICTED);
+	assert_null(lookup(&st, KEY1));
+	assert_null(fake_find(st.shared, KEY1));
+	assert_int_equal(sched_count(st.sched), 0);
+	assert_false(sched_next_wakeup(st.sched, 0, &when));
+
+	/* An unknown key: nothing to wait for. */
+	assert_int_equal(sched_request_evict(st.sched, KEY2, strlen(KEY2)),
+					 SCHED_EVICT_NOW);
+
+	store_free(&st);
+}
+
+static void
+test_restore_complete(void **state)
+{
+	Store		st;
+	SchedTime	base = 100000;
+	SchedTime	now = base;
+	SchedEntry *e;
+	Action		action;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+
+	/*
+	 * After a worker restart: KEY1 was fetched 3 s ago (evicted at +7 s,
+	 * refreshed at +4 s), KEY2 6 s ago without a refresh (evicted at +4 s),
+	 * KEY3 6 s ago (evicted at +4 s).
+	 */
+	fake_set_state(st.shared, KEY1, FAKE_DISABLED);
+	fake_set_state(st.shared, KEY2, FAKE_ENABLED);
+	fake_set_state(st.shared, KEY3, FAKE_ENABLED);
+	e = sched_restore_complete(st.sched, KEY1, strlen(KEY1), base - 3000,
+							   base + 7000, true, base + 4000);
+	assert_non_null(e);
+	assert_int_equal(e->state, SCHED_COMPLETE);
+	assert_true(e->has_last_fetch);
+	assert_int_equal(e->last_fetch, base - 3000);
+	assert_non_null(sched_restore_complete(st.sched, KEY2, strlen(KEY2),
+										   base - 6000, base + 4000, false, 0));
+	assert_non_null(sched_restore_complete(st.sched, KEY3, strlen(KEY3),
+										   base - 6000, base + 4000, false, 0));
+	assert_int_equal(sched_count(st.sched), 3);
+
+	/* Freshness follows the restored last fetch. */
+	assert_null(begin_fetch(&st, KEY1, now));
+	e = begin_fetch(&st, KEY3, now);
+	assert_non_null(e);
+	assert_int_equal(dispatch_and_complete(&st, KEY3, ANSWER_NOT_MODIFIED, now),
+					 SCHED_DONE);
+	/* A normal fetch moved KEY3's eviction. */
+	assert_int_equal(lookup(&st, KEY3)->expiry, base + 10000);
+
+	/* KEY2 is evicted on its restored schedule. */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_EVICTION);
+	assert_string_equal(action.key, KEY2);
+	assert_int_equal(now, base + 4000);
+	store_evict(&st, action.key);
+
+	/* KEY1's restored refresh fires at the same time. */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_REFRESH);
+	assert_string_equal(action.key, KEY1);
+	assert_int_equal(now, base + 4000);
+	assert_non_null(refresh_key(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
+					 SCHED_DONE);
+	assert_state(&st, KEY1, FAKE_ENABLED);
+
+	/* The refresh kept the restored eviction time. */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_EVICTION);
+	assert_string_equal(action.key, KEY1);
+	assert_int_equal(now, base + 7000);
+	store_evict(&st, action.key);
+
+	/* KEY3's refresh, scheduled by its fetch at base, is due then too. */
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_REFRESH);
+	assert_string_equal(action.key, KEY3);
+	assert_int_equal(now, base + 7000);
+	assert_non_null(refresh_key(&st, KEY3, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY3, ANSWER_NOT_MODIFIED, now),
+					 SCHED_DONE);
+
+	action = store_poll(&st, &now, -1);
+	assert_int_equal(action.kind, ACTION_EVICTION);
+	assert_string_equal(action.key, KEY3);
+	assert_int_equal(now, base + 10000);
+	store_evict(&st, action.key);
+
+	action = store_poll(&st, &now, 60000);
+	assert_int_equal(action.kind, ACTION_NONE);
+	assert_int_equal(sched_count(st.sched), 0);
+
+	store_free(&st);
+}
+
+static void
+test_pending_never_evicted(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+	SchedTime	when;
+	SchedEntry *fetch;
+	char		evicted[4][KEY_MAX];
+	int			i;
+
+	(void) state;
+
+	/* Never fetched successfully: pending for ten times the expiry. */
+	store_init_full(&st, 5000, 0, 0, 5000);
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	while (now < 50000)
+	{
+		fetch = in_progress(&st, KEY1);
+		if (fetch->has_fetch_when && fetch->fetch_when > now)
+			now = fetch->fetch_when;
+		fetch = dispatch(&st, KEY1, now);
+		now += 100;				/* the fetch takes a while */
+		assert_int_equal(complete(&st, fetch, ANSWER_PENDING, now),
+						 SCHED_RESCHEDULED);
+		assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+		assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	}
+	assert_int_equal(in_progress(&st, KEY1)->state, SCHED_IN_PROGRESS);
+	assert_state(&st, KEY1, FAKE_PENDING);
+	store_free(&st);
+
+	/* Had a value, then stays pending past its expiry: kept, value kept. */
+	now = 0;
+	store_init_full(&st, 5000, 0, 0, 5000);
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	now += 5000;
+	assert_non_null(begin_fetch(&st, KEY1, now));	/* expired, not yet evicted */
+	for (i = 0; i < 20; i++)
+	{
+		fetch = in_progress(&st, KEY1);
+		if (fetch->has_fetch_when && fetch->fetch_when > now)
+			now = fetch->fetch_when;
+		assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
+						 SCHED_RESCHEDULED);
+		assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
+	}
+	assert_true(now > 50000);
+	assert_state(&st, KEY1, FAKE_DISABLED);
+	store_free(&st);
+}
+
+static void
+test_refresh_unknown_key(void **state)
+{
+	Store		st;
+	SchedTime	now = 0;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+
+	/* Never seen. */
+	assert_null(refresh_key(&st, KEY1, now));
+	assert_null(lookup(&st, KEY1));
+	assert_int_equal(sched_count(st.sched), 0);
+
+	/* Seen, then evicted: the refresh must not bring it back. */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
+					 SCHED_DONE);
+	now += 10000;
+	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
+					 SCHED_EVICT_NOW);
+	assert_true(fake_remove(st.shared, KEY1));
+	assert_null(refresh_key(&st, KEY1, now));
+	assert_null(lookup(&st, KEY1));
+	assert_int_equal(sched_count(st.sched), 0);
+
+	store_free(&st);
+}
+
+/* xorshift64*: a fixed seed keeps the stress test reproducible. */
+static uint64_t
+next_random(uint64_t *seed)
+{
+	uint64_t	x = *seed;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*seed = x;
+	return x * UINT64_C(2685821657736338717);
+}
+
+#define STRESS_KEYS 10000
+#define STRESS_SPAN 1000000
+
+/*
+ * Drain one queue in steps of the clock: what comes out is due, in
+ * non-decreasing time order, and nothing due is left behind.  With
+ * remove_every > 0, every so many pops another live key is evicted out of
+ * the middle of the heap.
+ */
+static int
+drain_queue(Store *st, SchedQueue queue, bool *alive, int remove_every,
+			uint64_t *seed, int *removed)
+{
+	SchedTime	now;
+	SchedTime	last = INT64_MIN;
+	SchedTime	when;
+	int			popped = 0;
+
+	for (now = 0; now <= STRESS_SPAN; now += STRESS_SPAN / 64)
+	{
+		SchedEntry *e;
+
+		for (;;)
+		{
+			char		key[KEY_MAX];
+			int			idx;
+
+			e = queue == SCHED_QUEUE_EVICT ?
+				sched_pop_eviction(st->sched, now) :
+				sched_pop_refresh(st->sched, now);
+			if (e == NULL)
+				break;
+			assert_int_equal(e->heap_pos[queue], -1);
+			assert_true(e->heap_time[queue] <= now);
+			assert_true(e->heap_time[queue] >= last);
+			last = e->heap_time[queue];
+			popped++;
+
+			if (queue != SCHED_QUEUE_EVICT)
+				continue;
+
+			copy_key(key, e);
+			idx = atoi(key + 4);
+			sched_evict(st->sched, e);
+			alive[idx] = false;
+
+			if (remove_every > 0 && popped % remove_every == 0)
+			{
+				int			victim = (int) (next_random(seed) % STRESS_KEYS);
+
+				if (alive[victim])
+				{
+					snprintf(key, sizeof(key), "key-%05d", victim);
+					assert_int_equal(sched_request_evict(st->sched, key,
+														 strlen(key)),
+									 SCHED_EVICT_NOW);
+					alive[victim] = false;
+					(*removed)++;
+				}
+			}
+		}
+		if (sched_peek(st->sched, queue, &when))
+			assert_true(when > now);
+	}
+	assert_false(sched_peek(st->sched, queue, &when));
+	return popped;
+}
+
+static void
+test_heap_stress(void **state)
+{
+	Store		st;
+	uint64_t	seed = UINT64_C(0x9E3779B97F4A7C15);
+	bool	   *alive;
+	bool	   *has_refresh;
+	SchedTime  *evict_at;
+	SchedTime  *refresh_at;
+	char		key[KEY_MAX];
+	int			nalive = 0;
+	int			nrefresh = 0;
+	int			removed = 0;
+	int			i;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+	alive = calloc(STRESS_KEYS, sizeof(bool));
+	has_refresh = calloc(STRESS_KEYS, sizeof(bool));
+	evict_at = calloc(STRESS_KEYS, sizeof(SchedTime));
+	refresh_at = calloc(STRESS_KEYS, sizeof(SchedTime));
+	assert_non_null(alive);
+	assert_non_null(has_refresh);
+	assert_non_null(evict_at);
+	assert_non_null(refresh_at);
+
+	/* Many keys at random times, many sharing a time. */
+	for (i = 0; i < STRESS_KEYS; i++)
+	{
+		snprintf(key, sizeof(key), "key-%05d", i);
+		evict_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
+		if (i % 7 == 0)
+			evict_at[i] = evict_at[i] / 1000 * 1000;
+		has_refresh[i] = next_random(&seed) % 2 == 0;
+		refresh_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
+		assert_non_null(sched_restore_complete(st.sched, key, strlen(key), 0,
+											   evict_at[i], has_refresh[i],
+											   refresh_at[i]));
+		alive[i] = true;
+	}
+
+	/* Reschedule some (removal from the middle, then insertion)... */
+	for (i = 0; i < STRESS_KEYS; i += 3)
+	{
+		snprintf(key, sizeof(key), "key-%05d", i);
+		evict_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
+		refresh_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
+		has_refresh[i] = true;
+		assert_non_null(sched_restore_complete(st.sched, key, strlen(key), 0,
+											   evict_at[i], true,
+											   refresh_at[i]));
+	}
+	/* ...and remove others. */
+	for (i = 0; i < STRESS_KEYS; i++)
+	{
+		if (next_random(&seed) % 5 != 0)
+			continue;
+		snprintf(key, sizeof(key), "key-%05d", i);
+		assert_int_equal(sched_request_evict(st.sched, key, strlen(key)),
+						 SCHED_EVICT_NOW);
+		alive[i] = false;
+	}
+
+	/* Every live key is queued at its own time, and only those. */
+	for (i = 0; i < STRESS_KEYS; i++)
+	{
+		SchedEntry *e;
+
+		snprintf(key, sizeof(key), "key-%05d", i);
+		e = lookup(&st, key);
+		if (!alive[i])
+		{
+			assert_null(e);
+			continue;
+		}
+		assert_non_null(e);
+		nalive++;
+		assert_true(e->heap_pos[SCHED_QUEUE_EVICT] >= 0);
+		assert_int_equal(e->heap_time[SCHED_QUEUE_EVICT], evict_at[i]);
+		if (has_refresh[i])
+		{
+			nrefresh++;
+			assert_true(e->heap_pos[SCHED_QUEUE_REFRESH] >= 0);
+			assert_int_equal(e->heap_time[SCHED_QUEUE_REFRESH], refresh_at[i]);
+		}
+		else
+			assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+	}
+	assert_int_equal(sched_count(st.sched), nalive);
+
+	/* Refreshes come out in order; then evictions, with removals between. */
+	assert_int_equal(drain_queue(&st, SCHED_QUEUE_REFRESH, alive, 0, &seed,
+								 &removed), nrefresh);
+	assert_int_equal(drain_queue(&st, SCHED_QUEUE_EVICT, alive, 3, &seed,
+								 &removed) + removed, nalive);
+	assert_true(removed > 0);
+	assert_int_equal(sched_count(st.sched), 0);
+
+	free(alive);
+	free(has_refresh);
+	free(evict_at);
+	free(refresh_at);
+	store_free(&st);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_store_fetch),
+		cmocka_unit_test(test_store_fetch_pending_does_not_replace_state),
+		cmocka_unit_test(test_store_evict_projects),
+		cmocka_unit_test(test_store_evict_projects_pending_not_expired),
+		cmocka_unit_test(test_store_evict_projects_stale),
+		cmocka_unit_test(test_store_no_eviction_during_fetch),
+		cmocka_unit_test(test_store_refresh),
+		cmocka_unit_test(test_store_refresh_overtaken_by_eviction),
+		cmocka_unit_test(test_store_refresh_during_eviction),
+		cmocka_unit_test(test_ready_state),
+		cmocka_unit_test(test_refresh_interval_validation),
+		cmocka_unit_test(test_backoff_sequence),
+		cmocka_unit_test(test_freshness),
+		cmocka_unit_test(test_batching),
+		cmocka_unit_test(test_batching_2000_keys),
+		cmocka_unit_test(test_invalidate),
+		cmocka_unit_test(test_request_evict),
+		cmocka_unit_test(test_restore_complete),
+		cmocka_unit_test(test_pending_never_evicted),
+		cmocka_unit_test(test_refresh_unknown_key),
+		cmocka_unit_test(test_heap_stress),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
