@@ -241,7 +241,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-test.XXXXXX") || {
 }
 SRC=$WORK/src
 LOGS=$WORK/logs
-mkdir -p "$SRC" "$LOGS"
+mkdir -p "$SRC" "$LOGS" "$WORK/tmp"
+# Temp files of the suites (TAP socket dirs, ...) go in here too, so that
+# even a killed test leaves nothing behind outside $WORK.
+export TMPDIR=$WORK/tmp
 if ! copy_tree; then
 	summary_add "setup" 0 1 "copying the source tree to $SRC failed"
 	finish
