@@ -1,0 +1,94 @@
+/*-------------------------------------------------------------------------
+ *
+ * clock.c
+ *	  projcache's clock: monotonic milliseconds plus a test offset.
+ *
+ * Every expiry, grace period, refresh, backoff and snapshot TTL is measured
+ * on CLOCK_MONOTONIC, which is the same in every process of the machine and
+ * never steps with the wall clock, so a clock correction can neither shorten
+ * nor widen a TTL.  Wall-clock times shown to users (fetched_at, loaded_at)
+ * are derived from it at display time.
+ *
+ * With projcache.debug_clock = on, projcache.debug_advance_clock() adds to a
+ * shared offset, so tests can cross a TTL in milliseconds.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <time.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "projcache.h"
+
+/* Monotonic milliseconds, without the test offset: for real waits. */
+int64
+pc_real_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* projcache's clock: what every schedule is measured on. */
+int64
+pc_now_ms(void)
+{
+	int64		offset = 0;
+
+	if (pc_shared != NULL)
+		offset = (int64) pg_atomic_read_u64(&pc_shared->clock_offset_ms);
+	return pc_real_now_ms() + offset;
+}
+
+/* The wall-clock time at which projcache's clock read mono_ms. */
+TimestampTz
+pc_mono_to_timestamp(int64 mono_ms)
+{
+	return GetCurrentTimestamp() - (pc_now_ms() - mono_ms) * INT64CONST(1000);
+}
+
+PG_FUNCTION_INFO_V1(projcache_debug_advance_clock);
+
+/*
+ * projcache.debug_advance_clock(interval): move the clock forward, then
+ * wake the worker so that whatever just became due runs now.
+ */
+Datum
+projcache_debug_advance_clock(PG_FUNCTION_ARGS)
+{
+	Interval   *step = PG_GETARG_INTERVAL_P(0);
+	int64		step_ms;
+
+	pc_require_loaded();
+	if (!pc_debug_clock)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("projcache.debug_clock is off"),
+				 errhint("Set projcache.debug_clock = on in postgresql.conf and restart; it is meant for tests only.")));
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers may move the projcache clock")));
+	if (step->month != 0 || step->day != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("clock step must be given in hours, minutes or seconds"),
+				 errdetail("Months and days have no fixed length.")));
+	if (step->time < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the projcache clock only moves forward")));
+
+	step_ms = step->time / 1000;
+	pg_atomic_fetch_add_u64(&pc_shared->clock_offset_ms, (uint64) step_ms);
+	pc_wake_worker();
+	PG_RETURN_VOID();
+}

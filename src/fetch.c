@@ -1,0 +1,321 @@
+/*-------------------------------------------------------------------------
+ *
+ * fetch.c
+ *	  One call of the user's fetch function, for a batch of keys.
+ *
+ * The fetch function (projcache.fetch_function) is the key cache's upstream:
+ *
+ *	 fn(keys text[], revisions text[])
+ *	   RETURNS TABLE(key text, state text, revision text, config jsonb)
+ *
+ * It runs through SPI inside an internal subtransaction, under a statement
+ * timeout of projcache.fetch_timeout, so that whatever it does wrong (an
+ * ERROR, a timeout, a result that breaks the contract) becomes an answer of
+ * PC_ANSWER_ERROR for the keys concerned, and the worker lives on.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "parser/parse_func.h"
+#include "pgstat.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+
+#include "projcache.h"
+
+/* Batch-wide failure: every key of the batch gets the error. */
+static void
+fail_batch(PcFetchItem *items, int nitems, const char *message)
+{
+	int			i;
+
+	for (i = 0; i < nitems; i++)
+	{
+		items[i].answer = PC_ANSWER_ERROR;
+		items[i].error = pstrdup(message);
+		items[i].config = NULL;
+		items[i].new_revision = NULL;
+	}
+}
+
+static int
+item_index_cmp(const void *a, const void *b, void *arg)
+{
+	PcFetchItem *items = (PcFetchItem *) arg;
+	const PcFetchItem *ia = &items[*(const int *) a];
+	const PcFetchItem *ib = &items[*(const int *) b];
+
+	if (ia->keylen != ib->keylen)
+		return ia->keylen < ib->keylen ? -1 : 1;
+	return memcmp(ia->key, ib->key, ia->keylen);
+}
+
+/* Find the item asked for under this key; -1 if none. */
+static int
+find_item(PcFetchItem *items, int *order, int nitems, const char *key, uint32 len)
+{
+	int			lo = 0,
+				hi = nitems - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = (lo + hi) / 2;
+		PcFetchItem *it = &items[order[mid]];
+		int			c;
+
+		if (it->keylen != len)
+			c = it->keylen < len ? -1 : 1;
+		else
+			c = memcmp(it->key, key, len);
+		if (c == 0)
+			return order[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+/* The fetch function's call, with its name resolved now (it may change). */
+static char *
+fetch_query(void)
+{
+	List	   *names = stringToQualifiedNameList(pc_fetch_function);
+	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
+	Oid			fn;
+
+	fn = LookupFuncName(names, 2, argtypes, true);
+	if (!OidIsValid(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("fetch function %s(text[], text[]) does not exist",
+						NameListToString(names)),
+				 errhint("Set projcache.fetch_function to a function of database \"%s\".",
+						 pc_database)));
+	return psprintf("SELECT f.key::text, f.state::text, f.revision::text, f.config::jsonb "
+					"FROM %s($1, $2) AS f(key, state, revision, config)",
+					quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
+											   get_func_name(fn)));
+}
+
+/*
+ * Run the SPI call and turn its rows into answers.  Runs inside the
+ * subtransaction; any ERROR propagates to pc_fetch_batch().  Returns the
+ * number of rows that broke the contract.
+ */
+static int
+run_fetch(PcFetchItem *items, int nitems, MemoryContext resultcxt)
+{
+	Datum	   *keys = palloc(nitems * sizeof(Datum));
+	Datum	   *revs = palloc(nitems * sizeof(Datum));
+	bool	   *revnulls = palloc(nitems * sizeof(bool));
+	int		   *order = palloc(nitems * sizeof(int));
+	int			dims[1] = {nitems};
+	int			lbs[1] = {1};
+	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
+	Datum		args[2];
+	char		argnulls[2] = {' ', ' '};
+	int			ret;
+	uint64		row;
+	int			breaches = 0;
+	int			i;
+
+	for (i = 0; i < nitems; i++)
+	{
+		keys[i] = PointerGetDatum(cstring_to_text_with_len(items[i].key,
+														   items[i].keylen));
+		revnulls[i] = items[i].revision == NULL;
+		revs[i] = revnulls[i] ? (Datum) 0 : CStringGetTextDatum(items[i].revision);
+		order[i] = i;
+	}
+	args[0] = PointerGetDatum(construct_array(keys, nitems, TEXTOID, -1, false,
+											  TYPALIGN_INT));
+	args[1] = PointerGetDatum(construct_md_array(revs, revnulls, 1, dims, lbs,
+												 TEXTOID, -1, false,
+												 TYPALIGN_INT));
+	qsort_arg(order, nitems, sizeof(int), item_index_cmp, items);
+
+	ret = SPI_execute_with_args(fetch_query(), 2, argtypes, args, argnulls,
+								false, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args returned %s",
+			 SPI_result_code_string(ret));
+
+	for (row = 0; row < SPI_processed; row++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[row];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		d;
+		text	   *keytext;
+		char	   *state;
+		int			idx;
+		PcFetchItem *it;
+		MemoryContext oldcxt;
+
+		d = SPI_getbinval(tuple, desc, 1, &isnull);
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("fetch function returned a row with a NULL key")));
+		keytext = DatumGetTextPP(d);
+		idx = find_item(items, order, nitems, VARDATA_ANY(keytext),
+						VARSIZE_ANY_EXHDR(keytext));
+		if (idx < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("fetch function returned key \"%s\", which was not asked for",
+							text_to_cstring(keytext))));
+		it = &items[idx];
+
+		oldcxt = MemoryContextSwitchTo(resultcxt);
+		if (it->seen)
+		{
+			it->answer = PC_ANSWER_ERROR;
+			it->error = psprintf("fetch function returned key \"%s\" more than once",
+								 text_to_cstring(keytext));
+			MemoryContextSwitchTo(oldcxt);
+			breaches++;
+			continue;
+		}
+		it->seen = true;
+
+		d = SPI_getbinval(tuple, desc, 2, &isnull);
+		state = isnull ? NULL : TextDatumGetCString(d);
+		d = SPI_getbinval(tuple, desc, 3, &isnull);
+		it->new_revision = isnull ? NULL : TextDatumGetCString(d);
+		d = SPI_getbinval(tuple, desc, 4, &isnull);
+		it->config = isnull ? NULL : pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d));
+
+		if (state == NULL)
+			it->error = pstrdup("fetch function returned a NULL state");
+		else if (strcmp(state, "enabled") == 0)
+		{
+			it->answer = PC_ANSWER_ENABLED;
+			if (it->config == NULL)
+				it->error = pstrdup("fetch function returned state \"enabled\" with a NULL config");
+		}
+		else if (strcmp(state, "disabled") == 0)
+			it->answer = PC_ANSWER_DISABLED;
+		else if (strcmp(state, "pending") == 0)
+			it->answer = PC_ANSWER_PENDING;
+		else if (strcmp(state, "not_modified") == 0)
+			it->answer = PC_ANSWER_NOT_MODIFIED;
+		else
+			it->error = psprintf("fetch function returned unknown state \"%s\"", state);
+
+		if (it->error != NULL)
+		{
+			it->answer = PC_ANSWER_ERROR;
+			it->config = NULL;
+			it->new_revision = NULL;
+			breaches++;
+		}
+		MemoryContextSwitchTo(oldcxt);
+	}
+	return breaches;
+}
+
+/*
+ * Ask the fetch function for a batch of keys and fill in each item's
+ * answer.  Keys the function does not return are disabled.  Never raises
+ * an ERROR for what the function does; results are allocated in the
+ * caller's memory context.
+ */
+void
+pc_fetch_batch(PcFetchItem *items, int nitems)
+{
+	MemoryContext callercxt = CurrentMemoryContext;
+	ResourceOwner oldowner;
+	int			i;
+
+	for (i = 0; i < nitems; i++)
+	{
+		items[i].answer = PC_ANSWER_DISABLED;
+		items[i].new_revision = NULL;
+		items[i].config = NULL;
+		items[i].error = NULL;
+		items[i].seen = false;
+	}
+
+	pc_count(PC_CTR_FETCH_CALLS, 1);
+	pc_count(PC_CTR_FETCHED_KEYS, nitems);
+
+	if (pc_fetch_function == NULL || pc_fetch_function[0] == '\0')
+	{
+		fail_batch(items, nitems, "projcache.fetch_function is not set");
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+		return;
+	}
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "projcache: calling the fetch function");
+
+	oldowner = CurrentResourceOwner;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(callercxt);
+
+	PG_TRY();
+	{
+		int			breaches;
+
+		if (pc_fetch_timeout_ms > 0)
+			enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		breaches = run_fetch(items, nitems, callercxt);
+		SPI_finish();
+		disable_timeout(STATEMENT_TIMEOUT, false);
+
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(callercxt);
+		CurrentResourceOwner = oldowner;
+		if (breaches > 0)
+			pc_count(PC_CTR_FETCH_ERRORS, breaches);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		disable_timeout(STATEMENT_TIMEOUT, false);
+		MemoryContextSwitchTo(callercxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(callercxt);
+		CurrentResourceOwner = oldowner;
+		/* The timeout may have fired as we finished: forget it. */
+		QueryCancelPending = false;
+
+		ereport(WARNING,
+				(errmsg("projcache: fetch function failed for %d key(s): %s",
+						nitems, edata->message)));
+		fail_batch(items, nitems, edata->message);
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(callercxt);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}

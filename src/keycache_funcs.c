@@ -1,0 +1,654 @@
+/*-------------------------------------------------------------------------
+ *
+ * keycache_funcs.c
+ *	  SQL functions of the key cache: get, lookup, fetch, invalidate, evict,
+ *	  and the entries and stats views.
+ *
+ * A read takes the key's dshash partition lock in shared mode, copies what
+ * it needs, and releases it.  A fresh hit does nothing else: no request,
+ * no latch.  Unknown, stale and expired keys leave a request bit on the
+ * entry and tell the worker (keymap.c, request_ring.c); the reader never
+ * waits for a fetch unless asked to, and then on the key's condition
+ * variable.  Nothing that can ERROR runs under a partition lock: copies
+ * use MCXT_ALLOC_NO_OOM and failures are reported after the release.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "projcache.h"
+#include "scheduler.h"
+
+PG_FUNCTION_INFO_V1(projcache_check_preloaded);
+PG_FUNCTION_INFO_V1(projcache_get);
+PG_FUNCTION_INFO_V1(projcache_get_wait);
+PG_FUNCTION_INFO_V1(projcache_lookup);
+PG_FUNCTION_INFO_V1(projcache_fetch);
+PG_FUNCTION_INFO_V1(projcache_invalidate);
+PG_FUNCTION_INFO_V1(projcache_evict);
+PG_FUNCTION_INFO_V1(projcache_entries);
+PG_FUNCTION_INFO_V1(projcache_stats);
+PG_FUNCTION_INFO_V1(projcache_reset_stats);
+
+/* What a reader copied out of one entry. */
+typedef struct PcRead
+{
+	bool		found;			/* false: the key was just created */
+	uint8		state;			/* PcKeyState */
+	uint8		fetch_state;	/* PcFetchState */
+	bool		invalidated;
+	bool		has_refresh;
+	int32		attempts;
+	int64		fetched_at;
+	int64		expires_at;
+	int64		refresh_at;
+	uint32		value_bytes;
+	Jsonb	   *config;			/* NULL unless enabled */
+	char	   *revision;		/* details only */
+	char	   *last_error;		/* details only */
+	bool		oom;			/* a copy failed under the lock */
+} PcRead;
+
+/* Copy under a partition lock: never ERRORs, returns NULL when out of memory. */
+static void *
+copy_no_oom(const void *src, Size len, bool nul_terminate, bool *oom)
+{
+	char	   *dst = palloc_extended(len + (nul_terminate ? 1 : 0),
+									  MCXT_ALLOC_NO_OOM);
+
+	if (dst == NULL)
+	{
+		*oom = true;
+		return NULL;
+	}
+	memcpy(dst, src, len);
+	if (nul_terminate)
+		dst[len] = '\0';
+	return dst;
+}
+
+/* Copy what a reader needs from a locked entry. */
+static void
+copy_entry(PcEntry *entry, bool details, PcRead *r)
+{
+	dsa_area   *area = pc_area();
+
+	r->state = entry->state;
+	r->fetch_state = entry->fetch_state;
+	r->invalidated = entry->invalidated;
+	r->has_refresh = entry->has_refresh;
+	r->attempts = entry->attempts;
+	r->fetched_at = entry->fetched_at;
+	r->expires_at = entry->expires_at;
+	r->refresh_at = entry->refresh_at;
+	r->value_bytes = 0;
+	r->config = NULL;
+	r->revision = NULL;
+	r->last_error = NULL;
+	r->oom = false;
+
+	if (DsaPointerIsValid(entry->value))
+	{
+		PcValue    *value = dsa_get_address(area, entry->value);
+
+		r->value_bytes = value->config_len;
+		if (entry->state == PC_STATE_ENABLED && value->config_len > 0)
+			r->config = copy_no_oom(value->data + value->config_offset,
+									value->config_len, false, &r->oom);
+		if (details && value->revision_len >= 0)
+			r->revision = copy_no_oom(value->data, value->revision_len, true,
+									  &r->oom);
+	}
+	if (details && DsaPointerIsValid(entry->last_error))
+	{
+		const char *msg = dsa_get_address(area, entry->last_error);
+
+		r->last_error = copy_no_oom(msg, strlen(msg), true, &r->oom);
+	}
+}
+
+static void
+report_oom(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("out of memory"),
+			 errdetail("Could not copy a cached projcache value.")));
+}
+
+static SchedFreshness
+read_freshness(const PcRead *r, int64 now)
+{
+	SchedFreshness f = sched_freshness(r->fetched_at, now, pc_expiry_ms,
+									   pc_grace_period_ms);
+
+	if (r->invalidated && f == SCHED_FRESH)
+		f = SCHED_STALE;
+	return f;
+}
+
+/*
+ * Read a key: the get() and lookup() path.  Unknown keys are created
+ * pending; unknown, pending, stale and expired keys get a fetch requested
+ * unless one is under way.  Counts the read.
+ */
+static void
+read_key(const char *key, uint32 len, bool details, PcRead *r)
+{
+	dshash_table *map = pc_keymap();
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	bool		send = false;
+	int64		now = pc_now_ms();
+
+	entry = dshash_find(map, &search, false);
+	if (entry == NULL)
+	{
+		bool		created;
+
+		entry = pc_keymap_find_or_create(key, len, &created);
+		r->found = !created;
+	}
+	else
+		r->found = true;
+
+	copy_entry(entry, details, r);
+	if (r->fetch_state != PC_FETCH_IN_PROGRESS &&
+		(r->state == PC_STATE_PENDING ||
+		 read_freshness(r, now) != SCHED_FRESH))
+		send = pc_request_mark(entry, PC_REQ_FETCH);
+	dshash_release_lock(map, entry);
+
+	if (r->oom)
+		report_oom();
+	if (send)
+		pc_request_send(key, len);
+
+	if (!r->found)
+		pc_count(PC_CTR_MISSES, 1);
+	else if (r->state == PC_STATE_PENDING)
+		pc_count(PC_CTR_PENDING_READS, 1);
+	else
+		pc_count(PC_CTR_HITS, 1);
+}
+
+/* Wait, up to wait_ms, until a pending key is no longer pending. */
+static void
+wait_for_key(const char *key, uint32 len, int64 wait_ms, bool details, PcRead *r)
+{
+	ConditionVariable *cv = pc_key_cv(key, len);
+	int64		deadline = pc_real_now_ms() + wait_ms;
+
+	ConditionVariablePrepareToSleep(cv);
+	for (;;)
+	{
+		PcKey		search = pc_search_key(key, len);
+		PcEntry    *entry;
+		int64		remaining;
+
+		entry = dshash_find(pc_keymap(), &search, false);
+		if (entry != NULL)
+		{
+			copy_entry(entry, details, r);
+			dshash_release_lock(pc_keymap(), entry);
+			if (r->oom)
+			{
+				ConditionVariableCancelSleep();
+				report_oom();
+			}
+			if (r->state != PC_STATE_PENDING)
+				break;
+		}
+		else
+		{
+			/* Evicted meanwhile: read (and re-create) it as a reader would. */
+			read_key(key, len, details, r);
+			if (r->state != PC_STATE_PENDING)
+				break;
+		}
+
+		remaining = deadline - pc_real_now_ms();
+		if (remaining <= 0)
+			break;
+		/* The timeout is per sleep: other keys share the variable. */
+		(void) ConditionVariableTimedSleep(cv, (long) remaining,
+										   PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+}
+
+static int64
+wait_arg_ms(Interval *wait)
+{
+	int64		usecs;
+
+	if (wait->month < 0 || wait->day < 0 || wait->time < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must not be negative")));
+	usecs = wait->time +
+		((int64) wait->month * DAYS_PER_MONTH + wait->day) * USECS_PER_DAY;
+	if (usecs < 0)				/* overflow */
+		usecs = PG_INT64_MAX;
+	return Min(usecs / 1000, (int64) INT_MAX);
+}
+
+static void
+read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
+			   const char **key, uint32 *len)
+{
+	pc_require_loaded();
+	pc_check_key(keyarg, key, len);
+	read_key(*key, *len, details, r);
+	if (r->state == PC_STATE_PENDING && wait_ms > 0)
+		wait_for_key(*key, *len, wait_ms, details, r);
+}
+
+Datum
+projcache_check_preloaded(PG_FUNCTION_ARGS)
+{
+	pc_require_loaded();
+	PG_RETURN_VOID();
+}
+
+/* projcache.get(key text) → jsonb */
+Datum
+projcache_get(PG_FUNCTION_ARGS)
+{
+	PcRead		r;
+	const char *key;
+	uint32		len;
+
+	read_with_wait(PG_GETARG_TEXT_PP(0), 0, false, &r, &key, &len);
+	if (r.config == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_POINTER(r.config);
+}
+
+/* projcache.get(key text, wait interval) → jsonb */
+Datum
+projcache_get_wait(PG_FUNCTION_ARGS)
+{
+	PcRead		r;
+	const char *key;
+	uint32		len;
+	int64		wait_ms = wait_arg_ms(PG_GETARG_INTERVAL_P(1));
+
+	read_with_wait(PG_GETARG_TEXT_PP(0), wait_ms, false, &r, &key, &len);
+	if (r.config == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_POINTER(r.config);
+}
+
+static const char *
+state_name(uint8 state)
+{
+	switch (state)
+	{
+		case PC_STATE_ENABLED:
+			return "enabled";
+		case PC_STATE_DISABLED:
+			return "disabled";
+		default:
+			return "pending";
+	}
+}
+
+static const char *
+fetch_state_name(uint8 fetch_state)
+{
+	switch (fetch_state)
+	{
+		case PC_FETCH_IN_PROGRESS:
+			return "in_progress";
+		case PC_FETCH_COMPLETE:
+			return "complete";
+		default:
+			return "pending";
+	}
+}
+
+static const char *
+freshness_name(SchedFreshness f)
+{
+	switch (f)
+	{
+		case SCHED_FRESH:
+			return "fresh";
+		case SCHED_STALE:
+			return "stale";
+		default:
+			return "expired";
+	}
+}
+
+static Datum
+interval_ms_datum(int64 ms)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = ms * 1000;
+	return IntervalPGetDatum(iv);
+}
+
+/*
+ * projcache.lookup(key text, wait interval DEFAULT '0')
+ *	 → TABLE(state, freshness, revision, config, fetched_at, age, last_error)
+ */
+Datum
+projcache_lookup(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	PcRead		r;
+	const char *key;
+	uint32		len;
+	int64		wait_ms = wait_arg_ms(PG_GETARG_INTERVAL_P(1));
+	Datum		values[7];
+	bool		nulls[7];
+	int64		now;
+
+	InitMaterializedSRF(fcinfo, 0);
+	read_with_wait(PG_GETARG_TEXT_PP(0), wait_ms, true, &r, &key, &len);
+	now = pc_now_ms();
+
+	memset(nulls, true, sizeof(nulls));
+	values[0] = CStringGetTextDatum(state_name(r.state));
+	nulls[0] = false;
+	if (r.state != PC_STATE_PENDING)
+	{
+		values[1] = CStringGetTextDatum(freshness_name(read_freshness(&r, now)));
+		nulls[1] = false;
+		values[4] = TimestampTzGetDatum(pc_mono_to_timestamp(r.fetched_at));
+		nulls[4] = false;
+		values[5] = interval_ms_datum(Max(now - r.fetched_at, 0));
+		nulls[5] = false;
+	}
+	if (r.revision != NULL)
+	{
+		values[2] = CStringGetTextDatum(r.revision);
+		nulls[2] = false;
+	}
+	if (r.config != NULL)
+	{
+		values[3] = PointerGetDatum(r.config);
+		nulls[3] = false;
+	}
+	if (r.last_error != NULL)
+	{
+		values[6] = CStringGetTextDatum(r.last_error);
+		nulls[6] = false;
+	}
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+/* projcache.fetch(key text): ask for a fetch unless fresh or under way. */
+Datum
+projcache_fetch(PG_FUNCTION_ARGS)
+{
+	const char *key;
+	uint32		len;
+	PcEntry    *entry;
+	bool		created;
+	bool		send;
+
+	pc_require_loaded();
+	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
+	entry = pc_keymap_find_or_create(key, len, &created);
+	send = pc_request_mark(entry, PC_REQ_FETCH);
+	dshash_release_lock(pc_keymap(), entry);
+	if (send)
+		pc_request_send(key, len);
+	PG_RETURN_VOID();
+}
+
+/*
+ * projcache.invalidate(key text) → boolean: stale from now on, refetched at
+ * once, the old value served meanwhile.  False if the key is not cached.
+ */
+Datum
+projcache_invalidate(PG_FUNCTION_ARGS)
+{
+	const char *key;
+	uint32		len;
+	PcKey		search;
+	PcEntry    *entry;
+	bool		send;
+
+	pc_require_loaded();
+	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
+	search = pc_search_key(key, len);
+	entry = dshash_find(pc_keymap(), &search, true);
+	if (entry == NULL)
+		PG_RETURN_BOOL(false);
+	if (entry->state != PC_STATE_PENDING)
+		entry->invalidated = true;
+	send = pc_request_mark(entry, PC_REQ_INVALIDATE);
+	dshash_release_lock(pc_keymap(), entry);
+	if (send)
+		pc_request_send(key, len);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * projcache.evict(key text) → boolean: the worker removes the key (after
+ * its running fetch, if any).  False if the key is not cached.
+ */
+Datum
+projcache_evict(PG_FUNCTION_ARGS)
+{
+	const char *key;
+	uint32		len;
+	PcKey		search;
+	PcEntry    *entry;
+	bool		send;
+
+	pc_require_loaded();
+	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
+	search = pc_search_key(key, len);
+	entry = dshash_find(pc_keymap(), &search, false);
+	if (entry == NULL)
+		PG_RETURN_BOOL(false);
+	send = pc_request_mark(entry, PC_REQ_EVICT);
+	dshash_release_lock(pc_keymap(), entry);
+	if (send)
+		pc_request_send(key, len);
+	PG_RETURN_BOOL(true);
+}
+
+/* projcache.entries(): one row per cached key. */
+Datum
+projcache_entries(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	dshash_seq_status status;
+	PcEntry    *entry;
+	PcRead	   *rows;
+	char	  **keys;
+	int			capacity = 256;
+	int			count = 0;
+	bool		oom = false;
+	int64		now;
+	int			i;
+
+	pc_require_loaded();
+	InitMaterializedSRF(fcinfo, 0);
+	rows = palloc(capacity * sizeof(PcRead));
+	keys = palloc(capacity * sizeof(char *));
+
+	dshash_seq_init(&status, pc_keymap(), false);
+	while ((entry = dshash_seq_next(&status)) != NULL)
+	{
+		if (count == capacity)
+		{
+			PcRead	   *r2 = repalloc_extended(rows, 2 * capacity * sizeof(PcRead),
+											   MCXT_ALLOC_NO_OOM);
+			char	  **k2;
+
+			if (r2 == NULL)
+			{
+				oom = true;
+				break;
+			}
+			rows = r2;
+			k2 = repalloc_extended(keys, 2 * capacity * sizeof(char *),
+								   MCXT_ALLOC_NO_OOM);
+			if (k2 == NULL)
+			{
+				oom = true;
+				break;
+			}
+			keys = k2;
+			capacity *= 2;
+		}
+		keys[count] = copy_no_oom(pc_key_bytes(pc_area(), &entry->key),
+								  entry->key.len, true, &oom);
+		copy_entry(entry, true, &rows[count]);
+		if (oom || rows[count].oom)
+		{
+			oom = true;
+			break;
+		}
+		/* Only the key is needed from the config. */
+		if (rows[count].config != NULL)
+			pfree(rows[count].config);
+		rows[count].config = NULL;
+		count++;
+	}
+	dshash_seq_term(&status);
+	if (oom)
+		report_oom();
+
+	now = pc_now_ms();
+	for (i = 0; i < count; i++)
+	{
+		PcRead	   *r = &rows[i];
+		Datum		values[12];
+		bool		nulls[12];
+
+		memset(nulls, true, sizeof(nulls));
+		values[0] = CStringGetTextDatum(keys[i]);
+		nulls[0] = false;
+		values[1] = CStringGetTextDatum(state_name(r->state));
+		nulls[1] = false;
+		values[3] = CStringGetTextDatum(fetch_state_name(r->fetch_state));
+		nulls[3] = false;
+		if (r->revision != NULL)
+		{
+			values[4] = CStringGetTextDatum(r->revision);
+			nulls[4] = false;
+		}
+		values[5] = Int64GetDatum(r->value_bytes);
+		nulls[5] = false;
+		if (r->state != PC_STATE_PENDING)
+		{
+			values[2] = CStringGetTextDatum(freshness_name(read_freshness(r, now)));
+			nulls[2] = false;
+			values[6] = TimestampTzGetDatum(pc_mono_to_timestamp(r->fetched_at));
+			nulls[6] = false;
+			values[7] = interval_ms_datum(Max(now - r->fetched_at, 0));
+			nulls[7] = false;
+			if (r->expires_at != 0)
+			{
+				values[8] = interval_ms_datum(r->expires_at - now);
+				nulls[8] = false;
+			}
+		}
+		if (r->has_refresh)
+		{
+			values[9] = interval_ms_datum(r->refresh_at - now);
+			nulls[9] = false;
+		}
+		values[10] = Int32GetDatum(r->attempts);
+		nulls[10] = false;
+		if (r->last_error != NULL)
+		{
+			values[11] = CStringGetTextDatum(r->last_error);
+			nulls[11] = false;
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* projcache.stats(): the counters, as one row. */
+Datum
+projcache_stats(PG_FUNCTION_ARGS)
+{
+	static const char *const delay_names[] = {
+		"lte15s", "lte30s", "lte60s", "lte120s", "lte300s",
+		"lte600s", "lte1800s", "lte3600s", "gt3600s"
+	};
+	static const PcCounter columns[] = {
+		PC_CTR_HITS, PC_CTR_MISSES, PC_CTR_PENDING_READS,
+		PC_CTR_FETCH_REQUESTS, PC_CTR_FETCH_CALLS, PC_CTR_FETCHED_KEYS,
+		PC_CTR_NOT_MODIFIED, PC_CTR_PENDING_RESULTS, PC_CTR_FETCH_ERRORS,
+		PC_CTR_EVICTIONS, PC_CTR_REFRESHES, PC_CTR_REQUEST_OVERFLOWS
+	};
+	TupleDesc	tupdesc;
+	Datum		values[3 + lengthof(columns) + 4];
+	bool		nulls[lengthof(values)];
+	StringInfoData histogram;
+	int			col = 0;
+	int			i;
+	int			worker_pid;
+	TimestampTz reset;
+
+	pc_require_loaded();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	memset(nulls, false, sizeof(nulls));
+	values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->nentries));
+	values[col++] = Int64GetDatum((int64) pc_memory_used());
+	values[col++] = Int64GetDatum((int64) pc_memory_limit());
+	for (i = 0; i < lengthof(columns); i++)
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[columns[i]]));
+
+	initStringInfo(&histogram);
+	appendStringInfoChar(&histogram, '{');
+	for (i = 0; i < lengthof(delay_names); i++)
+		appendStringInfo(&histogram, "%s\"%s\": " UINT64_FORMAT,
+						 i > 0 ? ", " : "", delay_names[i],
+						 pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DELAY_LTE15S + i]));
+	appendStringInfoChar(&histogram, '}');
+	values[col++] = DirectFunctionCall1(jsonb_in, CStringGetDatum(histogram.data));
+
+	SpinLockAcquire(&pc_shared->mutex);
+	worker_pid = pc_shared->worker_pid;
+	reset = pc_shared->stats_reset;
+	SpinLockRelease(&pc_shared->mutex);
+	values[col] = Int32GetDatum(worker_pid);
+	nulls[col++] = worker_pid == 0;
+	values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->config_generation));
+	values[col++] = TimestampTzGetDatum(reset);
+
+	Assert(col == tupdesc->natts);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* projcache.reset_stats(): zero the counters. */
+Datum
+projcache_reset_stats(PG_FUNCTION_ARGS)
+{
+	int			i;
+
+	pc_require_loaded();
+	for (i = 0; i < PC_NUM_COUNTERS; i++)
+		pg_atomic_write_u64(&pc_shared->counters[i], 0);
+	SpinLockAcquire(&pc_shared->mutex);
+	pc_shared->stats_reset = GetCurrentTimestamp();
+	SpinLockRelease(&pc_shared->mutex);
+	PG_RETURN_VOID();
+}

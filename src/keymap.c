@@ -1,0 +1,245 @@
+/*-------------------------------------------------------------------------
+ *
+ * keymap.c
+ *	  The key cache's shared map: a dshash table of PcEntry on the DSA area.
+ *
+ * Keys have variable length (up to PC_MAX_KEY_BYTES) but dshash wants a
+ * fixed-size key, so the hashed key is a small PcKey that points at the
+ * bytes: in DSA for stored entries, in the caller's memory for lookups.
+ * Our own hash and compare functions follow either pointer.  An entry thus
+ * costs its fixed part plus its key's bytes, not the longest key.
+ *
+ * Locking: each entry is protected by its dshash partition lock.  Nothing
+ * that can ERROR, sleep or do I/O runs while one is held: chunks are
+ * allocated before the lock is taken (DSA_ALLOC_NO_OOM) and the worker
+ * frees unlinked chunks after releasing it.  Only the scheduler worker
+ * deletes entries; readers create pending ones.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "utils/builtins.h"
+
+#include "projcache.h"
+
+static int	pc_key_compare(const void *a, const void *b, size_t size, void *arg);
+static dshash_hash pc_key_dshash(const void *key, size_t size, void *arg);
+
+static dshash_parameters
+pc_keymap_params(int tranche_id)
+{
+	dshash_parameters params = {
+		.key_size = sizeof(PcKey),
+		.entry_size = sizeof(PcEntry),
+		.compare_function = pc_key_compare,
+		.hash_function = pc_key_dshash,
+		.tranche_id = tranche_id,
+	};
+
+	return params;
+}
+
+dshash_table *
+pc_keymap_create(dsa_area *area, int tranche_id)
+{
+	dshash_parameters params = pc_keymap_params(tranche_id);
+
+	return dshash_create(area, &params, area);
+}
+
+dshash_table *
+pc_keymap_attach(dsa_area *area, int tranche_id, dshash_table_handle handle)
+{
+	dshash_parameters params = pc_keymap_params(tranche_id);
+
+	return dshash_attach(area, &params, handle, area);
+}
+
+PcKey
+pc_search_key(const char *key, uint32 len)
+{
+	PcKey		k;
+
+	k.len = len;
+	k.data = InvalidDsaPointer;
+	k.local = key;
+	return k;
+}
+
+const char *
+pc_key_bytes(dsa_area *area, const PcKey *key)
+{
+	if (key->local != NULL)
+		return key->local;
+	return (const char *) dsa_get_address(area, key->data);
+}
+
+uint32
+pc_key_hash(const char *key, uint32 len)
+{
+	return hash_bytes((const unsigned char *) key, (int) len);
+}
+
+static dshash_hash
+pc_key_dshash(const void *key, size_t size, void *arg)
+{
+	const PcKey *k = (const PcKey *) key;
+
+	return pc_key_hash(pc_key_bytes((dsa_area *) arg, k), k->len);
+}
+
+static int
+pc_key_compare(const void *a, const void *b, size_t size, void *arg)
+{
+	const PcKey *ka = (const PcKey *) a;
+	const PcKey *kb = (const PcKey *) b;
+
+	if (ka->len != kb->len)
+		return ka->len < kb->len ? -1 : 1;
+	return memcmp(pc_key_bytes((dsa_area *) arg, ka),
+				  pc_key_bytes((dsa_area *) arg, kb), ka->len);
+}
+
+/* The condition variable that announces changes of this key. */
+ConditionVariable *
+pc_key_cv(const char *key, uint32 len)
+{
+	return &pc_shared->key_cv[pc_key_hash(key, len) % PC_NUM_KEY_CVS];
+}
+
+Size
+pc_value_size(const PcValue *value)
+{
+	return offsetof(PcValue, data) + value->config_offset + value->config_len;
+}
+
+/*
+ * Look the key up, creating a pending entry if it is unknown.  Returns the
+ * entry locked exclusively; *created says whether it is new.  The key's
+ * bytes are copied to DSA before the lock is taken, so running out of
+ * projcache.max_memory is an ERROR with no lock held.
+ */
+PcEntry *
+pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
+{
+	dsa_pointer dp;
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	bool		found;
+
+	dp = pc_alloc(len);
+	if (!DsaPointerIsValid(dp))
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("projcache shared memory is full"),
+				 errdetail("projcache.max_memory (%d kB) is used up by cached keys and snapshots.",
+						   pc_max_memory_kb),
+				 errhint("Raise projcache.max_memory, lower projcache.expiry, or evict keys.")));
+	memcpy(dsa_get_address(pc_area(), dp), key, len);
+
+	entry = dshash_find_or_insert(pc_keymap(), &search, &found);
+	if (found)
+	{
+		/* Somebody else created it meanwhile. */
+		pc_free(dp, len);
+	}
+	else
+	{
+		entry->key.len = len;
+		entry->key.data = dp;
+		entry->key.local = NULL;
+		pg_atomic_init_u32(&entry->requests, 0);
+		entry->state = PC_STATE_PENDING;
+		entry->fetch_state = PC_FETCH_PENDING;
+		entry->invalidated = false;
+		entry->has_refresh = false;
+		entry->attempts = 0;
+		entry->fetched_at = 0;
+		entry->expires_at = 0;
+		entry->refresh_at = 0;
+		entry->value = InvalidDsaPointer;
+		entry->last_error = InvalidDsaPointer;
+		pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
+	}
+	*created = !found;
+	return entry;
+}
+
+/*
+ * Unlink a locked entry (worker only) and release its lock; then free its
+ * chunks, which no reader can reach any more.
+ */
+void
+pc_keymap_delete(PcEntry *entry)
+{
+	dsa_pointer key = entry->key.data;
+	uint32		keylen = entry->key.len;
+	dsa_pointer value = entry->value;
+	dsa_pointer error = entry->last_error;
+	Size		value_size = 0;
+	Size		error_size = 0;
+
+	if (DsaPointerIsValid(value))
+		value_size = pc_value_size(dsa_get_address(pc_area(), value));
+	if (DsaPointerIsValid(error))
+		error_size = strlen(dsa_get_address(pc_area(), error)) + 1;
+
+	dshash_delete_entry(pc_keymap(), entry);
+	pg_atomic_fetch_sub_u64(&pc_shared->nentries, 1);
+
+	pc_free(key, keylen);
+	pc_free(value, value_size);
+	pc_free(error, error_size);
+}
+
+/*
+ * Record a request on a locked entry.  Returns true if the worker has not
+ * been told yet, in which case the caller must pc_request_send() once the
+ * lock is released.  The bit in the entry is the request; the ring only
+ * tells the worker where to look.
+ */
+bool
+pc_request_mark(PcEntry *entry, uint32 bits)
+{
+	uint32		old = pg_atomic_fetch_or_u32(&entry->requests, bits);
+
+	return (old & bits) != bits;
+}
+
+/* Tell the worker that the key has a request, and wake it. */
+void
+pc_request_send(const char *key, uint32 len)
+{
+	if (!pc_ring_push(key, len))
+	{
+		/* Ring full: the worker will scan the map for request bits. */
+		pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
+		pc_count(PC_CTR_REQUEST_OVERFLOWS, 1);
+	}
+	pc_count(PC_CTR_FETCH_REQUESTS, 1);
+	pc_wake_worker();
+}
+
+/* Validate a key argument. */
+void
+pc_check_key(text *key, const char **bytes, uint32 *len)
+{
+	Size		n = VARSIZE_ANY_EXHDR(key);
+
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("projcache key must not be empty")));
+	if (n > PC_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("projcache key is too long"),
+				 errdetail("The key is %zu bytes; the limit is %d bytes.",
+						   n, PC_MAX_KEY_BYTES)));
+	*bytes = VARDATA_ANY(key);
+	*len = (uint32) n;
+}

@@ -1,0 +1,183 @@
+/*-------------------------------------------------------------------------
+ *
+ * projcache.c
+ *	  Module entry point: settings, shared memory hooks, worker registration.
+ *
+ * projcache must be loaded through shared_preload_libraries: its caches live
+ * in shared memory reserved at postmaster start, and its scheduler is a
+ * background worker registered here.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+#include "projcache.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/* Settings; see the README for what each one does. */
+char	   *pc_database = NULL;
+char	   *pc_fetch_function = NULL;
+int			pc_expiry_ms = 300 * 1000;
+int			pc_grace_period_ms = 120 * 1000;
+int			pc_refresh_interval_ms = 0;
+int			pc_max_retry_backoff_ms = 60 * 1000;
+int			pc_batch_size = 500;
+int			pc_batch_interval_ms = 100;
+int			pc_fetch_timeout_ms = 30 * 1000;
+int			pc_max_memory_kb = 64 * 1024;
+bool		pc_debug_clock = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+projcache_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	pc_shmem_request();
+}
+
+static void
+projcache_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	pc_shmem_startup();
+}
+
+static void
+define_settings(void)
+{
+	DefineCustomStringVariable("projcache.database",
+							   "Database the scheduler worker connects to; the fetch function lives there.",
+							   NULL,
+							   &pc_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("projcache.fetch_function",
+							   "Function the key cache calls to fetch keys: fn(keys text[], revisions text[]).",
+							   "Empty: the key cache fetches nothing.",
+							   &pc_fetch_function,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.expiry",
+							"Age below which a cached key is fresh.",
+							NULL,
+							&pc_expiry_ms,
+							300 * 1000, 1, INT_MAX / 4,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.grace_period",
+							"Time after expiry during which a stale key is still served before it expires.",
+							NULL,
+							&pc_grace_period_ms,
+							120 * 1000, 0, INT_MAX / 4,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.refresh_interval",
+							"Interval at which cached keys are refreshed in the background; 0 turns it off.",
+							"Honoured only when strictly between expiry and expiry + grace_period.",
+							&pc_refresh_interval_ms,
+							0, 0, INT_MAX / 4,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_retry_backoff",
+							"Longest wait between retries of a key whose fetch stays pending or fails.",
+							NULL,
+							&pc_max_retry_backoff_ms,
+							60 * 1000, 0, INT_MAX / 4,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.batch_size",
+							"Most keys passed to one call of the fetch function.",
+							NULL,
+							&pc_batch_size,
+							500, 1, 100000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.batch_interval",
+							"Longest time due keys are gathered before a call of the fetch function.",
+							NULL,
+							&pc_batch_interval_ms,
+							100, 0, 60 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.fetch_timeout",
+							"Longest a call of the fetch function may run; 0 means no limit.",
+							NULL,
+							&pc_fetch_timeout_ms,
+							30 * 1000, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_memory",
+							"Shared memory for cached keys and snapshots, reserved at server start.",
+							NULL,
+							&pc_max_memory_kb,
+							64 * 1024, 1024, INT_MAX / 2,
+							PGC_POSTMASTER,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("projcache.debug_clock",
+							 "Allows superusers to move projcache's clock forward (for tests).",
+							 NULL,
+							 &pc_debug_clock,
+							 false,
+							 PGC_POSTMASTER,
+							 0,
+							 NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("projcache");
+}
+
+void
+_PG_init(void)
+{
+	/*
+	 * Loaded other than at startup (LOAD, or a function call without
+	 * preloading): define nothing.  The SQL functions report the missing
+	 * preload themselves, with a hint.
+	 */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	define_settings();
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = projcache_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = projcache_shmem_startup;
+
+	pc_register_worker();
+}

@@ -1,0 +1,270 @@
+/*-------------------------------------------------------------------------
+ *
+ * projcache.h
+ *	  Declarations shared by projcache's source files.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PROJCACHE_H
+#define PROJCACHE_H
+
+#include "lib/dshash.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/dsa.h"
+#include "utils/timestamp.h"
+
+/* Longest key accepted, in bytes. */
+#define PC_MAX_KEY_BYTES		1024
+
+/* Condition variables readers wait on, chosen by key hash. */
+#define PC_NUM_KEY_CVS			64
+
+/* ----------------------------------------------------------------
+ * Settings (projcache.c)
+ * ----------------------------------------------------------------
+ */
+extern char *pc_database;
+extern char *pc_fetch_function;
+extern int	pc_expiry_ms;
+extern int	pc_grace_period_ms;
+extern int	pc_refresh_interval_ms;
+extern int	pc_max_retry_backoff_ms;
+extern int	pc_batch_size;
+extern int	pc_batch_interval_ms;
+extern int	pc_fetch_timeout_ms;
+extern int	pc_max_memory_kb;
+extern bool pc_debug_clock;
+
+/* ----------------------------------------------------------------
+ * Clock (clock.c)
+ * ----------------------------------------------------------------
+ */
+extern int64 pc_now_ms(void);
+extern int64 pc_real_now_ms(void);
+extern TimestampTz pc_mono_to_timestamp(int64 mono_ms);
+
+/* ----------------------------------------------------------------
+ * Counters: cumulative since start or projcache.reset_stats()
+ * ----------------------------------------------------------------
+ */
+typedef enum PcCounter
+{
+	PC_CTR_HITS,				/* reads served a value */
+	PC_CTR_MISSES,				/* reads of unknown keys */
+	PC_CTR_PENDING_READS,		/* reads of keys still pending */
+	PC_CTR_FETCH_REQUESTS,		/* requests sent to the worker */
+	PC_CTR_FETCH_CALLS,			/* calls of the fetch function */
+	PC_CTR_FETCHED_KEYS,		/* keys asked for in those calls */
+	PC_CTR_NOT_MODIFIED,		/* not_modified answers */
+	PC_CTR_PENDING_RESULTS,		/* pending answers */
+	PC_CTR_FETCH_ERRORS,		/* failed calls and contract breaches */
+	PC_CTR_EVICTIONS,
+	PC_CTR_REFRESHES,
+	PC_CTR_REQUEST_OVERFLOWS,	/* request ring full: fell back to a scan */
+	/* completed fetches by time since the previous success */
+	PC_CTR_DELAY_LTE15S,
+	PC_CTR_DELAY_LTE30S,
+	PC_CTR_DELAY_LTE60S,
+	PC_CTR_DELAY_LTE120S,
+	PC_CTR_DELAY_LTE300S,
+	PC_CTR_DELAY_LTE600S,
+	PC_CTR_DELAY_LTE1800S,
+	PC_CTR_DELAY_LTE3600S,
+	PC_CTR_DELAY_GT3600S,
+	PC_NUM_COUNTERS
+} PcCounter;
+
+/* ----------------------------------------------------------------
+ * Shared memory (shmem.c)
+ *
+ * Which lock protects what:
+ * - mutex (spinlock): worker_latch, worker_pid.
+ * - ring_lock (LWLock): the request ring (request_ring.c).
+ * - the key map's own partition LWLocks: every field of a PcEntry except
+ *	 'requests', which is atomic; the DSA chunks an entry points to are
+ *	 read only under that entry's lock and freed only by the worker, after
+ *	 it has unlinked them under the lock.
+ * - the DSA's own lock: its allocator.
+ * - counters, memory_used, clock_offset_ms, ring_overflow,
+ *	 config_generation: atomics.
+ * ----------------------------------------------------------------
+ */
+typedef struct PcRequestRing
+{
+	uint64		write_pos;		/* bytes ever written */
+	uint64		read_pos;		/* bytes ever consumed */
+	uint32		capacity;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} PcRequestRing;
+
+typedef struct PcShared
+{
+	slock_t		mutex;
+	Latch	   *worker_latch;	/* NULL while no worker runs */
+	int			worker_pid;
+
+	LWLock	   *ring_lock;
+	pg_atomic_uint32 ring_overflow; /* a request did not fit in the ring */
+
+	pg_atomic_uint64 clock_offset_ms;	/* projcache.debug_clock */
+	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads
+										 * its settings */
+	pg_atomic_uint64 counters[PC_NUM_COUNTERS];
+	pg_atomic_uint64 memory_used;	/* bytes requested from the DSA area */
+	pg_atomic_uint64 nentries;	/* entries in the key map */
+	TimestampTz stats_reset;	/* under mutex */
+
+	int			dsa_tranche;
+	int			keymap_tranche;
+	dshash_table_handle keymap_handle;
+
+	ConditionVariable key_cv[PC_NUM_KEY_CVS];
+
+	Size		dsa_offset;		/* from the start of this struct */
+	Size		ring_offset;
+} PcShared;
+
+extern PcShared *pc_shared;
+
+extern void pc_shmem_request(void);
+extern void pc_shmem_startup(void);
+extern void pc_attach(void);
+extern dsa_area *pc_area(void);
+extern dshash_table *pc_keymap(void);
+extern PcRequestRing *pc_ring(void);
+extern void pc_wake_worker(void);
+extern void pc_count(PcCounter counter, uint64 n);
+extern Size pc_memory_used(void);
+extern dsa_pointer pc_alloc(Size size);
+extern void pc_free(dsa_pointer dp, Size size);
+extern Size pc_memory_limit(void);
+extern void pc_require_loaded(void);
+
+/* ----------------------------------------------------------------
+ * The key map (keymap.c)
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * A key as the dshash sees it.  Stored entries hold the bytes in DSA
+ * ('data'); a search key points at the caller's bytes ('local'), so no key
+ * is copied to look it up and no entry pays for the longest key.
+ */
+typedef struct PcKey
+{
+	uint32		len;
+	dsa_pointer data;			/* stored entries: the key's bytes */
+	const char *local;			/* search keys only; NULL when stored */
+} PcKey;
+
+/* What readers see: the seed's ProjectState. */
+typedef enum PcKeyState
+{
+	PC_STATE_PENDING = 0,		/* never fetched successfully */
+	PC_STATE_ENABLED,
+	PC_STATE_DISABLED
+} PcKeyState;
+
+/* Mirror of the worker's private fetch state, for the entries view. */
+typedef enum PcFetchState
+{
+	PC_FETCH_PENDING = 0,
+	PC_FETCH_IN_PROGRESS,
+	PC_FETCH_COMPLETE
+} PcFetchState;
+
+/* Bits of PcEntry.requests: what readers asked the worker to do. */
+#define PC_REQ_FETCH		0x01
+#define PC_REQ_INVALIDATE	0x02
+#define PC_REQ_EVICT		0x04
+
+typedef struct PcEntry
+{
+	PcKey		key;			/* hash key; must be first */
+	pg_atomic_uint32 requests;	/* PC_REQ_* not yet taken by the worker */
+	uint8		state;			/* PcKeyState */
+	uint8		fetch_state;	/* PcFetchState */
+	bool		invalidated;	/* stale until the next successful fetch */
+	bool		has_refresh;	/* refresh_at is set */
+	int32		attempts;		/* failed or pending attempts in a row */
+	int64		fetched_at;		/* pc clock of the last success, if any */
+	int64		expires_at;		/* eviction due, if fetched */
+	int64		refresh_at;		/* refresh due, if has_refresh */
+	dsa_pointer value;			/* PcValue, or InvalidDsaPointer */
+	dsa_pointer last_error;		/* NUL-terminated message, or invalid */
+} PcEntry;
+
+/* A cached value: revision and config, in one DSA chunk. */
+typedef struct PcValue
+{
+	int32		revision_len;	/* -1: no revision */
+	uint32		config_len;		/* 0: no config (disabled) */
+	/* revision bytes, then the config's jsonb varlena at config_offset */
+	uint32		config_offset;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} PcValue;
+
+extern dshash_table *pc_keymap_create(dsa_area *area, int tranche_id);
+extern dshash_table *pc_keymap_attach(dsa_area *area, int tranche_id,
+									  dshash_table_handle handle);
+extern PcKey pc_search_key(const char *key, uint32 len);
+extern const char *pc_key_bytes(dsa_area *area, const PcKey *key);
+extern uint32 pc_key_hash(const char *key, uint32 len);
+extern ConditionVariable *pc_key_cv(const char *key, uint32 len);
+extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
+										 bool *created);
+extern void pc_keymap_delete(PcEntry *entry);
+extern Size pc_value_size(const PcValue *value);
+extern bool pc_request_mark(PcEntry *entry, uint32 bits);
+extern void pc_request_send(const char *key, uint32 len);
+extern void pc_check_key(text *key, const char **bytes, uint32 *len);
+
+/* ----------------------------------------------------------------
+ * The request ring (request_ring.c)
+ * ----------------------------------------------------------------
+ */
+extern Size pc_ring_size(void);
+extern void pc_ring_init(PcRequestRing *ring);
+extern bool pc_ring_push(const char *key, uint32 len);
+extern Size pc_ring_drain(char *buf, Size bufsize);
+
+/* ----------------------------------------------------------------
+ * The worker (worker.c) and its upstream call (fetch.c)
+ * ----------------------------------------------------------------
+ */
+extern void pc_register_worker(void);
+extern PGDLLEXPORT void pc_worker_main(Datum main_arg);
+
+/* One key's answer from the fetch function. */
+typedef enum PcAnswer
+{
+	PC_ANSWER_ENABLED,
+	PC_ANSWER_DISABLED,
+	PC_ANSWER_PENDING,
+	PC_ANSWER_NOT_MODIFIED,
+	PC_ANSWER_ERROR				/* the call failed or broke the contract */
+} PcAnswer;
+
+typedef struct PcFetchItem
+{
+	/* in */
+	const char *key;
+	uint32		keylen;
+	char	   *revision;		/* current revision, or NULL */
+	/* out */
+	PcAnswer	answer;
+	char	   *new_revision;	/* palloc'd, or NULL */
+	struct varlena *config;		/* palloc'd jsonb, or NULL */
+	char	   *error;			/* palloc'd message for PC_ANSWER_ERROR */
+	bool		seen;			/* a row for this key was returned */
+} PcFetchItem;
+
+extern void pc_fetch_batch(PcFetchItem *items, int nitems);
+
+#endif							/* PROJCACHE_H */

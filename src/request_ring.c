@@ -1,0 +1,112 @@
+/*-------------------------------------------------------------------------
+ *
+ * request_ring.c
+ *	  Bounded ring of keys that readers want the scheduler worker to look at.
+ *
+ * A reader that needs something from the worker (fetch, invalidate, evict)
+ * first sets a request bit in the key's PcEntry, then pushes the key here
+ * and sets the worker's latch.  The ring is only a fast way to find those
+ * entries: when it is full the reader sets ring_overflow instead, and the
+ * worker scans the key map for request bits.  So no request is lost.
+ *
+ * Records are a uint32 length followed by the key's bytes, padded to 4
+ * bytes, written circularly.  ring_lock protects the positions and data.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "projcache.h"
+
+#define PC_RING_BYTES		(256 * 1024)
+#define PC_RING_RECORD(len) (sizeof(uint32) + TYPEALIGN(4, (len)))
+
+Size
+pc_ring_size(void)
+{
+	return offsetof(PcRequestRing, data) + PC_RING_BYTES;
+}
+
+void
+pc_ring_init(PcRequestRing *ring)
+{
+	ring->write_pos = 0;
+	ring->read_pos = 0;
+	ring->capacity = PC_RING_BYTES;
+}
+
+/* Copy n bytes into the ring at logical position pos, wrapping around. */
+static void
+ring_write(PcRequestRing *ring, uint64 pos, const void *src, Size n)
+{
+	Size		off = pos % ring->capacity;
+	Size		first = Min(n, ring->capacity - off);
+
+	memcpy(ring->data + off, src, first);
+	if (first < n)
+		memcpy(ring->data, (const char *) src + first, n - first);
+}
+
+static void
+ring_read(PcRequestRing *ring, uint64 pos, void *dst, Size n)
+{
+	Size		off = pos % ring->capacity;
+	Size		first = Min(n, ring->capacity - off);
+
+	memcpy(dst, ring->data + off, first);
+	if (first < n)
+		memcpy((char *) dst + first, ring->data, n - first);
+}
+
+/* Append a key; false if the ring has no room for it. */
+bool
+pc_ring_push(const char *key, uint32 len)
+{
+	PcRequestRing *ring = pc_ring();
+	Size		need = PC_RING_RECORD(len);
+	bool		ok = false;
+
+	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
+	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need)
+	{
+		ring_write(ring, ring->write_pos, &len, sizeof(uint32));
+		ring_write(ring, ring->write_pos + sizeof(uint32), key, len);
+		ring->write_pos += need;
+		ok = true;
+	}
+	LWLockRelease(pc_shared->ring_lock);
+	return ok;
+}
+
+/*
+ * Worker: move whole records, as many as fit, into buf (len, bytes, padded
+ * as in the ring).  Returns the number of bytes copied.  A buffer of the
+ * ring's capacity always takes everything.
+ */
+Size
+pc_ring_drain(char *buf, Size bufsize)
+{
+	PcRequestRing *ring = pc_ring();
+	Size		copied = 0;
+
+	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
+	while (ring->read_pos < ring->write_pos)
+	{
+		uint32		len;
+		Size		rec;
+
+		ring_read(ring, ring->read_pos, &len, sizeof(uint32));
+		rec = PC_RING_RECORD(len);
+		if (copied + rec > bufsize)
+			break;
+		memcpy(buf + copied, &len, sizeof(uint32));
+		ring_read(ring, ring->read_pos + sizeof(uint32),
+				  buf + copied + sizeof(uint32), len);
+		copied += rec;
+		ring->read_pos += rec;
+	}
+	LWLockRelease(pc_shared->ring_lock);
+	return copied;
+}

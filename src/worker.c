@@ -1,0 +1,778 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The "projcache scheduler" background worker.
+ *
+ * The worker owns the key cache's private state (scheduler.c): per-key
+ * fetch state, backoff, eviction and refresh times.  Its loop:
+ *
+ *	 1. take readers' requests (request ring, or a scan of request bits when
+ *		the ring overflowed) and begin fetches, invalidations, evictions;
+ *	 2. run due evictions, then due refreshes;
+ *	 3. when a batch of due fetches is ready, call the fetch function once
+ *		for it (fetch.c) and publish the answers to the shared key map,
+ *		waking readers through the keys' condition variables;
+ *	 4. sleep on its latch until the next due time.
+ *
+ * It is the only process that deletes from the key map.  Private state is
+ * not kept anywhere else, so after any restart the worker rebuilds it from
+ * the shared map (rebuild_private_state): nothing cached is lost and
+ * nothing is left unscheduled.  The times it needs for that (fetched_at,
+ * expires_at, refresh_at) are mirrored into each PcEntry as they change.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "projcache.h"
+#include "scheduler.h"
+
+/* Longest sleep, in case a wakeup is ever missed. */
+#define PC_MAX_SLEEP_MS		10000
+
+static Sched *sched = NULL;
+static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
+static MemoryContext batch_cxt = NULL;	/* reset after each batch */
+static char *ring_buf = NULL;
+
+void
+pc_register_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	/* Consistent state: a hot standby serves its cache too. */
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;
+	worker.bgw_restart_time = 2;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "projcache");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "pc_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "projcache scheduler");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "projcache scheduler");
+	worker.bgw_main_arg = (Datum) 0;
+	worker.bgw_notify_pid = 0;
+	RegisterBackgroundWorker(&worker);
+}
+
+static void *
+sched_cxt_alloc(size_t size)
+{
+	return MemoryContextAllocHuge(sched_cxt, size);
+}
+
+static void
+sched_cxt_free(void *ptr)
+{
+	pfree(ptr);
+}
+
+/* Read the settings into the scheduler; warn about an unusable refresh. */
+static void
+load_settings(void)
+{
+	SchedConfig config;
+
+	config.expiry_ms = pc_expiry_ms;
+	config.grace_period_ms = pc_grace_period_ms;
+	config.refresh_interval_ms = pc_refresh_interval_ms;
+	config.max_retry_backoff_ms = pc_max_retry_backoff_ms;
+
+	if (config.refresh_interval_ms > 0 &&
+		!sched_refresh_interval_valid(config.expiry_ms, config.grace_period_ms,
+									  config.refresh_interval_ms))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("projcache.refresh_interval = %d ms is ignored",
+						pc_refresh_interval_ms),
+				 errdetail("It must be strictly between projcache.expiry (%d ms) and projcache.expiry + projcache.grace_period (%d ms).",
+						   pc_expiry_ms, pc_expiry_ms + pc_grace_period_ms)));
+		config.refresh_interval_ms = 0;
+	}
+
+	if (sched == NULL)
+		sched = sched_create(&config, sched_cxt_alloc, sched_cxt_free);
+	else
+		sched_set_config(sched, &config);
+	pg_atomic_fetch_add_u64(&pc_shared->config_generation, 1);
+}
+
+static void
+worker_detach_latch(int code, Datum arg)
+{
+	SpinLockAcquire(&pc_shared->mutex);
+	if (pc_shared->worker_latch == MyLatch)
+	{
+		pc_shared->worker_latch = NULL;
+		pc_shared->worker_pid = 0;
+	}
+	SpinLockRelease(&pc_shared->mutex);
+}
+
+/*
+ * Copy bytes while a partition lock is held: no ERROR may be raised there,
+ * so allocation failure returns NULL and the caller reports it afterwards.
+ */
+static char *
+copy_under_lock(const char *src, Size len)
+{
+	char	   *dst = palloc_extended(len + 1, MCXT_ALLOC_NO_OOM);
+
+	if (dst != NULL)
+	{
+		memcpy(dst, src, len);
+		dst[len] = '\0';
+	}
+	return dst;
+}
+
+static void
+out_of_local_memory(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("out of memory in the projcache scheduler")));
+}
+
+/* Mirror the private times of one key into its shared entry. */
+static void
+mirror_entry(SchedEntry *e)
+{
+	PcKey		search = pc_search_key(e->key, e->keylen);
+	PcEntry    *entry;
+
+	entry = dshash_find(pc_keymap(), &search, true);
+	if (entry == NULL)
+		return;
+	switch (e->state)
+	{
+		case SCHED_PENDING:
+			entry->fetch_state = PC_FETCH_PENDING;
+			break;
+		case SCHED_IN_PROGRESS:
+			entry->fetch_state = PC_FETCH_IN_PROGRESS;
+			break;
+		case SCHED_COMPLETE:
+			entry->fetch_state = PC_FETCH_COMPLETE;
+			break;
+	}
+	entry->attempts = e->attempts;
+	if (e->has_expiry)
+		entry->expires_at = e->expiry;
+	entry->has_refresh = e->heap_pos[SCHED_QUEUE_REFRESH] >= 0;
+	if (entry->has_refresh)
+		entry->refresh_at = e->heap_time[SCHED_QUEUE_REFRESH];
+	dshash_release_lock(pc_keymap(), entry);
+}
+
+/* Remove a key from the shared map, if it is there. */
+static void
+delete_shared(const char *key, uint32 len)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+
+	entry = dshash_find(pc_keymap(), &search, true);
+	if (entry != NULL)
+	{
+		pc_keymap_delete(entry);
+		pc_count(PC_CTR_EVICTIONS, 1);
+		ConditionVariableBroadcast(pc_key_cv(key, len));
+	}
+}
+
+/* Act on the request bits a reader left on one key. */
+static void
+handle_request(const char *key, uint32 len, int64 now)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	uint32		bits;
+	SchedEntry *e = NULL;
+
+	entry = dshash_find(pc_keymap(), &search, false);
+	if (entry == NULL)
+		return;
+	bits = pg_atomic_exchange_u32(&entry->requests, 0);
+	dshash_release_lock(pc_keymap(), entry);
+
+	if (bits & PC_REQ_EVICT)
+	{
+		if (sched_request_evict(sched, key, len) == SCHED_EVICT_NOW)
+			delete_shared(key, len);
+		return;
+	}
+	if (bits & PC_REQ_INVALIDATE)
+		sched_invalidate(sched, key, len, now);
+	else if (bits & PC_REQ_FETCH)
+		sched_try_begin_fetch(sched, key, len, false, now);
+	else
+		return;
+
+	e = sched_lookup(sched, key, len);
+	if (e != NULL)
+		mirror_entry(e);
+}
+
+/* Collected keys, copied out of the map by a scan. */
+typedef struct KeyList
+{
+	char	  **keys;
+	uint32	   *lens;
+	int			count;
+	int			capacity;
+	bool		oom;
+} KeyList;
+
+static void
+keylist_add_under_lock(KeyList *list, const char *key, uint32 len)
+{
+	char	   *copy;
+
+	if (list->oom)
+		return;
+	if (list->count == list->capacity)
+	{
+		int			newcap = list->capacity ? list->capacity * 2 : 256;
+		char	  **keys = repalloc_extended(list->keys, newcap * sizeof(char *),
+											 MCXT_ALLOC_NO_OOM);
+		uint32	   *lens;
+
+		if (keys == NULL)
+		{
+			list->oom = true;
+			return;
+		}
+		list->keys = keys;
+		lens = repalloc_extended(list->lens, newcap * sizeof(uint32),
+								 MCXT_ALLOC_NO_OOM);
+		if (lens == NULL)
+		{
+			list->oom = true;
+			return;
+		}
+		list->lens = lens;
+		list->capacity = newcap;
+	}
+	copy = copy_under_lock(key, len);
+	if (copy == NULL)
+	{
+		list->oom = true;
+		return;
+	}
+	list->keys[list->count] = copy;
+	list->lens[list->count] = len;
+	list->count++;
+}
+
+static void
+keylist_init(KeyList *list)
+{
+	list->capacity = 256;
+	list->count = 0;
+	list->oom = false;
+	list->keys = palloc(list->capacity * sizeof(char *));
+	list->lens = palloc(list->capacity * sizeof(uint32));
+}
+
+/* The ring overflowed: find every entry with request bits. */
+static void
+scan_requests(int64 now)
+{
+	dshash_seq_status status;
+	PcEntry    *entry;
+	KeyList		list;
+	int			i;
+
+	keylist_init(&list);
+	dshash_seq_init(&status, pc_keymap(), false);
+	while ((entry = dshash_seq_next(&status)) != NULL)
+	{
+		if (pg_atomic_read_u32(&entry->requests) != 0)
+			keylist_add_under_lock(&list, pc_key_bytes(pc_area(), &entry->key),
+								   entry->key.len);
+	}
+	dshash_seq_term(&status);
+	if (list.oom)
+		out_of_local_memory();
+
+	for (i = 0; i < list.count; i++)
+		handle_request(list.keys[i], list.lens[i], now);
+}
+
+static void
+process_requests(int64 now)
+{
+	Size		n = pc_ring_drain(ring_buf, pc_ring_size());
+	Size		off = 0;
+
+	while (off < n)
+	{
+		uint32		len;
+
+		memcpy(&len, ring_buf + off, sizeof(uint32));
+		handle_request(ring_buf + off + sizeof(uint32), len, now);
+		off += sizeof(uint32) + TYPEALIGN(4, len);
+	}
+
+	if (pg_atomic_exchange_u32(&pc_shared->ring_overflow, 0) != 0)
+		scan_requests(now);
+}
+
+/* An eviction is due. */
+static void
+evict_due(SchedEntry *e, int64 now)
+{
+	PcKey		search = pc_search_key(e->key, e->keylen);
+	PcEntry    *entry;
+
+	entry = dshash_find(pc_keymap(), &search, true);
+	if (entry != NULL &&
+		(pg_atomic_read_u32(&entry->requests) & PC_REQ_FETCH) != 0)
+	{
+		/* Read (and asked for) since it expired: fetch it instead. */
+		dshash_release_lock(pc_keymap(), entry);
+		if (sched_try_begin_fetch(sched, e->key, e->keylen, false, now))
+			mirror_entry(e);
+		return;
+	}
+	if (entry != NULL)
+	{
+		pc_keymap_delete(entry);
+		pc_count(PC_CTR_EVICTIONS, 1);
+		ConditionVariableBroadcast(pc_key_cv(e->key, e->keylen));
+	}
+	sched_evict(sched, e);
+}
+
+static void
+process_timers(int64 now)
+{
+	SchedEntry *e;
+
+	/* Evictions first: refreshing what is about to go is wasted work. */
+	while ((e = sched_pop_eviction(sched, now)) != NULL)
+		evict_due(e, now);
+	while ((e = sched_pop_refresh(sched, now)) != NULL)
+	{
+		if (sched_try_begin_fetch(sched, e->key, e->keylen, true, now) != NULL)
+			pc_count(PC_CTR_REFRESHES, 1);
+		mirror_entry(e);
+	}
+}
+
+static void
+count_delay(SchedEntry *e)
+{
+	static const int bounds_s[] = {15, 30, 60, 120, 300, 600, 1800, 3600};
+	int64		delay_s;
+	int			i;
+
+	if (!e->has_previous_fetch)
+		return;
+	delay_s = (e->fetch_initiated - e->previous_fetch) / 1000;
+	for (i = 0; i < lengthof(bounds_s); i++)
+	{
+		if (delay_s <= bounds_s[i])
+		{
+			pc_count(PC_CTR_DELAY_LTE15S + i, 1);
+			return;
+		}
+	}
+	pc_count(PC_CTR_DELAY_GT3600S, 1);
+}
+
+/* Build a DSA chunk for a new value; InvalidDsaPointer if memory is full. */
+static dsa_pointer
+make_value(PcFetchItem *item, Size *size)
+{
+	int32		revlen = item->new_revision ? (int32) strlen(item->new_revision) : -1;
+	uint32		config_offset = MAXALIGN(Max(revlen, 0));
+	uint32		config_len = item->config ? VARSIZE(item->config) : 0;
+	dsa_pointer dp;
+	PcValue    *value;
+
+	*size = offsetof(PcValue, data) + config_offset + config_len;
+	dp = pc_alloc(*size);
+	if (!DsaPointerIsValid(dp))
+		return dp;
+	value = dsa_get_address(pc_area(), dp);
+	value->revision_len = revlen;
+	value->config_len = config_len;
+	value->config_offset = config_offset;
+	if (revlen > 0)
+		memcpy(value->data, item->new_revision, revlen);
+	if (config_len > 0)
+		memcpy(value->data + config_offset, item->config, config_len);
+	return dp;
+}
+
+static dsa_pointer
+make_error(const char *message, Size *size)
+{
+	dsa_pointer dp;
+
+	*size = strlen(message) + 1;
+	dp = pc_alloc(*size);
+	if (DsaPointerIsValid(dp))
+		memcpy(dsa_get_address(pc_area(), dp), message, *size);
+	return dp;
+}
+
+/* Does the key hold a value now (for not_modified)? */
+static bool
+shared_has_value(const char *key, uint32 len)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	bool		result = false;
+
+	entry = dshash_find(pc_keymap(), &search, false);
+	if (entry != NULL)
+	{
+		result = entry->state != PC_STATE_PENDING;
+		dshash_release_lock(pc_keymap(), entry);
+	}
+	return result;
+}
+
+/* Record one key's answer: private state first, then the shared entry. */
+static void
+apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
+{
+	char	   *key = pnstrdup(e->key, e->keylen);
+	uint32		len = e->keylen;
+	SchedResult result;
+	SchedCompletion completion;
+	dsa_pointer new_value = InvalidDsaPointer;
+	Size		new_value_size = 0;
+	dsa_pointer new_error = InvalidDsaPointer;
+	Size		new_error_size = 0;
+	dsa_pointer old_value = InvalidDsaPointer;
+	Size		old_value_size = 0;
+	dsa_pointer old_error = InvalidDsaPointer;
+	Size		old_error_size = 0;
+	PcKey		search;
+	PcEntry    *entry;
+
+	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
+	{
+		item->answer = PC_ANSWER_ERROR;
+		item->error = pstrdup("fetch function answered \"not_modified\" for a key with no cached value");
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+	}
+	if (item->answer == PC_ANSWER_ENABLED || item->answer == PC_ANSWER_DISABLED)
+	{
+		if (item->answer == PC_ANSWER_DISABLED)
+			item->config = NULL;
+		new_value = make_value(item, &new_value_size);
+		if (!DsaPointerIsValid(new_value))
+		{
+			item->answer = PC_ANSWER_ERROR;
+			item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
+								   new_value_size);
+			pc_count(PC_CTR_FETCH_ERRORS, 1);
+		}
+	}
+
+	switch (item->answer)
+	{
+		case PC_ANSWER_ENABLED:
+		case PC_ANSWER_DISABLED:
+			result = SCHED_RESULT_VALUE;
+			break;
+		case PC_ANSWER_NOT_MODIFIED:
+			result = SCHED_RESULT_NOT_MODIFIED;
+			pc_count(PC_CTR_NOT_MODIFIED, 1);
+			break;
+		case PC_ANSWER_PENDING:
+			result = SCHED_RESULT_PENDING;
+			pc_count(PC_CTR_PENDING_RESULTS, 1);
+			break;
+		case PC_ANSWER_ERROR:
+		default:
+			result = SCHED_RESULT_PENDING;
+			new_error = make_error(item->error, &new_error_size);
+			break;
+	}
+	if (result != SCHED_RESULT_PENDING)
+		count_delay(e);
+
+	completion = sched_complete_fetch(sched, e, result, now);
+	if (completion == SCHED_EVICTED)
+	{
+		pc_free(new_value, new_value_size);
+		pc_free(new_error, new_error_size);
+		delete_shared(key, len);
+		return;
+	}
+
+	search = pc_search_key(key, len);
+	entry = dshash_find(pc_keymap(), &search, true);
+	if (entry == NULL)
+	{
+		/* Cannot happen: only this process deletes entries. */
+		pc_free(new_value, new_value_size);
+		pc_free(new_error, new_error_size);
+		return;
+	}
+	if (result != SCHED_RESULT_PENDING)
+	{
+		if (result == SCHED_RESULT_VALUE)
+		{
+			old_value = entry->value;
+			if (DsaPointerIsValid(old_value))
+				old_value_size = pc_value_size(dsa_get_address(pc_area(), old_value));
+			entry->value = new_value;
+			entry->state = item->answer == PC_ANSWER_ENABLED ?
+				PC_STATE_ENABLED : PC_STATE_DISABLED;
+		}
+		entry->fetched_at = now;
+		entry->invalidated = e->invalidated;
+	}
+	/* A success or a clean "pending" clears the error; a failure sets it. */
+	if (item->answer != PC_ANSWER_ERROR || DsaPointerIsValid(new_error))
+	{
+		old_error = entry->last_error;
+		if (DsaPointerIsValid(old_error))
+			old_error_size = strlen(dsa_get_address(pc_area(), old_error)) + 1;
+		entry->last_error = new_error;
+	}
+	dshash_release_lock(pc_keymap(), entry);
+
+	pc_free(old_value, old_value_size);
+	pc_free(old_error, old_error_size);
+
+	if (completion == SCHED_DONE || completion == SCHED_RESCHEDULED)
+		mirror_entry(e);
+	ConditionVariableBroadcast(pc_key_cv(key, len));
+}
+
+static void
+run_batch(SchedEntry **batch, int n, int64 now)
+{
+	PcFetchItem *items;
+	MemoryContext oldcxt;
+	int			i;
+
+	MemoryContextReset(batch_cxt);
+	oldcxt = MemoryContextSwitchTo(batch_cxt);
+
+	items = palloc0(n * sizeof(PcFetchItem));
+	for (i = 0; i < n; i++)
+	{
+		PcKey		search = pc_search_key(batch[i]->key, batch[i]->keylen);
+		PcEntry    *entry;
+		bool		oom = false;
+
+		items[i].key = batch[i]->key;
+		items[i].keylen = batch[i]->keylen;
+		items[i].revision = NULL;
+
+		/* Pass the current revision, so the upstream can say not_modified. */
+		entry = dshash_find(pc_keymap(), &search, false);
+		if (entry != NULL)
+		{
+			if (DsaPointerIsValid(entry->value))
+			{
+				PcValue    *value = dsa_get_address(pc_area(), entry->value);
+
+				if (value->revision_len >= 0)
+				{
+					items[i].revision = copy_under_lock(value->data,
+														value->revision_len);
+					oom = items[i].revision == NULL;
+				}
+			}
+			dshash_release_lock(pc_keymap(), entry);
+		}
+		if (oom)
+			out_of_local_memory();
+	}
+
+	pc_fetch_batch(items, n);
+
+	now = pc_now_ms();
+	for (i = 0; i < n; i++)
+		apply_answer(batch[i], &items[i], now);
+
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * After a restart, rebuild the private state from the shared map: keys with
+ * a value resume their eviction and refresh schedule; keys without one, or
+ * whose fetch was cut short, are fetched.
+ */
+static void
+rebuild_private_state(int64 now)
+{
+	typedef struct Saved
+	{
+		uint8		state;
+		uint8		fetch_state;
+		bool		invalidated;
+		bool		has_refresh;
+		int64		fetched_at;
+		int64		expires_at;
+		int64		refresh_at;
+	} Saved;
+	dshash_seq_status status;
+	PcEntry    *entry;
+	KeyList		list;
+	Saved	   *saved;
+	int			capacity = 1024;
+	int			i;
+
+	keylist_init(&list);
+	saved = palloc(capacity * sizeof(Saved));
+	dshash_seq_init(&status, pc_keymap(), false);
+	while ((entry = dshash_seq_next(&status)) != NULL)
+	{
+		if (list.count == capacity)
+		{
+			Saved	   *grown = repalloc_extended(saved, 2 * capacity * sizeof(Saved),
+												  MCXT_ALLOC_NO_OOM);
+
+			if (grown == NULL)
+			{
+				list.oom = true;
+				break;
+			}
+			saved = grown;
+			capacity *= 2;
+		}
+		keylist_add_under_lock(&list, pc_key_bytes(pc_area(), &entry->key),
+							   entry->key.len);
+		if (list.oom)
+			break;
+		saved[list.count - 1].state = entry->state;
+		saved[list.count - 1].fetch_state = entry->fetch_state;
+		saved[list.count - 1].invalidated = entry->invalidated;
+		saved[list.count - 1].has_refresh = entry->has_refresh;
+		saved[list.count - 1].fetched_at = entry->fetched_at;
+		saved[list.count - 1].expires_at = entry->expires_at;
+		saved[list.count - 1].refresh_at = entry->refresh_at;
+	}
+	dshash_seq_term(&status);
+	if (list.oom)
+		out_of_local_memory();
+
+	for (i = 0; i < list.count; i++)
+	{
+		Saved	   *s = &saved[i];
+		SchedEntry *e;
+
+		if (s->state != PC_STATE_PENDING)
+		{
+			int64		expires_at = s->expires_at;
+
+			if (expires_at == 0)
+				expires_at = s->fetched_at + pc_expiry_ms + pc_grace_period_ms;
+			e = sched_restore_complete(sched, list.keys[i], list.lens[i],
+									   s->fetched_at, expires_at,
+									   s->has_refresh, s->refresh_at);
+			if (s->invalidated)
+				sched_invalidate(sched, list.keys[i], list.lens[i], now);
+			else if (s->fetch_state != PC_FETCH_COMPLETE)
+				sched_try_begin_fetch(sched, list.keys[i], list.lens[i],
+									  false, now);
+		}
+		else
+			e = sched_try_begin_fetch(sched, list.keys[i], list.lens[i],
+									  false, now);
+		e = sched_lookup(sched, list.keys[i], list.lens[i]);
+		if (e != NULL)
+			mirror_entry(e);
+	}
+	if (list.count > 0)
+		ereport(LOG,
+				(errmsg("projcache scheduler rebuilt the state of %d cached key(s)",
+						list.count)));
+	pfree(saved);
+}
+
+void
+pc_worker_main(Datum main_arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(pc_database, NULL, 0);
+	pgstat_report_appname("projcache scheduler");
+
+	pc_attach();
+	SpinLockAcquire(&pc_shared->mutex);
+	pc_shared->worker_latch = MyLatch;
+	pc_shared->worker_pid = MyProcPid;
+	SpinLockRelease(&pc_shared->mutex);
+	on_shmem_exit(worker_detach_latch, (Datum) 0);
+
+	sched_cxt = AllocSetContextCreate(TopMemoryContext, "projcache scheduler",
+									  ALLOCSET_DEFAULT_SIZES);
+	batch_cxt = AllocSetContextCreate(TopMemoryContext, "projcache batch",
+									  ALLOCSET_DEFAULT_SIZES);
+	ring_buf = MemoryContextAlloc(TopMemoryContext, pc_ring_size());
+	load_settings();
+
+	MemoryContextSwitchTo(batch_cxt);
+	rebuild_private_state(pc_now_ms());
+	/* Requests may have been left while no worker ran: look for them. */
+	pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
+	MemoryContextReset(batch_cxt);
+
+	for (;;)
+	{
+		int64		now;
+		SchedTime	wake;
+		SchedEntry **batch;
+		int			n;
+		long		timeout = PC_MAX_SLEEP_MS;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			load_settings();
+		}
+
+		MemoryContextSwitchTo(batch_cxt);
+		now = pc_now_ms();
+		process_requests(now);
+		process_timers(now);
+		n = sched_ready_batch(sched, now, pc_batch_size, pc_batch_interval_ms,
+							  &batch);
+		if (n > 0)
+		{
+			run_batch(batch, n, now);
+			continue;
+		}
+		MemoryContextReset(batch_cxt);
+
+		if (sched_next_wakeup(sched, pc_batch_interval_ms, &wake))
+			timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
+		if (timeout > 0)
+		{
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 timeout, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
