@@ -1,0 +1,29 @@
+--
+-- invalidate(): stale at once, refetched with a normal fetch, the old value
+-- served meanwhile.  evict(): the worker removes the key.
+--
+INSERT INTO upstream VALUES ('inv-1', 'enabled', 'r1', '{"i": 1}');
+SELECT projcache.get('inv-1', '10s');
+SELECT projcache.invalidate('never-cached') AS unknown_key;
+
+-- With the upstream failing, the invalidated key stays stale and served.
+UPDATE behaviour SET mode = 'error';
+SELECT projcache.invalidate('inv-1');
+SELECT wait_for($$(SELECT last_error IS NOT NULL FROM projcache.entries WHERE key = 'inv-1')$$);
+SELECT freshness, config FROM projcache.lookup('inv-1');
+
+-- Once it answers, the new value comes in.
+UPDATE behaviour SET mode = 'normal';
+UPDATE upstream SET revision = 'r2', config = '{"i": 2}' WHERE key = 'inv-1';
+SELECT projcache.invalidate('inv-1');
+SELECT wait_for($$(SELECT revision = 'r2' FROM projcache.entries WHERE key = 'inv-1')$$);
+SELECT freshness, config, last_error FROM projcache.lookup('inv-1');
+-- The refetch passed the old revision.
+SELECT revisions FROM calls WHERE keys = ARRAY['inv-1'] ORDER BY id DESC LIMIT 1;
+
+-- evict
+SELECT projcache.evict('inv-1');
+SELECT wait_for($$NOT EXISTS (SELECT FROM projcache.entries WHERE key = 'inv-1')$$);
+SELECT projcache.evict('inv-1') AS evict_again;
+-- A read after eviction starts over.
+SELECT projcache.get('inv-1', '10s');

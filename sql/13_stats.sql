@@ -1,0 +1,18 @@
+--
+-- Counters.
+--
+INSERT INTO upstream VALUES ('stats-1', 'enabled', 'r1', '{"s": 1}');
+SELECT projcache.get('stats-1', '10s');
+SELECT projcache.reset_stats();
+SELECT hits, misses, pending_reads, fetch_calls, fetch_errors
+  FROM projcache.stats;
+SELECT projcache.get('stats-1') IS NOT NULL AS hit;
+SELECT projcache.get('stats-new') IS NULL AS miss;
+SELECT hits, misses, fetch_requests >= 1 AS requested FROM projcache.stats;
+SELECT projcache.get('stats-new', '10s') IS NULL AS disabled;
+SELECT entries = (SELECT count(*) FROM projcache.entries) AS entries_match,
+	   memory_used > 0 AS uses_memory,
+	   memory_limit = 64 * 1024 * 1024 AS limit_is_setting,
+	   fetch_calls >= 1 AS called,
+	   stats_reset > now() - interval '1 minute' AS recently_reset
+  FROM projcache.stats;
