@@ -305,6 +305,13 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		/* The timeout may have fired as we finished: forget it. */
 		QueryCancelPending = false;
 
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+			pc_fetch_timeout_ms > 0)
+		{
+			pfree(edata->message);
+			edata->message = psprintf("fetch function ran longer than projcache.fetch_timeout (%d ms)",
+									  pc_fetch_timeout_ms);
+		}
 		ereport(WARNING,
 				(errmsg("projcache: fetch function failed for %d key(s): %s",
 						nitems, edata->message)));
