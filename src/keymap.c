@@ -126,12 +126,18 @@ pc_value_size(const PcValue *value)
 PcEntry *
 pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 {
-	dsa_pointer dp;
+	dsa_pointer dp = InvalidDsaPointer;
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		found;
 
-	dp = pc_alloc(len);
+	/*
+	 * dshash allocates the entry itself, and raises an ERROR if that fails.
+	 * Refuse new keys while that could happen, so a full cache is a clean
+	 * error here, with no lock held.
+	 */
+	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + len <= pc_memory_limit() - pc_memory_reserve())
+		dp = pc_alloc(len);
 	if (!DsaPointerIsValid(dp))
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -164,6 +170,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->value = InvalidDsaPointer;
 		entry->last_error = InvalidDsaPointer;
 		pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
+		pg_atomic_fetch_add_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
 	}
 	*created = !found;
 	return entry;
@@ -190,6 +197,7 @@ pc_keymap_delete(PcEntry *entry)
 
 	dshash_delete_entry(pc_keymap(), entry);
 	pg_atomic_fetch_sub_u64(&pc_shared->nentries, 1);
+	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
 
 	pc_free(key, keylen);
 	pc_free(value, value_size);

@@ -144,6 +144,7 @@ extern Size pc_memory_used(void);
 extern dsa_pointer pc_alloc(Size size);
 extern void pc_free(dsa_pointer dp, Size size);
 extern Size pc_memory_limit(void);
+extern Size pc_memory_reserve(void);
 extern void pc_require_loaded(void);
 
 /* ----------------------------------------------------------------
@@ -209,6 +210,15 @@ typedef struct PcValue
 	uint32		config_offset;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PcValue;
+
+/*
+ * DSA bytes one entry costs the key map beyond its key and value chunks:
+ * dshash's item header (next pointer and hash) and our entry, rounded up,
+ * plus one bucket pointer.  Counted in memory_used.
+ */
+#define PC_ENTRY_DSA_BYTES \
+	(MAXALIGN(sizeof(dsa_pointer) + sizeof(uint32)) + MAXALIGN(sizeof(PcEntry)) + \
+	 sizeof(dsa_pointer))
 
 extern dshash_table *pc_keymap_create(dsa_area *area, int tranche_id);
 extern dshash_table *pc_keymap_attach(dsa_area *area, int tranche_id,

@@ -217,14 +217,27 @@ pc_memory_limit(void)
 }
 
 /*
+ * Headroom kept free of keys and snapshots: dshash's bucket arrays and the
+ * allocator's own rounding and fragmentation live in it.
+ */
+Size
+pc_memory_reserve(void)
+{
+	return pc_dsa_bytes() / 8;
+}
+
+/*
  * Allocate from the DSA area without ever raising an out-of-memory ERROR:
- * returns InvalidDsaPointer when projcache.max_memory is used up.
+ * returns InvalidDsaPointer when projcache.max_memory, less its reserve, is
+ * used up.
  */
 dsa_pointer
 pc_alloc(Size size)
 {
 	dsa_pointer dp;
 
+	if (pc_memory_used() + size > pc_memory_limit() - pc_memory_reserve())
+		return InvalidDsaPointer;
 	dp = dsa_allocate_extended(pc_area(), size, DSA_ALLOC_NO_OOM);
 	if (DsaPointerIsValid(dp))
 		pg_atomic_fetch_add_u64(&pc_shared->memory_used, size);
