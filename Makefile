@@ -15,7 +15,9 @@ OBJS = \
 	src/scheduler.o \
 	src/fetch.o \
 	src/worker.o \
-	src/keycache_funcs.o
+	src/keycache_funcs.o \
+	src/snapshot_store.o \
+	src/snapshot.o
 
 EXTENSION = projcache
 DATA = projcache--1.0.sql
@@ -23,7 +25,10 @@ PGFILEDESC = "projcache - shared-memory caches for configuration"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
-ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --temp-instance=tmp_check_iso \
+	--temp-config=$(srcdir)/test/isolation.conf \
+	--inputdir=$(srcdir)/test/isolation
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl

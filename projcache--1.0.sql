@@ -126,3 +126,98 @@ REVOKE ALL ON FUNCTION projcache.reset_stats() FROM PUBLIC;
 REVOKE ALL ON FUNCTION projcache.debug_advance_clock(interval) FROM PUBLIC;
 REVOKE ALL ON projcache.entries FROM PUBLIC;
 REVOKE ALL ON projcache.stats FROM PUBLIC;
+
+------------------------------------------------------------------------
+-- Snapshot cache
+------------------------------------------------------------------------
+
+-- Registered snapshots of this database.  Kept by pg_dump; read and
+-- written only through the functions below.
+CREATE SEQUENCE projcache.snapshot_registry_id_seq;
+
+CREATE TABLE projcache.snapshot_registry (
+	name text PRIMARY KEY,
+	id bigint NOT NULL UNIQUE
+		DEFAULT nextval('projcache.snapshot_registry_id_seq'),
+	query text NOT NULL,
+	ttl interval NOT NULL CHECK (ttl > '0'),
+	owner regrole NOT NULL,
+	column_names text[] NOT NULL,
+	column_types regtype[] NOT NULL,
+	readers regrole[] NOT NULL DEFAULT '{}',
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+
+SELECT pg_catalog.pg_extension_config_dump('projcache.snapshot_registry', '');
+SELECT pg_catalog.pg_extension_config_dump('projcache.snapshot_registry_id_seq', '');
+
+CREATE FUNCTION projcache.create_snapshot(name text, query text,
+	ttl interval DEFAULT '60s')
+RETURNS void
+AS 'MODULE_PATHNAME', 'projcache_create_snapshot'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION projcache.create_snapshot(text, text, interval) IS
+'Register a snapshot: a read-only query whose rows are cached for ttl; the caller owns it';
+
+CREATE FUNCTION projcache.drop_snapshot(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'projcache_drop_snapshot'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION projcache.grant_snapshot(name text, reader regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'projcache_grant_snapshot'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION projcache.revoke_snapshot(name text, reader regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'projcache_revoke_snapshot'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION projcache.snapshot(name text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'projcache_snapshot'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION projcache.snapshot(text) IS
+'The rows of a snapshot, loaded or refreshed per its TTL; needs a column definition list';
+
+CREATE FUNCTION projcache.snapshot(name text, rowtype anyelement)
+RETURNS SETOF anyelement
+AS 'MODULE_PATHNAME', 'projcache_snapshot_typed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION projcache.snapshot(text, anyelement) IS
+'The rows of a snapshot as the given row type, e.g. snapshot(''grants'', NULL::grants)';
+
+CREATE FUNCTION projcache.refresh_snapshot(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'projcache_refresh_snapshot'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION projcache.snapshots(
+	OUT name text, OUT owner regrole, OUT ttl interval, OUT rows bigint,
+	OUT bytes bigint, OUT loaded_at timestamptz, OUT age interval,
+	OUT last_attempt_at timestamptz, OUT refresh_errors bigint,
+	OUT last_error text, OUT status text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'projcache_snapshots'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW projcache.snapshots AS
+	SELECT * FROM projcache.snapshots();
+
+COMMENT ON VIEW projcache.snapshots IS 'Registered snapshots of this database and their state';
+
+REVOKE ALL ON projcache.snapshot_registry FROM PUBLIC;
+REVOKE ALL ON SEQUENCE projcache.snapshot_registry_id_seq FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.drop_snapshot(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.grant_snapshot(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.revoke_snapshot(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.snapshot(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.snapshot(text, anyelement) FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.refresh_snapshot(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.snapshots() FROM PUBLIC;
+REVOKE ALL ON projcache.snapshots FROM PUBLIC;

@@ -35,6 +35,7 @@ int			pc_batch_size = 500;
 int			pc_batch_interval_ms = 100;
 int			pc_fetch_timeout_ms = 30 * 1000;
 int			pc_max_memory_kb = 64 * 1024;
+int			pc_max_snapshots = 64;
 bool		pc_debug_clock = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -147,6 +148,15 @@ define_settings(void)
 							64 * 1024, 1024, INT_MAX / 2,
 							PGC_POSTMASTER,
 							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_snapshots",
+							"Most snapshots cached at once, over all databases.",
+							NULL,
+							&pc_max_snapshots,
+							64, 1, 10000,
+							PGC_POSTMASTER,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("projcache.debug_clock",

@@ -39,6 +39,7 @@ extern int	pc_batch_size;
 extern int	pc_batch_interval_ms;
 extern int	pc_fetch_timeout_ms;
 extern int	pc_max_memory_kb;
+extern int	pc_max_snapshots;
 extern bool pc_debug_clock;
 
 /* ----------------------------------------------------------------
@@ -86,6 +87,9 @@ typedef enum PcCounter
  * Which lock protects what:
  * - mutex (spinlock): worker_latch, worker_pid.
  * - ring_lock (LWLock): the request ring (request_ring.c).
+ * - snap_map_lock (LWLock): which snapshot each slot holds (dbid, name,
+ *	 registry id, generation); snap_slot_locks[i]: the rest of slot i, and
+ *	 the DSA chunks it points to (snapshot_store.c).
  * - the key map's own partition LWLocks: every field of a PcEntry except
  *	 'requests', which is atomic; the DSA chunks an entry points to are
  *	 read only under that entry's lock and freed only by the worker, after
@@ -128,6 +132,10 @@ typedef struct PcShared
 
 	Size		dsa_offset;		/* from the start of this struct */
 	Size		ring_offset;
+	Size		snap_offset;	/* PcSnapSlot[max_snapshots] */
+	int			max_snapshots;
+	LWLock	   *snap_map_lock;	/* which slot caches which snapshot */
+	LWLockPadded *snap_slot_locks;	/* one per slot; see snapshot_store.c */
 } PcShared;
 
 extern PcShared *pc_shared;
@@ -243,6 +251,51 @@ extern Size pc_ring_size(void);
 extern void pc_ring_init(PcRequestRing *ring);
 extern bool pc_ring_push(const char *key, uint32 len);
 extern Size pc_ring_drain(char *buf, Size bufsize);
+
+/* ----------------------------------------------------------------
+ * Snapshot slots (snapshot_store.c)
+ * ----------------------------------------------------------------
+ */
+
+/* What one slot says about its snapshot, for the snapshots view. */
+typedef struct PcSnapInfo
+{
+	bool		loaded;
+	int64		rows;
+	int64		bytes;
+	int64		loaded_at_ms;
+	bool		attempted;
+	int64		last_attempt_ms;
+	int64		refresh_errors;
+	bool		last_failed;
+	char	   *last_error;		/* palloc'd, or NULL */
+} PcSnapInfo;
+
+/* A reader's handle on a slot: index plus the generation it was taken at. */
+typedef struct PcSnapRef
+{
+	int			index;
+	uint64		generation;
+} PcSnapRef;
+
+extern Size pc_snap_shmem_size(int max_snapshots);
+extern void pc_snap_shmem_init(void *place, int max_snapshots);
+extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id);
+extern void pc_snap_forget(Oid dbid, const char *name);
+extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
+						 char **blob, Size *size, int64 *rows);
+extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
+							 bool *loaded);
+extern bool pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
+							   int64 *throttled_since);
+extern bool pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms);
+extern void pc_snap_lease_drop(PcSnapRef ref);
+extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
+							int64 rows, int64 now);
+extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
+									int64 now);
+extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
+							 PcSnapInfo *info);
 
 /* ----------------------------------------------------------------
  * The worker (worker.c) and its upstream call (fetch.c)

@@ -5,7 +5,7 @@
  *
  * Everything lives in main shared memory, reserved at postmaster start:
  *
- *	 PcShared | request ring | DSA area (projcache.max_memory bytes)
+ *	 PcShared | request ring | snapshot slots | DSA area (max_memory bytes)
  *
  * The DSA area is created in place over the whole projcache.max_memory
  * reservation and limited to it, so it never needs DSM segments: the bound
@@ -49,6 +49,7 @@ pc_shmem_size(void)
 	Size		size = MAXALIGN(sizeof(PcShared));
 
 	size = add_size(size, MAXALIGN(pc_ring_size()));
+	size = add_size(size, MAXALIGN(pc_snap_shmem_size(pc_max_snapshots)));
 	size = add_size(size, pc_dsa_bytes());
 	return size;
 }
@@ -57,7 +58,8 @@ void
 pc_shmem_request(void)
 {
 	RequestAddinShmemSpace(pc_shmem_size());
-	RequestNamedLWLockTranche("projcache", 1);
+	/* ring lock, snapshot map lock, one lock per snapshot slot */
+	RequestNamedLWLockTranche("projcache", 2 + pc_max_snapshots);
 }
 
 /*
@@ -89,6 +91,9 @@ pc_shmem_startup(void)
 		shared->worker_latch = NULL;
 		shared->worker_pid = 0;
 		shared->ring_lock = &(GetNamedLWLockTranche("projcache"))[0].lock;
+		shared->snap_map_lock = &(GetNamedLWLockTranche("projcache"))[1].lock;
+		shared->snap_slot_locks = &(GetNamedLWLockTranche("projcache"))[2];
+		shared->max_snapshots = pc_max_snapshots;
 		pg_atomic_init_u32(&shared->ring_overflow, 0);
 		pg_atomic_init_u64(&shared->clock_offset_ms, 0);
 		pg_atomic_init_u64(&shared->config_generation, 0);
@@ -101,8 +106,11 @@ pc_shmem_startup(void)
 			ConditionVariableInit(&shared->key_cv[i]);
 
 		shared->ring_offset = MAXALIGN(sizeof(PcShared));
-		shared->dsa_offset = shared->ring_offset + MAXALIGN(pc_ring_size());
+		shared->snap_offset = shared->ring_offset + MAXALIGN(pc_ring_size());
+		shared->dsa_offset = shared->snap_offset +
+			MAXALIGN(pc_snap_shmem_size(pc_max_snapshots));
 		pc_ring_init((PcRequestRing *) (base + shared->ring_offset));
+		pc_snap_shmem_init(base + shared->snap_offset, pc_max_snapshots);
 
 		shared->dsa_tranche = LWLockNewTrancheId();
 		shared->keymap_tranche = LWLockNewTrancheId();

@@ -1,0 +1,484 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapshot_store.c
+ *	  Shared slots that hold loaded snapshots.
+ *
+ * Each slot caches one registered snapshot of one database: its rows as a
+ * single DSA chunk (a run of MAXALIGNed MinimalTuples), when it was loaded,
+ * and the bookkeeping of the seed's SnapshotSource: the time of the last
+ * attempt after the first success (fetched_at, which gates refreshes of a
+ * failing source to one per TTL), and, before any success, the time of the
+ * last cold-start attempt (a compare-and-swap target, so at most one load is
+ * tried per TTL window).
+ *
+ * Locking:
+ * - snap_map_lock: in_use, dbid, name, reg_id and generation of every slot.
+ *	 A slot is assigned under it in exclusive mode; readers find their slot
+ *	 under it in shared mode, then keep only (index, generation).
+ * - the slot's own LWLock: data, sizes, times, counters and last_error.
+ *	 Readers copy the rows out under it in shared mode and release it before
+ *	 returning anything, so no lock is held while the executor consumes
+ *	 rows; a load runs its query holding no lock at all and takes the lock
+ *	 exclusively only to swap in the new chunk.  A reader thus sees the old
+ *	 rows or the new ones, never a mix, and never waits for a query.
+ * - last_attempt_ms and lease_until_ms: atomics, used without a lock.
+ *
+ * Every operation checks the generation it was given: if the slot was
+ * reassigned meanwhile (the snapshot was dropped), it does nothing.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/memutils.h"
+
+#include "projcache.h"
+
+/* last_attempt_ms when no cold-start attempt was made yet */
+#define PC_NEVER	PG_INT64_MIN
+
+typedef struct PcSnapSlot
+{
+	/* under snap_map_lock */
+	bool		in_use;
+	Oid			dbid;
+	char		name[NAMEDATALEN];
+	int64		reg_id;			/* the registry row this slot caches */
+	uint64		generation;		/* bumped whenever the slot is reassigned */
+
+	/* atomics */
+	pg_atomic_uint64 last_attempt_ms;	/* int64; PC_NEVER if none */
+	pg_atomic_uint64 lease_until_ms;	/* int64; a refresh is running until */
+
+	/* under the slot's lock */
+	dsa_pointer data;			/* the rows, or InvalidDsaPointer (cold) */
+	Size		data_bytes;
+	int64		rows;
+	int64		loaded_at_ms;	/* last successful load */
+	int64		fetched_at_ms;	/* last attempt since the first success */
+	bool		last_failed;	/* the last attempt failed */
+	int64		refresh_errors;
+	dsa_pointer last_error;		/* NUL-terminated, or InvalidDsaPointer */
+	Size		last_error_bytes;
+} PcSnapSlot;
+
+static PcSnapSlot *
+slots(void)
+{
+	return (PcSnapSlot *) ((char *) pc_shared + pc_shared->snap_offset);
+}
+
+static LWLock *
+slot_lock(int index)
+{
+	return &pc_shared->snap_slot_locks[index].lock;
+}
+
+Size
+pc_snap_shmem_size(int max_snapshots)
+{
+	return mul_size(sizeof(PcSnapSlot), max_snapshots);
+}
+
+void
+pc_snap_shmem_init(void *place, int max_snapshots)
+{
+	PcSnapSlot *s = (PcSnapSlot *) place;
+	int			i;
+
+	for (i = 0; i < max_snapshots; i++)
+	{
+		memset(&s[i], 0, sizeof(PcSnapSlot));
+		s[i].data = InvalidDsaPointer;
+		s[i].last_error = InvalidDsaPointer;
+		pg_atomic_init_u64(&s[i].last_attempt_ms, (uint64) PC_NEVER);
+		pg_atomic_init_u64(&s[i].lease_until_ms, 0);
+	}
+}
+
+/*
+ * Empty a slot for a new owner.  Caller holds snap_map_lock exclusively;
+ * the slot's lock is taken here.  Returns the chunks to free once the locks
+ * are released.
+ */
+static void
+reset_slot(int index, Oid dbid, const char *name, int64 reg_id, bool in_use,
+		   dsa_pointer *old_data, Size *old_data_bytes,
+		   dsa_pointer *old_error, Size *old_error_bytes)
+{
+	PcSnapSlot *s = &slots()[index];
+
+	LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
+	*old_data = s->data;
+	*old_data_bytes = s->data_bytes;
+	*old_error = s->last_error;
+	*old_error_bytes = s->last_error_bytes;
+	s->in_use = in_use;
+	s->dbid = dbid;
+	strlcpy(s->name, name, NAMEDATALEN);
+	s->reg_id = reg_id;
+	s->generation++;
+	s->data = InvalidDsaPointer;
+	s->data_bytes = 0;
+	s->rows = 0;
+	s->loaded_at_ms = 0;
+	s->fetched_at_ms = 0;
+	s->last_failed = false;
+	s->refresh_errors = 0;
+	s->last_error = InvalidDsaPointer;
+	s->last_error_bytes = 0;
+	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
+	pg_atomic_write_u64(&s->lease_until_ms, 0);
+	LWLockRelease(slot_lock(index));
+}
+
+static int
+find_slot(Oid dbid, const char *name)
+{
+	int			i;
+
+	for (i = 0; i < pc_shared->max_snapshots; i++)
+	{
+		PcSnapSlot *s = &slots()[i];
+
+		if (s->in_use && s->dbid == dbid && strcmp(s->name, name) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * The slot of snapshot (dbid, name) as registered under reg_id, assigning
+ * one if needed.  A slot left by an earlier registration of the same name
+ * is emptied first.
+ */
+PcSnapRef
+pc_snap_acquire(Oid dbid, const char *name, int64 reg_id)
+{
+	PcSnapRef	ref;
+	int			index;
+	dsa_pointer old_data = InvalidDsaPointer;
+	dsa_pointer old_error = InvalidDsaPointer;
+	Size		old_data_bytes = 0;
+	Size		old_error_bytes = 0;
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	index = find_slot(dbid, name);
+	if (index >= 0 && slots()[index].reg_id == reg_id)
+	{
+		ref.index = index;
+		ref.generation = slots()[index].generation;
+		LWLockRelease(pc_shared->snap_map_lock);
+		return ref;
+	}
+	LWLockRelease(pc_shared->snap_map_lock);
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	index = find_slot(dbid, name);
+	if (index < 0 || slots()[index].reg_id != reg_id)
+	{
+		if (index < 0)
+		{
+			int			i;
+
+			for (i = 0; i < pc_shared->max_snapshots; i++)
+			{
+				if (!slots()[i].in_use)
+				{
+					index = i;
+					break;
+				}
+			}
+		}
+		if (index < 0)
+		{
+			LWLockRelease(pc_shared->snap_map_lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("too many projcache snapshots in use"),
+					 errdetail("All %d snapshot slots are taken.",
+							   pc_shared->max_snapshots),
+					 errhint("Raise projcache.max_snapshots, or drop unused snapshots.")));
+		}
+		reset_slot(index, dbid, name, reg_id, true,
+				   &old_data, &old_data_bytes, &old_error, &old_error_bytes);
+	}
+	ref.index = index;
+	ref.generation = slots()[index].generation;
+	LWLockRelease(pc_shared->snap_map_lock);
+
+	pc_free(old_data, old_data_bytes);
+	pc_free(old_error, old_error_bytes);
+	return ref;
+}
+
+/* Free the slot of a dropped snapshot, if it has one. */
+void
+pc_snap_forget(Oid dbid, const char *name)
+{
+	int			index;
+	dsa_pointer old_data = InvalidDsaPointer;
+	dsa_pointer old_error = InvalidDsaPointer;
+	Size		old_data_bytes = 0;
+	Size		old_error_bytes = 0;
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	index = find_slot(dbid, name);
+	if (index >= 0)
+		reset_slot(index, InvalidOid, "", 0, false,
+				   &old_data, &old_data_bytes, &old_error, &old_error_bytes);
+	LWLockRelease(pc_shared->snap_map_lock);
+
+	pc_free(old_data, old_data_bytes);
+	pc_free(old_error, old_error_bytes);
+}
+
+/*
+ * Copy the rows out, if the slot holds a snapshot (and, with only_fresh,
+ * one fetched within ttl_ms).  The copy is made under the slot's shared
+ * lock with an allocation that cannot raise an ERROR; the caller returns
+ * rows from its own copy, holding no lock.
+ */
+bool
+pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
+			 char **blob, Size *size, int64 *rows)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	bool		found = false;
+	bool		oom = false;
+
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
+		(!only_fresh || now - s->fetched_at_ms < ttl_ms))
+	{
+		char	   *copy = palloc_extended(Max(s->data_bytes, 1),
+										   MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+
+		if (copy == NULL)
+			oom = true;
+		else
+		{
+			memcpy(copy, dsa_get_address(pc_area(), s->data), s->data_bytes);
+			*blob = copy;
+			*size = s->data_bytes;
+			*rows = s->rows;
+			found = true;
+		}
+	}
+	LWLockRelease(slot_lock(ref.index));
+
+	if (oom)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("Could not copy a projcache snapshot.")));
+	return found;
+}
+
+/* Is the snapshot loaded, and fetched within ttl_ms? */
+bool
+pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	bool		fresh;
+
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	*loaded = s->generation == ref.generation && DsaPointerIsValid(s->data);
+	fresh = *loaded && now - s->fetched_at_ms < ttl_ms;
+	LWLockRelease(slot_lock(ref.index));
+	return fresh;
+}
+
+/*
+ * Cold start: claim the one load attempt of this TTL window.  Returns true
+ * if the caller won and must load; false if the window is taken, with
+ * *throttled_since set to the attempt that explains the wait: the one seen
+ * before trying, or, when the compare-and-swap is lost, the one the winner
+ * just stored.
+ */
+bool
+pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
+				   int64 *throttled_since)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	uint64		prev = pg_atomic_read_u64(&s->last_attempt_ms);
+	int64		prev_ms = (int64) prev;
+
+	if (ttl_ms < 1)
+		ttl_ms = 1;
+	/* PC_NEVER is far enough in the past; avoid overflowing the subtraction. */
+	if (prev_ms != PC_NEVER && now - prev_ms < ttl_ms)
+	{
+		*throttled_since = prev_ms;
+		return false;
+	}
+	if (!pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &prev, (uint64) now))
+	{
+		*throttled_since = (int64) prev;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * After the first success: only one backend refreshes at a time; the
+ * others serve the last good snapshot.  The lease expires by itself after
+ * lease_ms, in case its holder died without dropping it.
+ */
+bool
+pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	uint64		until = pg_atomic_read_u64(&s->lease_until_ms);
+
+	if ((int64) until > now)
+		return false;
+	return pg_atomic_compare_exchange_u64(&s->lease_until_ms, &until,
+										  (uint64) (now + Max(lease_ms, 1)));
+}
+
+void
+pc_snap_lease_drop(PcSnapRef ref)
+{
+	pg_atomic_write_u64(&slots()[ref.index].lease_until_ms, 0);
+}
+
+/*
+ * Publish freshly loaded rows.  The chunk is allocated and filled before
+ * the lock is taken; the swap itself is a few stores.  Returns false, with
+ * nothing changed, if projcache.max_memory has no room for it.
+ */
+bool
+pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
+				int64 now)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	dsa_pointer dp = pc_alloc(Max(size, 1));
+	dsa_pointer old_data = InvalidDsaPointer;
+	Size		old_bytes = 0;
+	dsa_pointer old_error = InvalidDsaPointer;
+	Size		old_error_bytes = 0;
+	bool		published = false;
+
+	if (!DsaPointerIsValid(dp))
+		return false;
+	memcpy(dsa_get_address(pc_area(), dp), blob, size);
+
+	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	if (s->generation == ref.generation)
+	{
+		old_data = s->data;
+		old_bytes = s->data_bytes;
+		old_error = s->last_error;
+		old_error_bytes = s->last_error_bytes;
+		s->data = dp;
+		s->data_bytes = Max(size, 1);
+		s->rows = rows;
+		s->loaded_at_ms = now;
+		s->fetched_at_ms = now;
+		s->last_failed = false;
+		s->last_error = InvalidDsaPointer;
+		s->last_error_bytes = 0;
+		pg_atomic_write_u64(&s->last_attempt_ms, (uint64) now);
+		published = true;
+	}
+	LWLockRelease(slot_lock(ref.index));
+
+	if (!published)
+		old_data = dp;			/* dropped meanwhile: discard ours */
+	pc_free(old_data, published ? old_bytes : Max(size, 1));
+	pc_free(old_error, old_error_bytes);
+	return true;
+}
+
+/*
+ * A load failed: count it, keep its message, and note the attempt so a
+ * failing source is queried at most once per TTL.  Returns the age in ms
+ * of the snapshot still served (-1 if none).
+ */
+int64
+pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	Size		bytes = strlen(message) + 1;
+	dsa_pointer dp = pc_alloc(bytes);
+	dsa_pointer old_error = InvalidDsaPointer;
+	Size		old_error_bytes = 0;
+	int64		age = -1;
+
+	if (DsaPointerIsValid(dp))
+		memcpy(dsa_get_address(pc_area(), dp), message, bytes);
+
+	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	if (s->generation == ref.generation)
+	{
+		s->refresh_errors++;
+		s->last_failed = true;
+		if (DsaPointerIsValid(s->data))
+		{
+			s->fetched_at_ms = now;
+			age = now - s->loaded_at_ms;
+		}
+		pg_atomic_write_u64(&s->last_attempt_ms, (uint64) now);
+		old_error = s->last_error;
+		old_error_bytes = s->last_error_bytes;
+		s->last_error = dp;
+		s->last_error_bytes = DsaPointerIsValid(dp) ? bytes : 0;
+		dp = InvalidDsaPointer;
+	}
+	LWLockRelease(slot_lock(ref.index));
+
+	pc_free(dp, bytes);
+	pc_free(old_error, old_error_bytes);
+	return age;
+}
+
+/* What the slot of (dbid, name, reg_id) holds; false if it has no slot. */
+bool
+pc_snap_describe(Oid dbid, const char *name, int64 reg_id, PcSnapInfo *info)
+{
+	int			index;
+	PcSnapSlot *s;
+	bool		oom = false;
+	int64		last_attempt;
+
+	memset(info, 0, sizeof(PcSnapInfo));
+	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	index = find_slot(dbid, name);
+	if (index < 0 || slots()[index].reg_id != reg_id)
+	{
+		LWLockRelease(pc_shared->snap_map_lock);
+		return false;
+	}
+	s = &slots()[index];
+	LWLockAcquire(slot_lock(index), LW_SHARED);
+	info->loaded = DsaPointerIsValid(s->data);
+	info->rows = s->rows;
+	info->bytes = info->loaded ? s->data_bytes : 0;
+	info->loaded_at_ms = s->loaded_at_ms;
+	last_attempt = (int64) pg_atomic_read_u64(&s->last_attempt_ms);
+	info->attempted = last_attempt != PC_NEVER;
+	info->last_attempt_ms = last_attempt;
+	info->refresh_errors = s->refresh_errors;
+	info->last_failed = s->last_failed;
+	if (DsaPointerIsValid(s->last_error))
+	{
+		const char *msg = dsa_get_address(pc_area(), s->last_error);
+
+		info->last_error = palloc_extended(strlen(msg) + 1, MCXT_ALLOC_NO_OOM);
+		if (info->last_error != NULL)
+			strcpy(info->last_error, msg);
+		else
+			oom = true;
+	}
+	LWLockRelease(slot_lock(index));
+	LWLockRelease(pc_shared->snap_map_lock);
+
+	if (oom)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return true;
+}
