@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh - a short, printed tour of projcache's key cache.
+# demo.sh - a short, printed tour of projcache's key and snapshot caches.
 #
 #     sudo bash scripts/demo.sh
 #
@@ -8,7 +8,8 @@
 # dir, run by the unprivileged "postgres" OS user) with projcache preloaded
 # and its debug clock on, then walks through: cold miss, wait for a fetch,
 # hit, an unknown key (negative caching), an upstream failure while the old
-# value keeps serving, recovery, and the counters.  The server is always
+# value keeps serving, recovery, a snapshot that outlives an outage, and the
+# counters.  The server is always
 # stopped and the temp dir removed on exit, error or Ctrl-C.
 set -euo pipefail
 
@@ -232,7 +233,53 @@ if [ "$rev" != r2 ]; then
 fi
 
 # ------------------------------------------------------------ 7
-caption "7. the counters"
+caption "7. the snapshot cache: a whole grants table as one snapshot that outlives an outage"
+pgsql <<'SQL'
+CREATE TABLE public.grants (user_id int, audience text);
+INSERT INTO public.grants VALUES (1, 'billing'), (1, 'admin'), (2, 'billing');
+
+-- Its source query; it fails while the upstream is down.
+CREATE FUNCTION public.grants_source()
+  RETURNS TABLE(user_id int, audience text) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM public.upstream_down) THEN
+    RAISE EXCEPTION 'grants database is down';
+  END IF;
+  RETURN QUERY SELECT g.user_id, g.audience FROM public.grants g;
+END
+$$;
+
+SELECT projcache.create_snapshot('grants',
+    'SELECT user_id, audience FROM public.grants_source()', '30s');
+
+-- First read loads it; within the TTL no query runs.
+SELECT * FROM projcache.snapshot('grants') AS g(user_id int, audience text)
+ ORDER BY user_id, audience;
+
+-- A lookup joined against it.
+SELECT g.audience, projcache.get('acme') ->> 'plan' AS plan
+  FROM projcache.snapshot('grants') AS g(user_id int, audience text)
+ WHERE g.user_id = 1 ORDER BY 1;
+
+-- The source goes down and the TTL passes: the refresh fails with a
+-- WARNING, and the last good snapshot keeps serving.
+INSERT INTO public.upstream_down DEFAULT VALUES;
+SELECT projcache.debug_advance_clock('31s');
+SELECT count(*) AS grants_served
+  FROM projcache.snapshot('grants') AS g(user_id int, audience text);
+SELECT name, rows, status, refresh_errors, last_error FROM projcache.snapshots;
+
+-- Back up: the next refresh (one TTL later) loads the new rows.
+DELETE FROM public.upstream_down;
+INSERT INTO public.grants VALUES (3, 'support');
+SELECT projcache.debug_advance_clock('31s');
+SELECT count(*) AS grants_served
+  FROM projcache.snapshot('grants') AS g(user_id int, audience text);
+SELECT name, rows, status, refresh_errors FROM projcache.snapshots;
+SQL
+
+# ------------------------------------------------------------ 8
+caption "8. the counters"
 if ! pgsql -x <<'SQL'
 SELECT * FROM projcache.stats;
 SQL
