@@ -399,13 +399,17 @@ projcache_fetch(PG_FUNCTION_ARGS)
 {
 	const char *key;
 	uint32		len;
+	PcKey		search;
 	PcEntry    *entry;
 	bool		created;
 	bool		send;
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
-	entry = pc_keymap_find_or_create(key, len, &created);
+	search = pc_search_key(key, len);
+	entry = dshash_find(pc_keymap(), &search, false);
+	if (entry == NULL)
+		entry = pc_keymap_find_or_create(key, len, &created);
 	send = pc_request_mark(entry, PC_REQ_FETCH);
 	dshash_release_lock(pc_keymap(), entry);
 	if (send)

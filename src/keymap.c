@@ -136,7 +136,8 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	 * Refuse new keys while that could happen, so a full cache is a clean
 	 * error here, with no lock held.
 	 */
-	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + len <= pc_memory_limit() - pc_memory_reserve())
+	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + len <=
+		pc_memory_limit() - pc_memory_reserve())
 		dp = pc_alloc(len);
 	if (!DsaPointerIsValid(dp))
 		ereport(ERROR,
