@@ -30,6 +30,9 @@
 #include "projcache.h"
 #include "scheduler.h"
 
+/* Longest evict() waits for the worker to act. */
+#define PC_EVICT_WAIT_MS	5000
+
 PG_FUNCTION_INFO_V1(projcache_check_preloaded);
 PG_FUNCTION_INFO_V1(projcache_get);
 PG_FUNCTION_INFO_V1(projcache_get_wait);
@@ -446,8 +449,40 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Wait until the worker has removed the key, or has deferred its removal
+ * until the key's running fetch ends.  Bounded, in case no worker runs.
+ */
+static void
+wait_for_eviction(const char *key, uint32 len)
+{
+	ConditionVariable *cv = pc_key_cv(key, len);
+	int64		deadline = pc_real_now_ms() + PC_EVICT_WAIT_MS;
+
+	ConditionVariablePrepareToSleep(cv);
+	for (;;)
+	{
+		PcKey		search = pc_search_key(key, len);
+		PcEntry    *entry;
+		bool		done;
+		int64		remaining;
+
+		entry = dshash_find(pc_keymap(), &search, false);
+		done = entry == NULL || entry->evict_pending;
+		if (entry != NULL)
+			dshash_release_lock(pc_keymap(), entry);
+		remaining = deadline - pc_real_now_ms();
+		if (done || remaining <= 0)
+			break;
+		(void) ConditionVariableTimedSleep(cv, (long) remaining,
+										   PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+}
+
+/*
  * projcache.evict(key text) → boolean: the worker removes the key (after
- * its running fetch, if any).  False if the key is not cached.
+ * its running fetch, if any); returns once it has, or has deferred it until
+ * that fetch ends.  False if the key is not cached.
  */
 Datum
 projcache_evict(PG_FUNCTION_ARGS)
@@ -468,6 +503,7 @@ projcache_evict(PG_FUNCTION_ARGS)
 	dshash_release_lock(pc_keymap(), entry);
 	if (send)
 		pc_request_send(key, len);
+	wait_for_eviction(key, len);
 	PG_RETURN_BOOL(true);
 }
 

@@ -164,6 +164,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->fetch_state = PC_FETCH_PENDING;
 		entry->invalidated = false;
 		entry->has_refresh = false;
+		entry->evict_pending = false;
 		entry->attempts = 0;
 		entry->fetched_at = 0;
 		entry->expires_at = 0;

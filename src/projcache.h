@@ -201,6 +201,7 @@ typedef struct PcEntry
 	uint8		fetch_state;	/* PcFetchState */
 	bool		invalidated;	/* stale until the next successful fetch */
 	bool		has_refresh;	/* refresh_at is set */
+	bool		evict_pending;	/* evicted when its running fetch ends */
 	int32		attempts;		/* failed or pending attempts in a row */
 	int64		fetched_at;		/* pc clock of the last success, if any */
 	int64		expires_at;		/* eviction due, if fetched */

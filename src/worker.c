@@ -214,6 +214,17 @@ handle_request(const char *key, uint32 len, int64 now)
 	{
 		if (sched_request_evict(sched, key, len) == SCHED_EVICT_NOW)
 			delete_shared(key, len);
+		else
+		{
+			/* Tell the evicting reader it need not wait for the fetch. */
+			entry = dshash_find(pc_keymap(), &search, true);
+			if (entry != NULL)
+			{
+				entry->evict_pending = true;
+				dshash_release_lock(pc_keymap(), entry);
+			}
+			ConditionVariableBroadcast(pc_key_cv(key, len));
+		}
 		return;
 	}
 	if (bits & PC_REQ_INVALIDATE)
