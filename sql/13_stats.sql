@@ -16,3 +16,8 @@ SELECT entries = (SELECT count(*) FROM projcache.entries) AS entries_match,
 	   fetch_calls >= 1 AS called,
 	   stats_reset > now() - interval '1 minute' AS recently_reset
   FROM projcache.stats;
+
+-- A fresh hit touches neither the request ring nor the worker.
+SELECT projcache.reset_stats();
+SELECT count(projcache.get('stats-1')) AS hits_served FROM generate_series(1, 100);
+SELECT hits, fetch_requests, request_overflows FROM projcache.stats;
