@@ -243,6 +243,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	ResourceOwner oldowner;
+	int64		started_ms;
 	int			i;
 
 	for (i = 0; i < nitems; i++)
@@ -270,6 +271,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	pgstat_report_activity(STATE_RUNNING, "projcache: calling the fetch function");
 
 	oldowner = CurrentResourceOwner;
+	started_ms = pc_real_now_ms();
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(callercxt);
 
@@ -305,8 +307,10 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		/* The timeout may have fired as we finished: forget it. */
 		QueryCancelPending = false;
 
+		/* A cancel that came with the deadline is our timeout. */
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
-			pc_fetch_timeout_ms > 0)
+			pc_fetch_timeout_ms > 0 &&
+			pc_real_now_ms() - started_ms >= pc_fetch_timeout_ms)
 		{
 			pfree(edata->message);
 			edata->message = psprintf("fetch function ran longer than projcache.fetch_timeout (%d ms)",

@@ -755,6 +755,12 @@ pc_worker_main(Datum main_arg)
 		int			n;
 		long		timeout = PC_MAX_SLEEP_MS;
 
+		/*
+		 * A query cancel (pg_cancel_backend, or a statement timeout that
+		 * fired just as a fetch ended) only means something during a fetch,
+		 * where fetch.c catches it; here it must not end the worker.
+		 */
+		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
