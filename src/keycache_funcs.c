@@ -421,6 +421,31 @@ projcache_fetch(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Leave a request on a cached key and tell the worker.  Returns false if
+ * the key is not cached.  An invalidation also marks the value stale at
+ * once, so readers see it before the worker acts.
+ */
+static bool
+request_cached_key(const char *key, uint32 len, uint32 bits)
+{
+	PcKey		search = pc_search_key(key, len);
+	bool		invalidate = (bits & PC_REQ_INVALIDATE) != 0;
+	PcEntry    *entry;
+	bool		send;
+
+	entry = dshash_find(pc_keymap(), &search, invalidate);
+	if (entry == NULL)
+		return false;
+	if (invalidate && entry->state != PC_STATE_PENDING)
+		entry->invalidated = true;
+	send = pc_request_mark(entry, bits);
+	dshash_release_lock(pc_keymap(), entry);
+	if (send)
+		pc_request_send(key, len);
+	return true;
+}
+
+/*
  * projcache.invalidate(key text) → boolean: stale from now on, refetched at
  * once, the old value served meanwhile.  False if the key is not cached.
  */
@@ -429,23 +454,10 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 {
 	const char *key;
 	uint32		len;
-	PcKey		search;
-	PcEntry    *entry;
-	bool		send;
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
-	search = pc_search_key(key, len);
-	entry = dshash_find(pc_keymap(), &search, true);
-	if (entry == NULL)
-		PG_RETURN_BOOL(false);
-	if (entry->state != PC_STATE_PENDING)
-		entry->invalidated = true;
-	send = pc_request_mark(entry, PC_REQ_INVALIDATE);
-	dshash_release_lock(pc_keymap(), entry);
-	if (send)
-		pc_request_send(key, len);
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(request_cached_key(key, len, PC_REQ_INVALIDATE));
 }
 
 /*
@@ -489,20 +501,11 @@ projcache_evict(PG_FUNCTION_ARGS)
 {
 	const char *key;
 	uint32		len;
-	PcKey		search;
-	PcEntry    *entry;
-	bool		send;
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
-	search = pc_search_key(key, len);
-	entry = dshash_find(pc_keymap(), &search, false);
-	if (entry == NULL)
+	if (!request_cached_key(key, len, PC_REQ_EVICT))
 		PG_RETURN_BOOL(false);
-	send = pc_request_mark(entry, PC_REQ_EVICT);
-	dshash_release_lock(pc_keymap(), entry);
-	if (send)
-		pc_request_send(key, len);
 	wait_for_eviction(key, len);
 	PG_RETURN_BOOL(true);
 }
