@@ -1,0 +1,334 @@
+#!/usr/bin/env bash
+# bench/run.sh - measure projcache's key cache and snapshot cache.
+#
+#     sudo bash bench/run.sh              # each pgbench run 10 s
+#     sudo BENCH_SECONDS=5 bash bench/run.sh
+#
+# Installs the dependencies, builds and installs the extension from a copy of
+# this tree, starts a throwaway cluster (port 54339, socket and data in a temp
+# dir, unix socket only, run by the unprivileged "postgres" OS user) with
+# projcache preloaded, measures, and prints a report.  It asserts nothing
+# about speed: it reports what it measured.  The server is always stopped and
+# the temp dir removed on exit, error or Ctrl-C.  See bench/README.md.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH=$REPO/bench
+PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PGBIN/pg_config
+PORT=54339
+DURATION=${BENCH_SECONDS:-10}     # seconds per pgbench run
+CLIENTS=2                         # pgbench -c and -j
+LOOP_CALLS=100000                 # in-server loop iterations
+HOT_KEYS=1000
+COLD_KEYS=10000
+WORK=
+DATA=
+SOCK=
+ERRORS=0                          # measurements that could not be made
+
+case $DURATION in
+'' | *[!0-9]*) echo "BENCH_SECONDS must be a whole number of seconds" >&2; exit 2 ;;
+esac
+
+# Settings from the caller's environment must not redirect psql elsewhere.
+unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS
+
+if [ "$(id -u)" -eq 0 ]; then
+	RUN_USER=postgres
+	AS_PG=(runuser -u postgres -- env HOME="$(getent passwd postgres | cut -d: -f6 || true)")
+	AS_ROOT=(env)
+else
+	RUN_USER=$(id -un)
+	AS_PG=(env)
+	AS_ROOT=(sudo)
+fi
+
+START_NS=$(date +%s%N)
+step() { printf '\n=== [%ss] %s\n' "$(awk -v ns="$(( $(date +%s%N) - START_NS ))" 'BEGIN{printf "%5.1f", ns / 1e9}')" "$*"; }
+
+# Always: stop the server (if it runs) and remove the temp dir.
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	cd /
+	if [ -n "$DATA" ] && [ -f "$DATA/postmaster.pid" ]; then
+		if [ "$rc" -ne 0 ] && [ -f "$WORK/server.log" ]; then
+			echo "--- last lines of the server log ---"
+			tail -n 30 "$WORK/server.log"
+		fi
+		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null 2>&1 ||
+			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m immediate -w -t 30 >/dev/null 2>&1 ||
+			true
+	fi
+	[ -n "$WORK" ] && rm -rf "$WORK"
+	if [ "$rc" -ne 0 ]; then
+		echo "bench FAILED (exit $rc); server stopped, temp dir removed" >&2
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+# psql running a file or stdin, quiet, stopping at the first error.
+pgrun() {
+	"${AS_PG[@]}" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 \
+		-p "$PORT" -h "$SOCK" -d postgres "$@"
+}
+# psql returning bare values, fields separated by '|'.
+pgvalue() {
+	"${AS_PG[@]}" "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
+		-p "$PORT" -h "$SOCK" -d postgres -c "$1"
+}
+
+# copy_tree DEST: tracked files plus untracked, not ignored ones (as demo.sh).
+copy_tree() {
+	local git=(git -C "$REPO" -c safe.directory='*')
+	if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		"${git[@]}" ls-files -z --cached --others --exclude-standard |
+			while IFS= read -r -d '' f; do
+				if [ -e "$REPO/$f" ] || [ -L "$REPO/$f" ]; then printf '%s\0' "$f"; fi
+			done |
+			tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$1" -xf -
+	else
+		tar -C "$REPO" --exclude=./.git --exclude='*.o' --exclude='*.so' \
+			--exclude='*.bc' --exclude=./tmp_check --exclude=./tmp_check_iso \
+			--exclude=./results --exclude=./output_iso -cf - . | tar -C "$1" -xf -
+	fi
+}
+
+# run_pgbench SCRIPT: pgbench -n -f SCRIPT -c 2 -j 2 -T $DURATION over the
+# unix socket.  Sets PB_TPS, PB_LAT (ms), PB_XACTS, PB_FAILED; "error" when
+# pgbench itself failed (its output is printed).
+run_pgbench() {
+	local script=$WORK/bench/$1 out=$WORK/pgbench.$1.log
+	PB_TPS=error PB_LAT=error PB_XACTS=error PB_FAILED=error
+	echo "pgbench -n -f $1 -c $CLIENTS -j $CLIENTS -T $DURATION"
+	if ! "${AS_PG[@]}" "$PGBIN/pgbench" -n -f "$script" -c "$CLIENTS" -j "$CLIENTS" \
+		-T "$DURATION" -h "$SOCK" -p "$PORT" postgres >"$out" 2>&1; then
+		cat "$out"
+		echo "bench: pgbench -f $1 failed" >&2
+		ERRORS=$((ERRORS + 1))
+		return 0
+	fi
+	PB_TPS=$(awk '/^tps = /{print $3; exit}' "$out")
+	PB_LAT=$(awk '/^latency average = /{print $4; exit}' "$out")
+	PB_XACTS=$(awk -F': *' '/^number of transactions actually processed/{print $2; exit}' "$out")
+	PB_FAILED=$(awk -F': *' '/^number of failed transactions/{print $2; exit}' "$out")
+	PB_FAILED=${PB_FAILED:-0}
+	PB_FAILED=${PB_FAILED%% *}          # "0 (0.000%)" -> "0"
+	echo "  tps $PB_TPS, latency average $PB_LAT ms, transactions $PB_XACTS, failed $PB_FAILED"
+}
+
+# Number formatting for the report; "error" and empty stay as they are.
+fmt() { # fmt PRINTF_FORMAT VALUE
+	case $2 in '' | error | *[!0-9.e+-]*) printf '%s' "${2:-?}" ;; *) LC_ALL=C printf "$1" "$2" ;; esac
+}
+num() { case $1 in '' | error | *[!0-9.e+-]*) return 1 ;; esac; }
+# us_minus A_MS B_MS: (A - B) in microseconds, or "-".
+us_minus() { if num "$1" && num "$2"; then LC_ALL=C awk -v a="$1" -v b="$2" 'BEGIN{printf "%+.1f", (a-b)*1000}'; else printf -- -; fi; }
+
+REPORT=()
+say() { REPORT+=("$*"); }
+row() { # row FORMAT ARGS...: a formatted report line
+	local line
+	# shellcheck disable=SC2059
+	line=$(LC_ALL=C printf "$@")
+	REPORT+=("$line")
+}
+
+# ------------------------------------------------------------ setup
+step "setup: dependencies, build, install, throwaway cluster on port $PORT"
+bash "$REPO/scripts/install-deps.sh"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-bench.XXXXXX")
+DATA=$WORK/data
+SOCK=$WORK/sock
+mkdir -p "$WORK/src" "$WORK/bench" "$SOCK"
+copy_tree "$WORK/src"
+cp "$BENCH"/*.sql "$WORK/bench/"
+chmod 755 "$WORK"
+if [ "$RUN_USER" = postgres ]; then
+	chown -R postgres:postgres "$WORK"
+	"${AS_PG[@]}" test -x "$(dirname "$WORK")" || chmod o+x "$(dirname "$WORK")"
+fi
+cd "$WORK/src"
+
+if ! "${AS_PG[@]}" make -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >"$WORK/build.log" 2>&1; then
+	cat "$WORK/build.log"
+	echo "bench: the extension does not build" >&2
+	exit 1
+fi
+"${AS_ROOT[@]}" make -s install PG_CONFIG="$PG_CONFIG" >/dev/null
+BUILT_SUM=$(md5sum <"$WORK/src/projcache.so" | cut -d' ' -f1)
+echo "built and installed projcache"
+
+"${AS_PG[@]}" "$PGBIN/initdb" -D "$DATA" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1 ||
+	{ cat "$WORK/initdb.log"; exit 1; }
+cat >>"$DATA/postgresql.conf" <<EOF
+
+# projcache benchmark
+listen_addresses = ''
+fsync = off
+shared_preload_libraries = 'projcache'
+projcache.database = 'postgres'
+projcache.fetch_function = 'public.fetch_project_configs'
+EOF
+"${AS_PG[@]}" "$PGBIN/pg_ctl" start -D "$DATA" -l "$WORK/server.log" -w -t 30 \
+	-o "-p $PORT -k $SOCK" >/dev/null
+LOADED_SUM=$(md5sum <"$($PG_CONFIG --pkglibdir)/projcache.so" | cut -d' ' -f1)
+echo "server running: psql -p $PORT -h $SOCK -d postgres"
+
+pgrun -f "$WORK/bench/setup.sql"
+echo "schema, 11,000 upstream rows, 10,000-row snapshot source and helpers created"
+
+# ------------------------------------------------------------ context
+GIT=(git -C "$REPO" -c safe.directory='*')
+COMMIT=$("${GIT[@]}" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$("${GIT[@]}" status --porcelain --untracked-files=no -- . ':!bench' 2>/dev/null)" ]; then
+	COMMIT="$COMMIT + uncommitted changes"
+fi
+CPU=$(awk -F': *' '/^model name/{print $2; exit}' /proc/cpuinfo)
+[ -n "$CPU" ] || CPU=$(awk -F': *' '/^(Hardware|cpu model|Model)/{print $2; exit}' /proc/cpuinfo)
+PGVER=$(pgvalue "SELECT version()")
+SETTINGS=$(pgvalue "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)
+                      FROM pg_settings
+                     WHERE name IN ('projcache.batch_size', 'projcache.batch_interval',
+                                    'projcache.expiry', 'projcache.max_memory', 'shared_buffers')")
+BATCH=$(pgvalue "SELECT current_setting('projcache.batch_size') || ', batch_interval ' || current_setting('projcache.batch_interval')")
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ------------------------------------------------------------ 1. hit path
+step "1. key cache hit path: warm $HOT_KEYS keys"
+# Ask for all of them at once, then wait for each with get(k, '5s').
+WARM=$(pgvalue "SELECT count(projcache.fetch('key-' || g)) FROM generate_series(1, $HOT_KEYS) g;
+                SELECT count(projcache.get('key-' || g, '5s')) FROM generate_series(1, $HOT_KEYS) g;" | tail -n 1)
+FRESH=$(pgvalue "SELECT count(*) FROM projcache.entries
+                  WHERE key LIKE 'key-%' AND state = 'enabled' AND freshness = 'fresh'")
+echo "get(k, '5s') returned a value for $WARM of $HOT_KEYS keys; $FRESH are enabled and fresh"
+
+step "1. client round trips (pgbench, $CLIENTS clients, ${DURATION}s each)"
+run_pgbench select_1.sql
+S1_TPS=$PB_TPS S1_LAT=$PB_LAT S1_FAILED=$PB_FAILED
+pgvalue "SELECT projcache.reset_stats()" >/dev/null
+run_pgbench get_hit.sql
+GET_TPS=$PB_TPS GET_LAT=$PB_LAT GET_XACTS=$PB_XACTS GET_FAILED=$PB_FAILED
+GET_STATS=$(pgvalue "SELECT hits, misses, pending_reads, fetch_requests FROM projcache.stats")
+IFS='|' read -r GET_HITS GET_MISSES GET_PENDING GET_REQS <<<"$GET_STATS"
+run_pgbench table_hit.sql
+TAB_TPS=$PB_TPS TAB_LAT=$PB_LAT TAB_FAILED=$PB_FAILED
+
+step "1. in-server loops, one backend, $LOOP_CALLS calls each (after a 10,000-call warm-up)"
+LOOPS=$(pgvalue "SELECT bench.loop_baseline(10000), bench.loop_get(10000), bench.loop_table(10000);
+                 SELECT b.us_per_call, b.nonnull, g.us_per_call, g.nonnull, t.us_per_call, t.nonnull
+                   FROM bench.loop_baseline($LOOP_CALLS) b, bench.loop_get($LOOP_CALLS) g,
+                        bench.loop_table($LOOP_CALLS) t" | tail -n 1)
+IFS='|' read -r LOOP_US _ LGET_US LGET_NN LTAB_US LTAB_NN <<<"$LOOPS"
+echo "loop alone $LOOP_US us, projcache.get $LGET_US us ($LGET_NN non-NULL), table $LTAB_US us ($LTAB_NN non-NULL)"
+
+# ------------------------------------------------------------ 2. cold path
+step "2. key cache cold path: $COLD_KEYS unknown keys requested at once"
+UPSTREAM=$(pgvalue "SELECT ms, rows FROM bench.time_upstream($COLD_KEYS)")
+IFS='|' read -r UP_MS UP_ROWS <<<"$UPSTREAM"
+COLD=$(pgvalue "SELECT * FROM bench.cold_fetch($COLD_KEYS, 60)")
+IFS='|' read -r C_REQ_MS C_TOTAL_MS C_ENABLED C_CALLS C_FETCHED C_OVERFLOWS C_ERRORS C_PENDING <<<"$COLD"
+C_KPS=$(LC_ALL=C awk -v n="$C_ENABLED" -v ms="$C_TOTAL_MS" 'BEGIN{ if (ms > 0) printf "%.0f", n / (ms / 1000); else print "?" }')
+echo "$C_ENABLED of $COLD_KEYS enabled after $C_TOTAL_MS ms; fetch_calls $C_CALLS"
+[ "$C_ENABLED" = "$COLD_KEYS" ] || { echo "bench: only $C_ENABLED of $COLD_KEYS cold keys were enabled within 60 s" >&2; ERRORS=$((ERRORS + 1)); }
+
+# ------------------------------------------------------------ 3. snapshots
+step "3. snapshot cache: 10,000 rows x (int, text, int)"
+pgvalue "SELECT projcache.create_snapshot('s', 'SELECT a, b, c FROM public.snap_src', ttl => '10min')" >/dev/null
+COLDSNAP=$(pgvalue "SELECT ms, rows FROM bench.time_snapshot_read()")
+IFS='|' read -r SN_COLD_MS SN_ROWS <<<"$COLDSNAP"
+SNAPINFO=$(pgvalue "SELECT rows, bytes, status,
+                           pg_table_size('public.snap_src'),
+                           (SELECT sum(pg_column_size(t.*)) FROM public.snap_src t)
+                      FROM projcache.snapshots WHERE name = 's'")
+IFS='|' read -r SN_VROWS SN_BYTES SN_STATUS TBL_BYTES TUPLE_BYTES <<<"$SNAPINFO"
+REFRESH=$(pgvalue "SELECT ms, ok FROM bench.time_refresh(5)")
+IFS='|' read -r SN_REFRESH_MS SN_REFRESH_OK <<<"$REFRESH"
+# A fresh session, like pgbench's: 20 reads of each to warm up, then 200.
+INSERVER=$(pgvalue "SELECT bench.time_reads('snapshot', 20), bench.time_reads('table', 20);
+                    SELECT s.ms, s.faults, t.ms, t.faults
+                      FROM bench.time_reads('snapshot', 200) s, bench.time_reads('table', 200) t" | tail -n 1)
+IFS='|' read -r SN_READ_MS SN_FAULTS TBL_READ_MS TBL_FAULTS <<<"$INSERVER"
+echo "cold load $SN_COLD_MS ms for $SN_ROWS rows; $SN_BYTES bytes; status $SN_STATUS"
+LOADED_AT=$(pgvalue "SELECT loaded_at FROM projcache.snapshots WHERE name = 's'")
+run_pgbench snapshot_read.sql
+SN_TPS=$PB_TPS SN_LAT=$PB_LAT SN_FAILED=$PB_FAILED
+# loaded_at is derived from a monotonic clock, so it may move by a millisecond.
+SNAPAFTER=$(pgvalue "SELECT CASE WHEN abs(extract(epoch FROM loaded_at - '$LOADED_AT'::timestamptz)) < 1
+                                 THEN 'no' ELSE 'yes' END, status, refresh_errors
+                       FROM projcache.snapshots WHERE name = 's'")
+IFS='|' read -r SN_SAME SN_STATUS2 SN_REFERR <<<"$SNAPAFTER"
+run_pgbench table_count.sql
+TC_TPS=$PB_TPS TC_LAT=$PB_LAT TC_FAILED=$PB_FAILED
+
+# ------------------------------------------------------------ server log
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+LOG_LINES=$(grep -cE '(ERROR|WARNING|FATAL|PANIC):' "$WORK/server.log" || true)
+TOTAL_S=$(( ($(date +%s%N) - START_NS) / 1000000000 ))
+
+# ------------------------------------------------------------ report
+say "projcache benchmark report"
+say "=========================="
+row '%-12s %s' "date" "$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+row '%-12s %s' "tree" "$COMMIT"
+row '%-12s %s CPUs (nproc), %s' "machine" "$(nproc)" "${CPU:-unknown CPU}"
+row '%-12s %s' "load avg" "$LOAD_BEFORE before, $LOAD_AFTER after (other work on the machine skews every number)"
+row '%-12s %s' "PostgreSQL" "$PGVER"
+row '%-12s %s' "settings" "$SETTINGS (defaults), fsync=off"
+row '%-12s %s' "pgbench" "-n -c $CLIENTS -j $CLIENTS -T $DURATION, unix socket, simple protocol; client and server share the $(nproc) CPUs"
+if [ "$BUILT_SUM" != "$LOADED_SUM" ]; then
+	say "WARNING: the installed projcache.so differs from the one built here (another install ran meanwhile?)"
+fi
+say ""
+say "1. Key cache, hit path ($HOT_KEYS keys cached: $FRESH enabled+fresh; get(k,'5s') gave $WARM values)"
+row '   %-62s %10s %10s %12s %7s' "client round trip, random key of 1000" "TPS" "avg ms" "vs SELECT 1" "failed"
+row '   %-62s %10s %10s %12s %7s' "SELECT 1" "$(fmt %.0f "$S1_TPS")" "$(fmt %.3f "$S1_LAT")" "" "$S1_FAILED"
+row '   %-62s %10s %10s %12s %7s' "SELECT projcache.get('key-' || :k)" "$(fmt %.0f "$GET_TPS")" "$(fmt %.3f "$GET_LAT")" "$(us_minus "$GET_LAT" "$S1_LAT") us" "$GET_FAILED"
+row '   %-62s %10s %10s %12s %7s' "SELECT config FROM project_configs WHERE key = 'key-' || :k" "$(fmt %.0f "$TAB_TPS")" "$(fmt %.3f "$TAB_LAT")" "$(us_minus "$TAB_LAT" "$S1_LAT") us" "$TAB_FAILED"
+row '   %s' "during the get run: $GET_XACTS transactions; stats hits=$GET_HITS misses=$GET_MISSES pending_reads=$GET_PENDING fetch_requests=$GET_REQS"
+row '   %-62s %10s %10s' "in-server, one backend, $LOOP_CALLS calls (plpgsql)" "us/call" "net us"
+row '   %-62s %10s %10s' "loop alone (array subscript + assignment + NULL test)" "$(fmt %.3f "$LOOP_US")" ""
+row '   %-62s %10s %10s' "v := projcache.get(keys[i])          ($LGET_NN non-NULL)" "$(fmt %.3f "$LGET_US")" "$(LC_ALL=C awk -v a="$LGET_US" -v b="$LOOP_US" 'BEGIN{printf "%.3f", a-b}')"
+row '   %-62s %10s %10s' "SELECT config INTO v ... WHERE key = keys[i]  ($LTAB_NN non-NULL)" "$(fmt %.3f "$LTAB_US")" "$(LC_ALL=C awk -v a="$LTAB_US" -v b="$LOOP_US" 'BEGIN{printf "%.3f", a-b}')"
+say ""
+say "2. Key cache, cold path ($COLD_KEYS unknown keys, batch_size $BATCH)"
+row '   %-62s %s' "request all: SELECT count(projcache.fetch(k))" "$(fmt %.1f "$C_REQ_MS") ms"
+row '   %-62s %s' "from first request until all $COLD_KEYS enabled" "$(fmt %.1f "$C_TOTAL_MS") ms  ($C_ENABLED enabled)"
+row '   %-62s %s' "throughput" "$C_KPS keys/s"
+row '   %-62s %s' "stats" "fetch_calls=$C_CALLS fetched_keys=$C_FETCHED request_overflows=$C_OVERFLOWS fetch_errors=$C_ERRORS pending_results=$C_PENDING"
+row '   %-62s %s' "upstream alone: fetch function on all $COLD_KEYS keys, one call" "$(fmt %.1f "$UP_MS") ms  ($UP_ROWS rows)"
+say ""
+say "3. Snapshot cache (10,000 rows: int, text of 10 chars, int)"
+row '   %-62s %s' "snapshot memory (projcache.snapshots.bytes)" "$SN_BYTES bytes  ($(LC_ALL=C awk -v b="$SN_BYTES" -v r="$SN_VROWS" 'BEGIN{ if (r > 0) printf "%.1f", b / r; else print "?" }') per row, $SN_VROWS rows, status $SN_STATUS)"
+row '   %-62s %s' "for comparison: table on disk / sum of pg_column_size(row)" "$TBL_BYTES / $TUPLE_BYTES bytes"
+row '   %-62s %s' "cold load (first snapshot() read, in-server)" "$(fmt %.2f "$SN_COLD_MS") ms  ($SN_ROWS rows)"
+row '   %-62s %s' "forced reload, refresh_snapshot() (avg of 5)" "$(fmt %.2f "$SN_REFRESH_MS") ms  ($SN_REFRESH_OK of 5 succeeded)"
+row '   %-62s %10s %10s' "one backend, in-server count(*), avg of 200" "ms/read" "faults/read"
+row '   %-62s %10s %10s' "projcache.snapshot('s') (fast path)" "$(fmt %.3f "$SN_READ_MS")" "$(fmt %.0f "$SN_FAULTS")"
+row '   %-62s %10s %10s' "public.snap_src" "$(fmt %.3f "$TBL_READ_MS")" "$(fmt %.0f "$TBL_FAULTS")"
+row '   %-62s %10s %10s %12s %7s' "client round trip, count(*) of 10,000 rows" "TPS" "avg ms" "vs SELECT 1" "failed"
+row '   %-62s %10s %10s %12s %7s' "FROM projcache.snapshot('s') AS t(a int, b text, c int)" "$(fmt %.0f "$SN_TPS")" "$(fmt %.3f "$SN_LAT")" "$(us_minus "$SN_LAT" "$S1_LAT") us" "$SN_FAILED"
+row '   %-62s %10s %10s %12s %7s' "FROM public.snap_src" "$(fmt %.0f "$TC_TPS")" "$(fmt %.3f "$TC_LAT")" "$(us_minus "$TC_LAT" "$S1_LAT") us" "$TC_FAILED"
+row '   %s' "snapshot during the run: reloaded=$SN_SAME, status $SN_STATUS2, refresh_errors $SN_REFERR"
+say ""
+row '%s' "server log: $LOG_LINES ERROR/WARNING/FATAL/PANIC lines; measurements that failed: $ERRORS; total run time ${TOTAL_S}s"
+
+step "report"
+echo
+printf '%s\n' "${REPORT[@]}"
+if [ "$LOG_LINES" -gt 0 ]; then
+	echo
+	echo "--- server log ERROR/WARNING/FATAL/PANIC lines (first 20) ---"
+	grep -E '(ERROR|WARNING|FATAL|PANIC):' "$WORK/server.log" | head -n 20
+fi
+
+cd /
+"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null
+[ "$ERRORS" -eq 0 ] || exit 1
+exit 0

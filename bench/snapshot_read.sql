@@ -1,0 +1,1 @@
+SELECT count(*) FROM projcache.snapshot('s') AS t(a int, b text, c int);
