@@ -104,4 +104,3 @@ SELECT wait_for('(SELECT worker_pid IS NOT NULL FROM projcache.stats)', 30);
 
 ALTER SYSTEM SET projcache.fetch_function = 'public.test_fetch';
 SELECT reload_and_wait();
-SELECT current_setting('projcache.fetch_function');

@@ -16,10 +16,12 @@ SELECT freshness, config FROM projcache.lookup('inv-1');
 UPDATE behaviour SET mode = 'normal';
 UPDATE upstream SET revision = 'r2', config = '{"i": 2}' WHERE key = 'inv-1';
 SELECT projcache.invalidate('inv-1');
-SELECT wait_for($$(SELECT revision = 'r2' FROM projcache.entries WHERE key = 'inv-1')$$);
+SELECT wait_for($$(SELECT revision = 'r2' AND fetch_state = 'complete'
+					FROM projcache.entries WHERE key = 'inv-1')$$);
 SELECT freshness, config, last_error FROM projcache.lookup('inv-1');
--- The refetch passed the old revision.
-SELECT revisions FROM calls WHERE keys = ARRAY['inv-1'] ORDER BY id DESC LIMIT 1;
+-- Refetches passed the revision held.
+SELECT bool_or(revisions = ARRAY['r1']) AS passed_old_revision
+  FROM calls WHERE keys = ARRAY['inv-1'];
 
 -- evict
 SELECT projcache.evict('inv-1');

@@ -147,16 +147,26 @@ SELECT rows, refresh_errors, last_error, status
 -- The query's ERROR never aborts the caller's transaction: neither in
 -- refresh_snapshot() nor in a refresh done by snapshot().
 BEGIN;
-INSERT INTO src VALUES (4, 'four');
-SELECT projcache.refresh_snapshot('manual');
 SELECT count(*) FROM src;
+SELECT projcache.refresh_snapshot('manual');
 SELECT projcache.debug_advance_clock('1h');
 SELECT * FROM projcache.snapshot('manual') AS t(id int, label text) ORDER BY id;
+INSERT INTO src VALUES (4, 'four');
 SELECT count(*) FROM src;
 COMMIT;
 SELECT id, label FROM src WHERE id = 4;
 SELECT calls();
 SELECT refresh_errors, status FROM projcache.snapshots WHERE name = 'manual';
+
+-- A transaction that has written never loads: its uncommitted rows must not
+-- reach other sessions.  It gets the last good rows, without a refresh.
+BEGIN;
+UPDATE src SET label = 'UNCOMMITTED';
+SELECT sqlstate_of($$SELECT projcache.refresh_snapshot('manual')$$);
+SELECT projcache.debug_advance_clock('1h');
+SELECT * FROM projcache.snapshot('manual') AS t(id int, label text) ORDER BY id;
+ROLLBACK;
+SELECT calls();
 
 -- The same for an ERROR raised mid-scan, after some rows were produced.
 SELECT projcache.create_snapshot('divzero',

@@ -117,6 +117,17 @@ pc_value_size(const PcValue *value)
 	return offsetof(PcValue, data) + value->config_offset + value->config_len;
 }
 
+static void
+report_memory_full(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("projcache shared memory is full"),
+			 errdetail("projcache.max_memory (%d kB) is used up by cached keys and snapshots.",
+					   pc_max_memory_kb),
+			 errhint("Raise projcache.max_memory, lower projcache.expiry, or evict keys.")));
+}
+
 /*
  * Look the key up, creating a pending entry if it is unknown.  Returns the
  * entry locked exclusively; *created says whether it is new.  The key's
@@ -133,22 +144,31 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 
 	/*
 	 * dshash allocates the entry itself, and raises an ERROR if that fails.
-	 * Refuse new keys while that could happen, so a full cache is a clean
+	 * Refuse new keys before that could happen, so a full cache is a clean
 	 * error here, with no lock held.
 	 */
-	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + len <=
-		pc_memory_limit() - pc_memory_reserve())
+	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + pc_dsa_footprint(len) <=
+		pc_memory_limit())
 		dp = pc_alloc(len);
 	if (!DsaPointerIsValid(dp))
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("projcache shared memory is full"),
-				 errdetail("projcache.max_memory (%d kB) is used up by cached keys and snapshots.",
-						   pc_max_memory_kb),
-				 errhint("Raise projcache.max_memory, lower projcache.expiry, or evict keys.")));
+		report_memory_full();
 	memcpy(dsa_get_address(pc_area(), dp), key, len);
 
-	entry = dshash_find_or_insert(pc_keymap(), &search, &found);
+	/*
+	 * Should dshash still fail to allocate (the slack is used up), free the
+	 * key's copy; its out-of-memory ERROR (SQLSTATE 53200) goes on, and the
+	 * partition lock dshash holds then is released by the abort.
+	 */
+	PG_TRY();
+	{
+		entry = dshash_find_or_insert(pc_keymap(), &search, &found);
+	}
+	PG_CATCH();
+	{
+		pc_free(dp, len);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	if (found)
 	{
 		/* Somebody else created it meanwhile. */

@@ -19,6 +19,9 @@
 #include "utils/dsa.h"
 #include "utils/timestamp.h"
 
+/* Longest error message kept for a key or a snapshot, in bytes. */
+#define PC_MAX_MESSAGE_BYTES	1024
+
 /* Longest key accepted, in bytes. */
 #define PC_MAX_KEY_BYTES		1024
 
@@ -95,7 +98,8 @@ typedef enum PcCounter
  *	 read only under that entry's lock and freed only by the worker, after
  *	 it has unlinked them under the lock.
  * - the DSA's own lock: its allocator.
- * - counters, memory_used, clock_offset_ms, ring_overflow,
+ * - counters, memory_used (DSA bytes taken, as pc_dsa_footprint counts
+ *	 them), clock_offset_ms, ring_overflow,
  *	 config_generation: atomics.
  * ----------------------------------------------------------------
  */
@@ -150,9 +154,10 @@ extern void pc_wake_worker(void);
 extern void pc_count(PcCounter counter, uint64 n);
 extern Size pc_memory_used(void);
 extern dsa_pointer pc_alloc(Size size);
+extern dsa_pointer pc_store_message(const char *message, Size *size);
 extern void pc_free(dsa_pointer dp, Size size);
+extern Size pc_dsa_footprint(Size size);
 extern Size pc_memory_limit(void);
-extern Size pc_memory_reserve(void);
 extern void pc_require_loaded(void);
 
 /* ----------------------------------------------------------------
@@ -222,12 +227,13 @@ typedef struct PcValue
 
 /*
  * DSA bytes one entry costs the key map beyond its key and value chunks:
- * dshash's item header (next pointer and hash) and our entry, rounded up,
- * plus one bucket pointer.  Counted in memory_used.
+ * dshash's item (a 16-byte header and our entry, in its size class), plus
+ * its share of the bucket arrays, which briefly exist twice while the
+ * table grows.  Counted in memory_used.
  */
 #define PC_ENTRY_DSA_BYTES \
-	(MAXALIGN(sizeof(dsa_pointer) + sizeof(uint32)) + MAXALIGN(sizeof(PcEntry)) + \
-	 sizeof(dsa_pointer))
+	(pc_dsa_footprint(MAXALIGN(sizeof(dsa_pointer) + sizeof(uint32)) + \
+					  MAXALIGN(sizeof(PcEntry))) + 3 * sizeof(dsa_pointer))
 
 extern dshash_table *pc_keymap_create(dsa_area *area, int tranche_id);
 extern dshash_table *pc_keymap_attach(dsa_area *area, int tranche_id,
@@ -281,7 +287,8 @@ typedef struct PcSnapRef
 
 extern Size pc_snap_shmem_size(int max_snapshots);
 extern void pc_snap_shmem_init(void *place, int max_snapshots);
-extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id);
+extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id,
+								 int64 reg_stamp);
 extern void pc_snap_forget(Oid dbid, const char *name);
 extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 						 char **blob, Size *size, int64 *rows);
@@ -296,7 +303,7 @@ extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
 extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
 									int64 now);
 extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
-							 PcSnapInfo *info);
+							 int64 reg_stamp, PcSnapInfo *info);
 
 /* ----------------------------------------------------------------
  * The worker (worker.c) and its upstream call (fetch.c)

@@ -5,13 +5,15 @@
  *
  * Everything lives in main shared memory, reserved at postmaster start:
  *
- *	 PcShared | request ring | snapshot slots | DSA area (max_memory bytes)
+ *	 PcShared | request ring | snapshot slots | DSA area
  *
- * The DSA area is created in place over the whole projcache.max_memory
- * reservation and limited to it, so it never needs DSM segments: the bound
- * is exact, and running out of it is an allocation that returns
- * InvalidDsaPointer (callers use DSA_ALLOC_NO_OOM), never an ERROR from
- * deep inside a reader.  The key map is a dshash table on that area.
+ * The DSA area is created in place over its whole reservation and limited
+ * to it, so it never needs DSM segments.  projcache counts what its chunks
+ * take (pc_dsa_footprint) and refuses allocations past projcache.max_memory,
+ * so running out is an allocation that returns InvalidDsaPointer, never an
+ * ERROR from deep inside a reader; the area is larger than max_memory by
+ * the allocator's slack (pc_dsa_bytes).  The key map is a dshash table on
+ * that area.
  *
  * Each process attaches to the area and the key map once, on first use.
  * See projcache.h for which lock protects what.
@@ -22,6 +24,7 @@
  */
 #include "postgres.h"
 
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -36,11 +39,21 @@ PcShared   *pc_shared = NULL;
 static dsa_area *pc_dsa = NULL;
 static dshash_table *pc_map = NULL;
 
-/* DSA bytes projcache holds; see pc_memory_used(). */
+/*
+ * Bytes of the DSA area.  projcache's own accounting stops allocations at
+ * projcache.max_memory; the area is larger by the allocator's slack: a
+ * partly used 64 kB superblock per size class, page rounding, and the key
+ * map's bucket arrays while they grow.  So the area itself never runs out
+ * before the accounting does, and a full cache is a clean error.
+ */
+#define PC_DSA_SLACK_FIXED	((Size) 4 * 1024 * 1024)
+
 static Size
 pc_dsa_bytes(void)
 {
-	return (Size) pc_max_memory_kb * 1024;
+	Size		limit = (Size) pc_max_memory_kb * 1024;
+
+	return limit + limit / 16 + PC_DSA_SLACK_FIXED;
 }
 
 static Size
@@ -221,34 +234,75 @@ pc_count(PcCounter counter, uint64 n)
 Size
 pc_memory_limit(void)
 {
-	return pc_dsa_bytes();
+	return (Size) pc_max_memory_kb * 1024;
 }
 
 /*
- * Headroom kept free of keys and snapshots: dshash's bucket arrays and the
- * allocator's own rounding and fragmentation live in it.
+ * What an allocation of 'size' bytes really takes from the DSA area: the
+ * allocator's size class for small requests, whole 4 kB pages plus a span
+ * descriptor for large ones.  The classes are those of PostgreSQL 15's
+ * dsa.c; an approximation elsewhere errs only in how much slack is used.
  */
 Size
-pc_memory_reserve(void)
+pc_dsa_footprint(Size size)
 {
-	return pc_dsa_bytes() / 8;
+	static const uint16 classes[] = {
+		8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+		320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1560, 1816, 2048,
+		2616, 3120, 3640, 4096, 5456, 6552, 7280, 8192
+	};
+	int			i;
+
+	for (i = 0; i < lengthof(classes); i++)
+		if (size <= classes[i])
+			return classes[i];
+	return TYPEALIGN(4096, size) + 64;
+}
+
+static dsa_pointer
+pc_alloc_internal(Size size, bool bounded)
+{
+	Size		footprint = pc_dsa_footprint(size);
+	dsa_pointer dp;
+
+	if (bounded && pc_memory_used() + footprint > pc_memory_limit())
+		return InvalidDsaPointer;
+	dp = dsa_allocate_extended(pc_area(), size, DSA_ALLOC_NO_OOM);
+	if (DsaPointerIsValid(dp))
+		pg_atomic_fetch_add_u64(&pc_shared->memory_used, footprint);
+	return dp;
 }
 
 /*
  * Allocate from the DSA area without ever raising an out-of-memory ERROR:
- * returns InvalidDsaPointer when projcache.max_memory, less its reserve, is
- * used up.
+ * returns InvalidDsaPointer when projcache.max_memory is used up.
  */
 dsa_pointer
 pc_alloc(Size size)
 {
+	return pc_alloc_internal(size, true);
+}
+
+/*
+ * Store an error message to record, cut to PC_MAX_MESSAGE_BYTES.  It may
+ * use the slack past projcache.max_memory: the reason a value was refused
+ * must still be recorded.  *size is what to pass to pc_free().
+ */
+dsa_pointer
+pc_store_message(const char *message, Size *size)
+{
+	int			len = pg_mbcliplen(message, strlen(message), PC_MAX_MESSAGE_BYTES);
 	dsa_pointer dp;
 
-	if (pc_memory_used() + size > pc_memory_limit() - pc_memory_reserve())
-		return InvalidDsaPointer;
-	dp = dsa_allocate_extended(pc_area(), size, DSA_ALLOC_NO_OOM);
+	*size = len + 1;
+	dp = pc_alloc_internal(*size, false);
 	if (DsaPointerIsValid(dp))
-		pg_atomic_fetch_add_u64(&pc_shared->memory_used, size);
+	{
+		char	   *dst = dsa_get_address(pc_area(), dp);
+
+		memcpy(dst, message, len);
+		dst[len] = '\0';
+	}
 	return dp;
 }
 
@@ -259,7 +313,7 @@ pc_free(dsa_pointer dp, Size size)
 	if (!DsaPointerIsValid(dp))
 		return;
 	dsa_free(pc_area(), dp);
-	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, size);
+	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, pc_dsa_footprint(size));
 }
 
 Size

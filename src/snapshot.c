@@ -35,12 +35,14 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
+#include "common/int.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -51,6 +53,8 @@
 #include "utils/memutils.h"
 #include "utils/plancache.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "projcache.h"
@@ -73,6 +77,7 @@ PG_FUNCTION_INFO_V1(projcache_snapshots);
 typedef struct SnapReg
 {
 	int64		id;
+	int64		stamp;			/* created_at, in microseconds */
 	char	   *name;
 	char	   *query;
 	int64		ttl_ms;
@@ -151,7 +156,11 @@ check_ttl(Interval *ttl)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("snapshot ttl must not be given in months"),
 				 errdetail("Months have no fixed length.")));
-	usecs = ttl->time + (int64) ttl->day * USECS_PER_DAY;
+	if (pg_mul_s64_overflow((int64) ttl->day, USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, ttl->time, &usecs))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot ttl is out of range")));
 	if (usecs < 1000)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -203,7 +212,8 @@ registry_lookup(const char *name, bool missing_ok)
 	ret = SPI_execute_with_args("SELECT id, query,"
 								" (extract(epoch FROM ttl) * 1000)::int8,"
 								" owner::oid, column_names,"
-								" column_types::oid[], readers::oid[]"
+								" column_types::oid[], readers::oid[],"
+								" (extract(epoch FROM created_at) * 1000000)::int8"
 								" FROM projcache.snapshot_registry"
 								" WHERE name OPERATOR(pg_catalog.=) $1",
 								1, argtypes, args, NULL, true, 1);
@@ -237,6 +247,7 @@ registry_lookup(const char *name, bool missing_ok)
 		reg->coltypes = oid_array(SPI_getbinval(tup, desc, 6, &isnull), &n);
 		reg->readers = oid_array(SPI_getbinval(tup, desc, 7, &isnull),
 								 &reg->nreaders);
+		reg->stamp = DatumGetInt64(SPI_getbinval(tup, desc, 8, &isnull));
 		MemoryContextSwitchTo(oldcxt);
 	}
 	SPI_finish();
@@ -402,9 +413,17 @@ load_rows(SnapReg *reg, StringInfo out, int64 *nrows, char **error)
 		RoleSwitch	rs;
 		int			ret;
 
+		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(reg->owner)))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("the owner of snapshot \"%s\" (role %u) no longer exists",
+							reg->name, reg->owner),
+					 errhint("Drop the snapshot and create it again.")));
 		switch_role(&rs, reg->owner);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
+		/* Load what is committed now, not what the caller's snapshot saw. */
+		PushActiveSnapshot(GetLatestSnapshot());
 		ret = SPI_execute(reg->query, true, 0);
 		if (ret != SPI_OK_SELECT)
 			ereport(ERROR,
@@ -423,6 +442,7 @@ load_rows(SnapReg *reg, StringInfo out, int64 *nrows, char **error)
 			serialize_rows(SPI_tuptable, SPI_processed, out);
 			MemoryContextSwitchTo(spicxt);
 		}
+		PopActiveSnapshot();
 		SPI_finish();
 		restore_role(&rs);
 
@@ -448,6 +468,16 @@ load_rows(SnapReg *reg, StringInfo out, int64 *nrows, char **error)
 	PG_END_TRY();
 
 	return ok;
+}
+
+/*
+ * A transaction that has written could publish its own uncommitted rows
+ * to every backend: it must not load.
+ */
+static bool
+may_load(void)
+{
+	return !TransactionIdIsValid(GetTopTransactionIdIfAny());
 }
 
 /* Load and publish; false with *error set on failure of either. */
@@ -478,7 +508,7 @@ load_and_publish(SnapReg *reg, PcSnapRef ref, char **error)
 static void
 current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 {
-	PcSnapRef	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id);
+	PcSnapRef	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp);
 	int64		now = pc_now_ms();
 	bool		loaded;
 	char	   *error = NULL;
@@ -490,8 +520,11 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 	(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
 	if (loaded)
 	{
-		/* Someone else is refreshing: serve the last good rows now. */
-		if (!pc_snap_lease_take(ref, now, reg->ttl_ms))
+		/*
+		 * Someone else is refreshing, or this transaction may not load:
+		 * serve the last good rows now.
+		 */
+		if (!may_load() || !pc_snap_lease_take(ref, now, reg->ttl_ms))
 		{
 			if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 				return;
@@ -533,6 +566,13 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 	/* Cold start: one load per TTL window. */
 	{
 		int64		since;
+
+		if (!may_load())
+			ereport(ERROR,
+					(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+					 errmsg("snapshot \"%s\" unavailable; it is not loaded and cannot be loaded by a transaction that has written data",
+							reg->name),
+					 errhint("Read the snapshot before writing, or outside this transaction.")));
 
 		if (!pc_snap_cold_claim(ref, now, reg->ttl_ms, &since))
 		{
@@ -634,6 +674,11 @@ snapshot_srf(FunctionCallInfo fcinfo, bool typed)
 	int64		nrows;
 
 	pc_require_loaded();
+	if (typed && get_call_result_type(fcinfo, NULL, NULL) != TYPEFUNC_COMPOSITE)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("rowtype must be a row type"),
+				 errhint("Pass a NULL of the snapshot's row type, e.g. NULL::my_table.")));
 	InitMaterializedSRF(fcinfo, typed ? 0 : MAT_SRF_USE_EXPECTED_DESC);
 	if (PG_ARGISNULL(0))
 		return (Datum) 0;		/* no snapshot, no rows */
@@ -680,7 +725,13 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	reg = registry_lookup(name, false);
 	check_reader(reg);
-	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id);
+	if (!may_load())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot refresh snapshot \"%s\" in a transaction that has written data",
+						reg->name),
+				 errdetail("The load would publish the transaction's uncommitted changes.")));
+	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp);
 	if (load_and_publish(reg, ref, &error))
 		PG_RETURN_BOOL(true);
 	(void) pc_snap_record_failure(ref, error, pc_now_ms());
@@ -695,6 +746,24 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
  * Registration
  * ----------------------------------------------------------------
  */
+
+/* Does a query, or any query inside it, write or lock rows? */
+static bool
+writes_or_locks(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		Query	   *q = (Query *) node;
+
+		if (q->commandType != CMD_SELECT || q->hasModifyingCTE ||
+			q->rowMarks != NIL)
+			return true;
+		return query_tree_walker(q, writes_or_locks, context, 0);
+	}
+	return expression_tree_walker(node, writes_or_locks, context);
+}
 
 /*
  * Check a snapshot query as the caller would run it: one read-only SELECT,
@@ -731,13 +800,11 @@ check_query(const char *query)
 				 errmsg("snapshot query must be a SELECT that returns rows")));
 	foreach(lc, ps->query_list)
 	{
-		Query	   *q = lfirst_node(Query, lc);
-
-		if (q->commandType != CMD_SELECT || q->hasModifyingCTE ||
-			q->rowMarks != NIL)
+		if (writes_or_locks((Node *) lfirst_node(Query, lc), NULL))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("snapshot query must be read-only")));
+					 errmsg("snapshot query must be read-only"),
+					 errdetail("It must not write, nor lock rows with FOR UPDATE or FOR SHARE, at any level.")));
 	}
 	for (i = 0; i < ps->resultDesc->natts; i++)
 	{
@@ -911,6 +978,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 	Oid		   *owners = NULL;
 	Interval  **ttls = NULL;
 	int64	   *ttl_ms = NULL;
+	int64	   *stamps = NULL;
 	int			i;
 
 	pc_require_loaded();
@@ -920,7 +988,8 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	ret = SPI_execute("SELECT name, id, owner::oid, ttl,"
-					  " (extract(epoch FROM ttl) * 1000)::int8"
+					  " (extract(epoch FROM ttl) * 1000)::int8,"
+					  " (extract(epoch FROM created_at) * 1000000)::int8"
 					  " FROM projcache.snapshot_registry ORDER BY name",
 					  true, 0);
 	if (ret != SPI_OK_SELECT)
@@ -934,6 +1003,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		owners = palloc(Max(nregs, 1) * sizeof(Oid));
 		ttls = palloc(Max(nregs, 1) * sizeof(Interval *));
 		ttl_ms = palloc(Max(nregs, 1) * sizeof(int64));
+		stamps = palloc(Max(nregs, 1) * sizeof(int64));
 		for (row = 0; row < SPI_processed; row++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[row];
@@ -946,6 +1016,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 			ttls[row] = DatumGetIntervalP(datumCopy(SPI_getbinval(tup, desc, 4, &isnull),
 													false, sizeof(Interval)));
 			ttl_ms[row] = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
+			stamps[row] = DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
 		}
 		MemoryContextSwitchTo(oldcxt);
 	}
@@ -959,7 +1030,8 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		Datum		values[11];
 		bool		nulls[11];
 		const char *status;
-		bool		has_slot = pc_snap_describe(MyDatabaseId, names[i], ids[i], &info);
+		bool		has_slot = pc_snap_describe(MyDatabaseId, names[i], ids[i],
+												stamps[i], &info);
 
 		memset(nulls, true, sizeof(nulls));
 		values[0] = CStringGetTextDatum(names[i]);

@@ -12,7 +12,8 @@
  * tried per TTL window).
  *
  * Locking:
- * - snap_map_lock: in_use, dbid, name, reg_id and generation of every slot.
+ * - snap_map_lock: in_use, dbid, name, reg_id, reg_stamp and generation of
+ *	 every slot.
  *	 A slot is assigned under it in exclusive mode; readers find their slot
  *	 under it in shared mode, then keep only (index, generation).
  * - the slot's own LWLock: data, sizes, times, counters and last_error.
@@ -33,6 +34,7 @@
 #include "postgres.h"
 
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 #include "projcache.h"
 
@@ -45,7 +47,9 @@ typedef struct PcSnapSlot
 	bool		in_use;
 	Oid			dbid;
 	char		name[NAMEDATALEN];
-	int64		reg_id;			/* the registry row this slot caches */
+	int64		reg_id;			/* the registry row this slot caches: its id */
+	int64		reg_stamp;		/* and its creation time, since ids restart
+								 * when the extension is created again */
 	uint64		generation;		/* bumped whenever the slot is reassigned */
 
 	/* atomics */
@@ -104,7 +108,8 @@ pc_snap_shmem_init(void *place, int max_snapshots)
  * are released.
  */
 static void
-reset_slot(int index, Oid dbid, const char *name, int64 reg_id, bool in_use,
+reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
+		   int64 reg_stamp, bool in_use,
 		   dsa_pointer *old_data, Size *old_data_bytes,
 		   dsa_pointer *old_error, Size *old_error_bytes)
 {
@@ -119,6 +124,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id, bool in_use,
 	s->dbid = dbid;
 	strlcpy(s->name, name, NAMEDATALEN);
 	s->reg_id = reg_id;
+	s->reg_stamp = reg_stamp;
 	s->generation++;
 	s->data = InvalidDsaPointer;
 	s->data_bytes = 0;
@@ -149,13 +155,62 @@ find_slot(Oid dbid, const char *name)
 	return -1;
 }
 
+static bool
+slot_is(PcSnapSlot *s, int64 reg_id, int64 reg_stamp)
+{
+	return s->reg_id == reg_id && s->reg_stamp == reg_stamp;
+}
+
 /*
- * The slot of snapshot (dbid, name) as registered under reg_id, assigning
- * one if needed.  A slot left by an earlier registration of the same name
- * is emptied first.
+ * A free slot, or -1.  Slots of databases that no longer exist are freed
+ * on the way (their database cannot be checked under the LWLock, so the
+ * candidates are checked in between).  Caller holds snap_map_lock
+ * exclusively; it is released and retaken here.
+ */
+static int
+free_slot(void)
+{
+	Oid		   *dbids;
+	uint64	   *generations;
+	int			n = pc_shared->max_snapshots;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (!slots()[i].in_use)
+			return i;
+
+	dbids = palloc_extended(n * sizeof(Oid), MCXT_ALLOC_NO_OOM);
+	generations = palloc_extended(n * sizeof(uint64), MCXT_ALLOC_NO_OOM);
+	if (dbids == NULL || generations == NULL)
+		return -1;
+	for (i = 0; i < n; i++)
+	{
+		dbids[i] = slots()[i].dbid;
+		generations[i] = slots()[i].generation;
+	}
+	LWLockRelease(pc_shared->snap_map_lock);
+	for (i = 0; i < n; i++)
+		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbids[i])))
+			dbids[i] = InvalidOid;
+	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+
+	for (i = 0; i < n; i++)
+	{
+		if (!slots()[i].in_use)
+			return i;
+		if (OidIsValid(dbids[i]) && slots()[i].generation == generations[i])
+			return i;			/* its database is gone */
+	}
+	return -1;
+}
+
+/*
+ * The slot of snapshot (dbid, name) as registered under (reg_id,
+ * reg_stamp), assigning one if needed.  A slot left by an earlier
+ * registration of the same name is emptied first.
  */
 PcSnapRef
-pc_snap_acquire(Oid dbid, const char *name, int64 reg_id)
+pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 {
 	PcSnapRef	ref;
 	int			index;
@@ -166,7 +221,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id)
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
-	if (index >= 0 && slots()[index].reg_id == reg_id)
+	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
 	{
 		ref.index = index;
 		ref.generation = slots()[index].generation;
@@ -177,20 +232,14 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id)
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
-	if (index < 0 || slots()[index].reg_id != reg_id)
+	if (index < 0 || !slot_is(&slots()[index], reg_id, reg_stamp))
 	{
 		if (index < 0)
 		{
-			int			i;
-
-			for (i = 0; i < pc_shared->max_snapshots; i++)
-			{
-				if (!slots()[i].in_use)
-				{
-					index = i;
-					break;
-				}
-			}
+			index = free_slot();
+			/* The map may have changed while it was released. */
+			if (find_slot(dbid, name) >= 0)
+				index = find_slot(dbid, name);
 		}
 		if (index < 0)
 		{
@@ -202,8 +251,11 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id)
 							   pc_shared->max_snapshots),
 					 errhint("Raise projcache.max_snapshots, or drop unused snapshots.")));
 		}
-		reset_slot(index, dbid, name, reg_id, true,
-				   &old_data, &old_data_bytes, &old_error, &old_error_bytes);
+		if (!slot_is(&slots()[index], reg_id, reg_stamp) ||
+			slots()[index].dbid != dbid || strcmp(slots()[index].name, name) != 0)
+			reset_slot(index, dbid, name, reg_id, reg_stamp, true,
+					   &old_data, &old_data_bytes,
+					   &old_error, &old_error_bytes);
 	}
 	ref.index = index;
 	ref.generation = slots()[index].generation;
@@ -227,7 +279,7 @@ pc_snap_forget(Oid dbid, const char *name)
 	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
 	if (index >= 0)
-		reset_slot(index, InvalidOid, "", 0, false,
+		reset_slot(index, InvalidOid, "", 0, 0, false,
 				   &old_data, &old_data_bytes, &old_error, &old_error_bytes);
 	LWLockRelease(pc_shared->snap_map_lock);
 
@@ -402,14 +454,11 @@ int64
 pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now)
 {
 	PcSnapSlot *s = &slots()[ref.index];
-	Size		bytes = strlen(message) + 1;
-	dsa_pointer dp = pc_alloc(bytes);
+	Size		bytes;
+	dsa_pointer dp = pc_store_message(message, &bytes);
 	dsa_pointer old_error = InvalidDsaPointer;
 	Size		old_error_bytes = 0;
 	int64		age = -1;
-
-	if (DsaPointerIsValid(dp))
-		memcpy(dsa_get_address(pc_area(), dp), message, bytes);
 
 	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
@@ -435,9 +484,10 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now)
 	return age;
 }
 
-/* What the slot of (dbid, name, reg_id) holds; false if it has no slot. */
+/* What the slot of a registration holds; false if it has no slot. */
 bool
-pc_snap_describe(Oid dbid, const char *name, int64 reg_id, PcSnapInfo *info)
+pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
+				 PcSnapInfo *info)
 {
 	int			index;
 	PcSnapSlot *s;
@@ -447,7 +497,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, PcSnapInfo *info)
 	memset(info, 0, sizeof(PcSnapInfo));
 	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
-	if (index < 0 || slots()[index].reg_id != reg_id)
+	if (index < 0 || !slot_is(&slots()[index], reg_id, reg_stamp))
 	{
 		LWLockRelease(pc_shared->snap_map_lock);
 		return false;

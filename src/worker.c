@@ -432,18 +432,6 @@ make_value(PcFetchItem *item, Size *size)
 	return dp;
 }
 
-static dsa_pointer
-make_error(const char *message, Size *size)
-{
-	dsa_pointer dp;
-
-	*size = strlen(message) + 1;
-	dp = pc_alloc(*size);
-	if (DsaPointerIsValid(dp))
-		memcpy(dsa_get_address(pc_area(), dp), message, *size);
-	return dp;
-}
-
 /* Does the key hold a value now (for not_modified)? */
 static bool
 shared_has_value(const char *key, uint32 len)
@@ -517,7 +505,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		case PC_ANSWER_ERROR:
 		default:
 			result = SCHED_RESULT_PENDING;
-			new_error = make_error(item->error, &new_error_size);
+			new_error = pc_store_message(item->error, &new_error_size);
 			break;
 	}
 	if (result != SCHED_RESULT_PENDING)
