@@ -119,6 +119,8 @@ copy_entry(PcEntry *entry, bool details, PcRead *r)
 
 		r->last_error = copy_no_oom(msg, strlen(msg), true, &r->oom);
 	}
+	else if (details && entry->error_unstored)
+		r->last_error = PC_UNSTORED_ERROR;
 }
 
 static void

@@ -148,7 +148,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	 * error here, with no lock held.
 	 */
 	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + pc_dsa_footprint(len) <=
-		pc_memory_limit())
+		pc_memory_bound())
 		dp = pc_alloc(len);
 	if (!DsaPointerIsValid(dp))
 		report_memory_full();
@@ -185,6 +185,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->invalidated = false;
 		entry->has_refresh = false;
 		entry->evict_pending = false;
+		entry->error_unstored = false;
 		entry->attempts = 0;
 		entry->fetched_at = 0;
 		entry->expires_at = 0;

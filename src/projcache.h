@@ -22,6 +22,11 @@
 /* Longest error message kept for a key or a snapshot, in bytes. */
 #define PC_MAX_MESSAGE_BYTES	1024
 
+/* Shown as last_error when even the message could not be stored. */
+#define PC_UNSTORED_ERROR \
+	"the error could not be recorded: projcache.max_memory is used up"
+
+
 /* Longest key accepted, in bytes. */
 #define PC_MAX_KEY_BYTES		1024
 
@@ -158,6 +163,7 @@ extern dsa_pointer pc_store_message(const char *message, Size *size);
 extern void pc_free(dsa_pointer dp, Size size);
 extern Size pc_dsa_footprint(Size size);
 extern Size pc_memory_limit(void);
+extern Size pc_memory_bound(void);
 extern void pc_require_loaded(void);
 
 /* ----------------------------------------------------------------
@@ -207,6 +213,7 @@ typedef struct PcEntry
 	bool		invalidated;	/* stale until the next successful fetch */
 	bool		has_refresh;	/* refresh_at is set */
 	bool		evict_pending;	/* evicted when its running fetch ends */
+	bool		error_unstored; /* last fetch failed; no room for its message */
 	int32		attempts;		/* failed or pending attempts in a row */
 	int64		fetched_at;		/* pc clock of the last success, if any */
 	int64		expires_at;		/* eviction due, if fetched */

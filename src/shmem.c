@@ -259,13 +259,30 @@ pc_dsa_footprint(Size size)
 	return TYPEALIGN(4096, size) + 64;
 }
 
+/*
+ * Part of projcache.max_memory that only error messages may use, so the
+ * reason a value was refused can be recorded when everything else is full.
+ */
+static Size
+pc_message_reserve(void)
+{
+	return Min(pc_memory_limit() / 16, (Size) 64 * 1024);
+}
+
+/* Where pc_alloc() stops: projcache.max_memory less the message reserve. */
+Size
+pc_memory_bound(void)
+{
+	return pc_memory_limit() - pc_message_reserve();
+}
+
 static dsa_pointer
-pc_alloc_internal(Size size, bool bounded)
+pc_alloc_internal(Size size, Size bound)
 {
 	Size		footprint = pc_dsa_footprint(size);
 	dsa_pointer dp;
 
-	if (bounded && pc_memory_used() + footprint > pc_memory_limit())
+	if (pc_memory_used() + footprint > bound)
 		return InvalidDsaPointer;
 	dp = dsa_allocate_extended(pc_area(), size, DSA_ALLOC_NO_OOM);
 	if (DsaPointerIsValid(dp))
@@ -280,13 +297,13 @@ pc_alloc_internal(Size size, bool bounded)
 dsa_pointer
 pc_alloc(Size size)
 {
-	return pc_alloc_internal(size, true);
+	return pc_alloc_internal(size, pc_memory_bound());
 }
 
 /*
  * Store an error message to record, cut to PC_MAX_MESSAGE_BYTES.  It may
- * use the slack past projcache.max_memory: the reason a value was refused
- * must still be recorded.  *size is what to pass to pc_free().
+ * use the message reserve; InvalidDsaPointer if even that is used up.
+ * *size is what to pass to pc_free().
  */
 dsa_pointer
 pc_store_message(const char *message, Size *size)
@@ -295,7 +312,7 @@ pc_store_message(const char *message, Size *size)
 	dsa_pointer dp;
 
 	*size = len + 1;
-	dp = pc_alloc_internal(*size, false);
+	dp = pc_alloc_internal(*size, pc_memory_limit());
 	if (DsaPointerIsValid(dp))
 	{
 		char	   *dst = dsa_get_address(pc_area(), dp);

@@ -66,6 +66,7 @@ typedef struct PcSnapSlot
 	int64		refresh_errors;
 	dsa_pointer last_error;		/* NUL-terminated, or InvalidDsaPointer */
 	Size		last_error_bytes;
+	bool		error_unstored; /* last attempt failed; no room for its text */
 } PcSnapSlot;
 
 static PcSnapSlot *
@@ -135,6 +136,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	s->refresh_errors = 0;
 	s->last_error = InvalidDsaPointer;
 	s->last_error_bytes = 0;
+	s->error_unstored = false;
 	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
 	LWLockRelease(slot_lock(index));
@@ -433,6 +435,7 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		s->last_failed = false;
 		s->last_error = InvalidDsaPointer;
 		s->last_error_bytes = 0;
+		s->error_unstored = false;
 		pg_atomic_write_u64(&s->last_attempt_ms, (uint64) now);
 		published = true;
 	}
@@ -475,6 +478,7 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now)
 		old_error_bytes = s->last_error_bytes;
 		s->last_error = dp;
 		s->last_error_bytes = DsaPointerIsValid(dp) ? bytes : 0;
+		s->error_unstored = !DsaPointerIsValid(dp);
 		dp = InvalidDsaPointer;
 	}
 	LWLockRelease(slot_lock(ref.index));
@@ -492,6 +496,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	int			index;
 	PcSnapSlot *s;
 	bool		oom = false;
+	bool		unstored = false;
 	int64		last_attempt;
 
 	memset(info, 0, sizeof(PcSnapInfo));
@@ -523,6 +528,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		else
 			oom = true;
 	}
+	unstored = s->error_unstored;
 	LWLockRelease(slot_lock(index));
 	LWLockRelease(pc_shared->snap_map_lock);
 
@@ -530,5 +536,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
+	if (info->last_error == NULL && unstored)
+		info->last_error = pstrdup(PC_UNSTORED_ERROR);
 	return true;
 }

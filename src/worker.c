@@ -544,13 +544,12 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		entry->invalidated = e->invalidated;
 	}
 	/* A success or a clean "pending" clears the error; a failure sets it. */
-	if (item->answer != PC_ANSWER_ERROR || DsaPointerIsValid(new_error))
-	{
-		old_error = entry->last_error;
-		if (DsaPointerIsValid(old_error))
-			old_error_size = strlen(dsa_get_address(pc_area(), old_error)) + 1;
-		entry->last_error = new_error;
-	}
+	old_error = entry->last_error;
+	if (DsaPointerIsValid(old_error))
+		old_error_size = strlen(dsa_get_address(pc_area(), old_error)) + 1;
+	entry->last_error = new_error;
+	entry->error_unstored = item->answer == PC_ANSWER_ERROR &&
+		!DsaPointerIsValid(new_error);
 	dshash_release_lock(pc_keymap(), entry);
 
 	pc_free(old_value, old_value_size);
