@@ -694,7 +694,6 @@ snapshot_srf(FunctionCallInfo fcinfo, bool typed)
 
 	current_rows(reg, &blob, &size, &nrows);
 	emit_rows(rsinfo, reg, blob, size, nrows);
-	pfree(blob);
 	return (Datum) 0;
 }
 

@@ -60,6 +60,7 @@ typedef struct PcSnapSlot
 	dsa_pointer data;			/* the rows, or InvalidDsaPointer (cold) */
 	Size		data_bytes;
 	int64		rows;
+	uint64		version;		/* bumped at each publish */
 	int64		loaded_at_ms;	/* last successful load */
 	int64		fetched_at_ms;	/* last attempt since the first success */
 	bool		last_failed;	/* the last attempt failed */
@@ -290,16 +291,36 @@ pc_snap_forget(Oid dbid, const char *name)
 }
 
 /*
+ * This backend's copy of the rows it read last.  It is kept between reads:
+ * reading the same, unchanged snapshot again copies nothing, and reading
+ * another reuses the buffer instead of asking the kernel for fresh pages
+ * each time.  It costs the backend the size of that snapshot.
+ */
+typedef struct LocalCopy
+{
+	int			index;			/* slot, or -1 */
+	uint64		generation;
+	uint64		version;
+	char	   *buf;			/* in TopMemoryContext */
+	Size		capacity;
+	Size		size;
+	int64		rows;
+} LocalCopy;
+
+static LocalCopy local_copy = {.index = -1};
+
+/*
  * Copy the rows out, if the slot holds a snapshot (and, with only_fresh,
  * one fetched within ttl_ms).  The copy is made under the slot's shared
  * lock with an allocation that cannot raise an ERROR; the caller returns
- * rows from its own copy, holding no lock.
+ * rows from it holding no lock.  *blob stays valid until the next call.
  */
 bool
 pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 			 char **blob, Size *size, int64 *rows)
 {
 	PcSnapSlot *s = &slots()[ref.index];
+	LocalCopy  *lc = &local_copy;
 	bool		found = false;
 	bool		oom = false;
 
@@ -307,17 +328,40 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
 		(!only_fresh || now - s->fetched_at_ms < ttl_ms))
 	{
-		char	   *copy = palloc_extended(Max(s->data_bytes, 1),
-										   MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+		bool		current = lc->index == ref.index &&
+			lc->generation == ref.generation && lc->version == s->version;
 
-		if (copy == NULL)
-			oom = true;
-		else
+		if (!current && lc->capacity < s->data_bytes)
 		{
-			memcpy(copy, dsa_get_address(pc_area(), s->data), s->data_bytes);
-			*blob = copy;
-			*size = s->data_bytes;
-			*rows = s->rows;
+			char	   *grown = MemoryContextAllocExtended(TopMemoryContext,
+														   s->data_bytes,
+														   MCXT_ALLOC_HUGE |
+														   MCXT_ALLOC_NO_OOM);
+
+			if (grown == NULL)
+				oom = true;
+			else
+			{
+				if (lc->buf != NULL)
+					pfree(lc->buf);
+				lc->buf = grown;
+				lc->capacity = s->data_bytes;
+			}
+		}
+		if (!current && !oom)
+		{
+			memcpy(lc->buf, dsa_get_address(pc_area(), s->data), s->data_bytes);
+			lc->index = ref.index;
+			lc->generation = ref.generation;
+			lc->version = s->version;
+			lc->size = s->data_bytes;
+			lc->rows = s->rows;
+		}
+		if (!oom)
+		{
+			*blob = lc->buf;
+			*size = lc->size;
+			*rows = lc->rows;
 			found = true;
 		}
 	}
@@ -430,6 +474,7 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		s->data = dp;
 		s->data_bytes = Max(size, 1);
 		s->rows = rows;
+		s->version++;
 		s->loaded_at_ms = now;
 		s->fetched_at_ms = now;
 		s->last_failed = false;
