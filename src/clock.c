@@ -55,6 +55,16 @@ pc_mono_to_timestamp(int64 mono_ms)
 	return GetCurrentTimestamp() - (pc_now_ms() - mono_ms) * INT64CONST(1000);
 }
 
+/* An interval datum of ms milliseconds, for the views. */
+Datum
+pc_interval_from_ms(int64 ms)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = ms * 1000;
+	return IntervalPGetDatum(iv);
+}
+
 PG_FUNCTION_INFO_V1(projcache_debug_advance_clock);
 
 /*

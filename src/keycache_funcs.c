@@ -338,15 +338,6 @@ freshness_name(SchedFreshness f)
 	}
 }
 
-static Datum
-interval_ms_datum(int64 ms)
-{
-	Interval   *iv = palloc0(sizeof(Interval));
-
-	iv->time = ms * 1000;
-	return IntervalPGetDatum(iv);
-}
-
 /*
  * projcache.lookup(key text, wait interval DEFAULT '0')
  *	 → TABLE(state, freshness, revision, config, fetched_at, age, last_error)
@@ -376,7 +367,7 @@ projcache_lookup(PG_FUNCTION_ARGS)
 		nulls[1] = false;
 		values[4] = TimestampTzGetDatum(pc_mono_to_timestamp(r.fetched_at));
 		nulls[4] = false;
-		values[5] = interval_ms_datum(Max(now - r.fetched_at, 0));
+		values[5] = pc_interval_from_ms(Max(now - r.fetched_at, 0));
 		nulls[5] = false;
 	}
 	if (r.revision != NULL)
@@ -602,17 +593,17 @@ projcache_entries(PG_FUNCTION_ARGS)
 			nulls[2] = false;
 			values[6] = TimestampTzGetDatum(pc_mono_to_timestamp(r->fetched_at));
 			nulls[6] = false;
-			values[7] = interval_ms_datum(Max(now - r->fetched_at, 0));
+			values[7] = pc_interval_from_ms(Max(now - r->fetched_at, 0));
 			nulls[7] = false;
 			if (r->expires_at != 0)
 			{
-				values[8] = interval_ms_datum(r->expires_at - now);
+				values[8] = pc_interval_from_ms(r->expires_at - now);
 				nulls[8] = false;
 			}
 		}
 		if (r->has_refresh)
 		{
-			values[9] = interval_ms_datum(r->refresh_at - now);
+			values[9] = pc_interval_from_ms(r->refresh_at - now);
 			nulls[9] = false;
 		}
 		values[10] = Int32GetDatum(r->attempts);

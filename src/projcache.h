@@ -57,6 +57,7 @@ extern bool pc_debug_clock;
 extern int64 pc_now_ms(void);
 extern int64 pc_real_now_ms(void);
 extern TimestampTz pc_mono_to_timestamp(int64 mono_ms);
+extern Datum pc_interval_from_ms(int64 ms);
 
 /* ----------------------------------------------------------------
  * Counters: cumulative since start or projcache.reset_stats()

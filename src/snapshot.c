@@ -949,15 +949,6 @@ projcache_revoke_snapshot(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-static Datum
-ms_interval(int64 ms)
-{
-	Interval   *iv = palloc0(sizeof(Interval));
-
-	iv->time = ms * 1000;
-	return IntervalPGetDatum(iv);
-}
-
 /*
  * projcache.snapshots(): name, owner, ttl, rows, bytes, loaded_at, age,
  * last_attempt_at, refresh_errors, last_error, status
@@ -1047,7 +1038,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		{
 			values[5] = TimestampTzGetDatum(pc_mono_to_timestamp(info.loaded_at_ms));
 			nulls[5] = false;
-			values[6] = ms_interval(Max(now - info.loaded_at_ms, 0));
+			values[6] = pc_interval_from_ms(Max(now - info.loaded_at_ms, 0));
 			nulls[6] = false;
 		}
 		if (has_slot && info.attempted)
