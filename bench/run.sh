@@ -12,10 +12,10 @@
 # the temp dir removed on exit, error or Ctrl-C.  See bench/README.md.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=SCRIPTDIR/../scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+NAME=bench
 BENCH=$REPO/bench
-PGBIN=/usr/lib/postgresql/15/bin
-PG_CONFIG=$PGBIN/pg_config
 PORT=54339
 DURATION=${BENCH_SECONDS:-10}     # seconds per pgbench run
 CLIENTS=2                         # pgbench -c and -j
@@ -31,72 +31,10 @@ case $DURATION in
 '' | *[!0-9]*) echo "BENCH_SECONDS must be a whole number of seconds" >&2; exit 2 ;;
 esac
 
-# Settings from the caller's environment must not redirect psql elsewhere.
-unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS
-
-if [ "$(id -u)" -eq 0 ]; then
-	RUN_USER=postgres
-	AS_PG=(runuser -u postgres -- env HOME="$(getent passwd postgres | cut -d: -f6 || true)")
-	AS_ROOT=(env)
-else
-	RUN_USER=$(id -un)
-	AS_PG=(env)
-	AS_ROOT=(sudo)
-fi
+cleanup_on_exit
 
 START_NS=$(date +%s%N)
 step() { printf '\n=== [%ss] %s\n' "$(awk -v ns="$(( $(date +%s%N) - START_NS ))" 'BEGIN{printf "%5.1f", ns / 1e9}')" "$*"; }
-
-# Always: stop the server (if it runs) and remove the temp dir.
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM HUP
-	cd /
-	if [ -n "$DATA" ] && [ -f "$DATA/postmaster.pid" ]; then
-		if [ "$rc" -ne 0 ] && [ -f "$WORK/server.log" ]; then
-			echo "--- last lines of the server log ---"
-			tail -n 30 "$WORK/server.log"
-		fi
-		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null 2>&1 ||
-			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m immediate -w -t 30 >/dev/null 2>&1 ||
-			true
-	fi
-	[ -n "$WORK" ] && rm -rf "$WORK"
-	if [ "$rc" -ne 0 ]; then
-		echo "bench FAILED (exit $rc); server stopped, temp dir removed" >&2
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM HUP
-
-# psql running a file or stdin, quiet, stopping at the first error.
-pgrun() {
-	"${AS_PG[@]}" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 \
-		-p "$PORT" -h "$SOCK" -d postgres "$@"
-}
-# psql returning bare values, fields separated by '|'.
-pgvalue() {
-	"${AS_PG[@]}" "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
-		-p "$PORT" -h "$SOCK" -d postgres -c "$1"
-}
-
-# copy_tree DEST: tracked files plus untracked, not ignored ones (as demo.sh).
-copy_tree() {
-	local git=(git -C "$REPO" -c safe.directory='*')
-	if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-		"${git[@]}" ls-files -z --cached --others --exclude-standard |
-			while IFS= read -r -d '' f; do
-				if [ -e "$REPO/$f" ] || [ -L "$REPO/$f" ]; then printf '%s\0' "$f"; fi
-			done |
-			tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$1" -xf -
-	else
-		tar -C "$REPO" --exclude=./.git --exclude='*.o' --exclude='*.so' \
-			--exclude='*.bc' --exclude=./tmp_check --exclude=./tmp_check_iso \
-			--exclude=./results --exclude=./output_iso -cf - . | tar -C "$1" -xf -
-	fi
-}
 
 # run_pgbench SCRIPT: pgbench -n -f SCRIPT -c 2 -j 2 -T $DURATION over the
 # unix socket.  Sets PB_TPS, PB_LAT (ms), PB_XACTS, PB_FAILED; "error" when
@@ -122,6 +60,7 @@ run_pgbench() {
 }
 
 # Number formatting for the report; "error" and empty stay as they are.
+# shellcheck disable=SC2059  # the format is the caller's
 fmt() { # fmt PRINTF_FORMAT VALUE
 	case $2 in '' | error | *[!0-9.e+-]*) printf '%s' "${2:-?}" ;; *) LC_ALL=C printf "$1" "$2" ;; esac
 }
@@ -148,26 +87,12 @@ SOCK=$WORK/sock
 mkdir -p "$WORK/src" "$WORK/bench" "$SOCK"
 copy_tree "$WORK/src"
 cp "$BENCH"/*.sql "$WORK/bench/"
-chmod 755 "$WORK"
-if [ "$RUN_USER" = postgres ]; then
-	chown -R postgres:postgres "$WORK"
-	"${AS_PG[@]}" test -x "$(dirname "$WORK")" || chmod o+x "$(dirname "$WORK")"
-fi
+own_work
 cd "$WORK/src"
-
-if ! "${AS_PG[@]}" make -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >"$WORK/build.log" 2>&1; then
-	cat "$WORK/build.log"
-	echo "bench: the extension does not build" >&2
-	exit 1
-fi
-"${AS_ROOT[@]}" make -s install PG_CONFIG="$PG_CONFIG" >/dev/null
+build_install
 BUILT_SUM=$(md5sum <"$WORK/src/projcache.so" | cut -d' ' -f1)
-echo "built and installed projcache"
 
-"${AS_PG[@]}" "$PGBIN/initdb" -D "$DATA" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1 ||
-	{ cat "$WORK/initdb.log"; exit 1; }
-cat >>"$DATA/postgresql.conf" <<EOF
-
+start_cluster <<EOF
 # projcache benchmark
 listen_addresses = ''
 fsync = off
@@ -175,10 +100,7 @@ shared_preload_libraries = 'projcache'
 projcache.database = 'postgres'
 projcache.fetch_function = 'public.fetch_project_configs'
 EOF
-"${AS_PG[@]}" "$PGBIN/pg_ctl" start -D "$DATA" -l "$WORK/server.log" -w -t 30 \
-	-o "-p $PORT -k $SOCK" >/dev/null
 LOADED_SUM=$(md5sum <"$($PG_CONFIG --pkglibdir)/projcache.so" | cut -d' ' -f1)
-echo "server running: psql -p $PORT -h $SOCK -d postgres"
 
 pgrun -f "$WORK/bench/setup.sql"
 echo "schema, 11,000 upstream rows, 10,000-row snapshot source and helpers created"
@@ -328,7 +250,6 @@ if [ "$LOG_LINES" -gt 0 ]; then
 	grep -E '(ERROR|WARNING|FATAL|PANIC):' "$WORK/server.log" | head -n 20
 fi
 
-cd /
-"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null
+stop_cluster
 [ "$ERRORS" -eq 0 ] || exit 1
 exit 0

@@ -13,80 +13,20 @@
 # stopped and the temp dir removed on exit, error or Ctrl-C.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PGBIN=/usr/lib/postgresql/15/bin
-PG_CONFIG=$PGBIN/pg_config
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+NAME=demo
 PORT=54329
 WORK=
 DATA=
 SOCK=
-
-# Settings from the caller's environment must not redirect psql elsewhere.
-unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS
-
-if [ "$(id -u)" -eq 0 ]; then
-	RUN_USER=postgres
-	AS_PG=(runuser -u postgres -- env HOME="$(getent passwd postgres | cut -d: -f6)")
-	AS_ROOT=(env)
-else
-	RUN_USER=$(id -un)
-	AS_PG=(env)
-	AS_ROOT=(sudo)
-fi
+cleanup_on_exit
 
 caption() { printf '\n=== %s\n' "$*"; }
 
-# Always: stop the server (if it runs) and remove the temp dir.
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM HUP
-	cd /
-	if [ -n "$DATA" ] && [ -f "$DATA/postmaster.pid" ]; then
-		if [ "$rc" -ne 0 ] && [ -f "$WORK/server.log" ]; then
-			echo "--- last lines of the server log ---"
-			tail -n 30 "$WORK/server.log"
-		fi
-		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null 2>&1 ||
-			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m immediate -w -t 30 >/dev/null 2>&1 ||
-			true
-	fi
-	[ -n "$WORK" ] && rm -rf "$WORK"
-	if [ "$rc" -ne 0 ]; then
-		echo "demo FAILED (exit $rc); server stopped" >&2
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM HUP
-
 # psql against the demo server, stopping at the first error.  Input lines
 # are echoed, so the reader sees each statement above its result.
-pgsql() {
-	"${AS_PG[@]}" "$PGBIN/psql" -X -q -a -v ON_ERROR_STOP=1 -P null='(null)' \
-		-p "$PORT" -h "$SOCK" -d postgres "$@"
-}
-# psql returning bare values, for the script's own checks.
-pgvalue() {
-	"${AS_PG[@]}" "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
-		-p "$PORT" -h "$SOCK" -d postgres -c "$1"
-}
-
-# copy_tree DEST: tracked files plus untracked, not ignored ones.
-copy_tree() {
-	local git=(git -C "$REPO" -c safe.directory='*')
-	if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-		"${git[@]}" ls-files -z --cached --others --exclude-standard |
-			while IFS= read -r -d '' f; do
-				if [ -e "$REPO/$f" ] || [ -L "$REPO/$f" ]; then printf '%s\0' "$f"; fi
-			done |
-			tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$1" -xf -
-	else
-		tar -C "$REPO" --exclude=./.git --exclude='*.o' --exclude='*.so' \
-			--exclude='*.bc' --exclude=./tmp_check --exclude=./tmp_check_iso \
-			--exclude=./results --exclude=./output_iso -cf - . | tar -C "$1" -xf -
-	fi
-}
+pgsql() { pgrun -a -P null='(null)' "$@"; }
 
 # ------------------------------------------------------------ setup
 caption "setup: dependencies, build, install, throwaway cluster on port $PORT"
@@ -97,25 +37,11 @@ DATA=$WORK/data
 SOCK=$WORK/sock
 mkdir -p "$WORK/src" "$SOCK"
 copy_tree "$WORK/src"
-chmod 755 "$WORK"
-if [ "$RUN_USER" = postgres ]; then
-	chown -R postgres:postgres "$WORK"
-	"${AS_PG[@]}" test -x "$(dirname "$WORK")" || chmod o+x "$(dirname "$WORK")"
-fi
+own_work
 cd "$WORK/src"
+build_install
 
-if ! "${AS_PG[@]}" make -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >"$WORK/build.log" 2>&1; then
-	cat "$WORK/build.log"
-	echo "demo: the extension does not build" >&2
-	exit 1
-fi
-"${AS_ROOT[@]}" make -s install PG_CONFIG="$PG_CONFIG" >/dev/null
-echo "built and installed projcache"
-
-"${AS_PG[@]}" "$PGBIN/initdb" -D "$DATA" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1 ||
-	{ cat "$WORK/initdb.log"; exit 1; }
-cat >>"$DATA/postgresql.conf" <<EOF
-
+start_cluster <<EOF
 # projcache demo
 listen_addresses = ''
 shared_preload_libraries = 'projcache'
@@ -124,9 +50,6 @@ projcache.database = 'postgres'
 projcache.expiry = '30s'
 projcache.grace_period = '60s'
 EOF
-"${AS_PG[@]}" "$PGBIN/pg_ctl" start -D "$DATA" -l "$WORK/server.log" -w -t 30 \
-	-o "-p $PORT -k $SOCK" >/dev/null
-echo "server running: psql -p $PORT -h $SOCK -d postgres"
 
 # ------------------------------------------------------------ 1
 caption "1. create the extension, an upstream table and the fetch function it calls"
@@ -288,7 +211,6 @@ then
 fi
 
 # ------------------------------------------------------------ done
-cd /
-"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null
+stop_cluster
 echo
 echo "demo finished; server stopped"

@@ -25,8 +25,11 @@
 #              PROJCACHE_KEEP=1       keep the temp dir even on success
 set -uo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+# lib.sh: REPO, PGBIN, PG_CONFIG, RUN_USER, AS_PG, AS_ROOT, copy_tree and
+# own_work; it also unsets the libpq variables (PGHOST, ...) of the caller's
+# environment, so that they cannot leak into test instances.
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BUDGET=${PROJCACHE_TEST_BUDGET:-780}
 START=$SECONDS
 
@@ -38,9 +41,9 @@ SRC=
 LOGS=
 STEP_PID=
 
-# Settings from the caller's environment must not leak into test instances.
-unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS \
-	PGPASSWORD PGSSLMODE CMOCKA_MESSAGE_OUTPUT CMOCKA_XML_FILE
+# Settings from the caller's environment must not leak into the unit tests
+# (lib.sh has unset the libpq ones).
+unset CMOCKA_MESSAGE_OUTPUT CMOCKA_XML_FILE
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -54,17 +57,6 @@ summary_skip() {
 	SUMMARY+=("$(printf '  %-11s skipped (%s)' "$1" "$2")")
 }
 
-# --- users: root runs servers and builds as "postgres", others as themselves
-if [ "$(id -u)" -eq 0 ]; then
-	RUN_USER=postgres
-	AS_PG=(runuser -u postgres -- env HOME="$(getent passwd postgres | cut -d: -f6)")
-	AS_ROOT=(env)
-else
-	RUN_USER=$(id -un)
-	AS_PG=(env)
-	AS_ROOT=(sudo)
-fi
-
 # stop_instances: stop every server started from the temp dir and kill any
 # leftover process of ours still working in it (only those: matched by data
 # directory or by working directory under $WORK).
@@ -73,7 +65,7 @@ stop_instances() {
 	local pidfile pid cwd pids=()
 	cd / || return 0 # so that this script itself is not "working in it"
 	while IFS= read -r pidfile; do
-		"${AS_PG[@]}" /usr/lib/postgresql/15/bin/pg_ctl stop -m immediate -w -t 20 \
+		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -m immediate -w -t 20 \
 			-D "$(dirname "$pidfile")" >/dev/null 2>&1 || true
 	done < <(find "$WORK" -name postmaster.pid 2>/dev/null)
 	for pid in $(pgrep -u "$RUN_USER" 2>/dev/null); do
@@ -124,6 +116,8 @@ on_signal() {
 }
 trap on_signal INT TERM HUP
 
+timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
+
 # run_step LOG LIMIT CMD...: run CMD with a time limit, output shown and
 # copied to LOG; returns CMD's status (124 or 137 on timeout).  The limit is
 # capped by what is left of the overall budget.
@@ -146,13 +140,11 @@ run_step() {
 	wait "$STEP_PID"
 	rc=$?
 	STEP_PID=
-	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+	if timed_out "$rc"; then
 		echo "*** timed out after ${limit}s: $*" | tee -a "$log"
 	fi
 	return "$rc"
 }
-
-timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
 
 # make_var NAME: the value of a variable of the project's Makefile.
 make_var() {
@@ -160,25 +152,6 @@ make_var() {
 	make --no-print-directory -s -f Makefile \
 		-f <(printf 'projcache-print-var:\n\t@echo $(%s)\n' "$1") \
 		PG_CONFIG="$PG_CONFIG" projcache-print-var 2>/dev/null
-}
-
-# copy_tree: the tree as a developer sees it: tracked files plus untracked,
-# not ignored ones (so no .git, objects or old test output).
-copy_tree() {
-	local git=(git -C "$REPO" -c safe.directory='*')
-	if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-		"${git[@]}" ls-files -z --cached --others --exclude-standard |
-			while IFS= read -r -d '' f; do
-				# a tracked file deleted in the working tree is not copied
-				if [ -e "$REPO/$f" ] || [ -L "$REPO/$f" ]; then printf '%s\0' "$f"; fi
-			done |
-			tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$SRC" -xf -
-	else
-		tar -C "$REPO" --exclude=./.git --exclude='*.o' --exclude='*.so' \
-			--exclude='*.bc' --exclude=./tmp_check --exclude=./tmp_check_iso \
-			--exclude=./results --exclude=./output_iso --exclude=./log \
-			-cf - . | tar -C "$SRC" -xf -
-	fi
 }
 
 # count_pg_regress LOG: "ok failed ignored" from pg_regress' per-test lines
@@ -189,6 +162,22 @@ count_pg_regress() {
 		/^(test +| +)[^ ]+ +\.\.\. FAILED( |$)/         { bad++ }
 		/^(test +| +)[^ ]+ +\.\.\. failed \(ignored\)/ { ign++ }
 		END { print ok + 0, bad + 0, ign + 0 }' "$1"
+}
+
+# settle RC [CRASH_NOTE [NONE_NOTE]]: correct the caller's "bad" and "note"
+# (a suite's failure count and remark, read from its output) by how its
+# command ended: a timeout is one more failure; a failed status without a
+# failed test, or success without any test, is one failure with CRASH_NOTE
+# or NONE_NOTE.  The caller's "ok" is the suite's pass count.
+settle() {
+	local rc=$1
+	if timed_out "$rc"; then
+		bad=$((bad + 1)); note="timed out"
+	elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+		bad=1; note=${2:-"exit status $rc without a failed test: see the log above"}
+	elif [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then
+		bad=1; note=${3:-"ran no test"}
+	fi
 }
 
 # show_tail FILE...: the end of each existing file, for post-mortems.
@@ -211,13 +200,7 @@ run_regress_suite() {
 	rc=$?
 	read -r ok bad ign < <(count_pg_regress "$log")
 	[ "$ign" -gt 0 ] && { ok=$((ok + ign)); note="$ign failure(s) ignored by the schedule"; }
-	if timed_out "$rc"; then
-		bad=$((bad + 1)); note="timed out"
-	elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
-		bad=1; note="exit status $rc without a failed test: see the log above"
-	elif [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then
-		bad=1; note="ran no test"
-	fi
+	settle "$rc"
 	if [ "$bad" -gt 0 ]; then
 		if [ -f "$diffs" ]; then
 			echo "----- head -200 $diffs -----"
@@ -245,17 +228,11 @@ mkdir -p "$SRC" "$LOGS" "$WORK/tmp"
 # Temp files of the suites (TAP socket dirs, ...) go in here too, so that
 # even a killed test leaves nothing behind outside $WORK.
 export TMPDIR=$WORK/tmp
-if ! copy_tree; then
+if ! copy_tree "$SRC"; then
 	summary_add "setup" 0 1 "copying the source tree to $SRC failed"
 	finish
 fi
-chmod 755 "$WORK"
-if [ "$RUN_USER" = postgres ]; then
-	chown -R postgres:postgres "$WORK"
-	# the copy must be reachable by postgres
-	parent=$(dirname "$WORK")
-	"${AS_PG[@]}" test -x "$parent" || chmod o+x "$parent"
-fi
+own_work
 cd "$SRC" || finish
 say "testing a copy in $SRC (as OS user $RUN_USER)"
 
@@ -293,13 +270,7 @@ read -r ok bad < <(awk '
 	/^\[  FAILED  \] [0-9]+ test\(s\), listed below:/     { f += $4 }
 	END { print p + 0, f + 0 }' "$LOGS/unit.log")
 note=
-if timed_out "$rc"; then
-	bad=$((bad + 1)); note="timed out"
-elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
-	bad=1; note="did not build or crashed (exit $rc)"
-elif [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then
-	bad=1; note="no cmocka result line in the output"
-fi
+settle "$rc" "did not build or crashed (exit $rc)" "no cmocka result line in the output"
 summary_add "unit" "$ok" "$bad" "$note"
 
 if [ "$built" -eq 1 ]; then
@@ -352,13 +323,7 @@ if [ "$built" -eq 1 ]; then
 			}' "$LOGS/tap.log")
 		read -r ok bad failing_files <<<"$tap_result"
 		note=
-		if timed_out "$rc"; then
-			bad=$((bad + 1)); note="timed out"
-		elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
-			bad=1; note="exit status $rc without a failed test: see the log above"
-		elif [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then
-			bad=1; note="ran no test"
-		fi
+		settle "$rc"
 		if [ "$bad" -gt 0 ]; then
 			for f in $failing_files; do
 				base=$(basename "$f" .pl)

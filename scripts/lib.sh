@@ -1,0 +1,152 @@
+# shellcheck shell=bash
+# lib.sh - what scripts/test.sh, scripts/demo.sh and bench/run.sh share.
+# Sourced, never run:   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#
+# Sourcing it sets
+#   REPO, PGBIN, PG_CONFIG  the source tree (this file's parent's parent) and
+#                           PostgreSQL 15's binaries and pg_config
+#   RUN_USER, AS_PG,        the OS user that builds and runs servers, and
+#   AS_ROOT                 command prefixes running as it and as root: when
+#                           root, "postgres" (PostgreSQL refuses to run as
+#                           root) and plain env; otherwise oneself and sudo
+# and unsets the libpq variables (PGHOST, PGPORT, ...) of the caller's
+# environment, so that they cannot redirect a client or leak into a test
+# instance.  It sets no shell options and installs no trap.
+#
+# Functions for the temp dir (used by all three scripts):
+#   copy_tree DEST        copy the tree as a developer sees it into DEST
+#   own_work              make $WORK usable by RUN_USER
+#
+# Functions for a throwaway cluster (demo.sh and bench/run.sh), which work on
+# the globals WORK (temp dir, $WORK/src the copy), DATA (data directory),
+# SOCK (socket directory), PORT and NAME (the script's name in messages):
+#   build_install         build $WORK/src quietly and install it
+#   start_cluster         initdb $DATA, append stdin to postgresql.conf, start
+#   pgrun ARGS...         psql on the cluster, quiet, stopping at an error
+#   pgvalue SQL           psql's bare values (-At) for one command
+#   stop_cluster          stop the cluster (fast); fails if it cannot
+#   cleanup_on_exit       install the EXIT/signal traps that always stop the
+#                         cluster and remove $WORK, with the server log's
+#                         last lines and "NAME FAILED (exit N)" on failure
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PGBIN/pg_config
+
+unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS \
+	PGPASSWORD PGSSLMODE
+
+# The postgres user may not exist yet (scripts/install-deps.sh creates it):
+# then its HOME is empty, and that is not an error.
+if [ "$(id -u)" -eq 0 ]; then
+	RUN_USER=postgres
+	AS_PG=(runuser -u postgres -- env HOME="$(getent passwd postgres | cut -d: -f6 || true)")
+	AS_ROOT=(env)
+else
+	RUN_USER=$(id -un)
+	AS_PG=(env)
+	AS_ROOT=(sudo)
+fi
+
+# copy_tree DEST: tracked files plus untracked, not ignored ones (so no .git,
+# objects or old test output), as they are in the working tree.
+copy_tree() {
+	local dest=$1 git=(git -C "$REPO" -c safe.directory='*')
+	if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		"${git[@]}" ls-files -z --cached --others --exclude-standard |
+			while IFS= read -r -d '' f; do
+				# a tracked file deleted in the working tree is not copied
+				if [ -e "$REPO/$f" ] || [ -L "$REPO/$f" ]; then printf '%s\0' "$f"; fi
+			done |
+			tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$dest" -xf -
+	else
+		tar -C "$REPO" --exclude=./.git --exclude='*.o' --exclude='*.so' \
+			--exclude='*.bc' --exclude=./tmp_check --exclude=./tmp_check_iso \
+			--exclude=./results --exclude=./output_iso --exclude=./log \
+			-cf - . | tar -C "$dest" -xf -
+	fi
+}
+
+# own_work: $WORK readable by all and, when servers run as postgres, owned
+# by it and reachable through its parent directory.
+own_work() {
+	local parent
+	chmod 755 "$WORK"
+	if [ "$RUN_USER" = postgres ]; then
+		chown -R postgres:postgres "$WORK"
+		parent=$(dirname "$WORK")
+		"${AS_PG[@]}" test -x "$parent" || chmod o+x "$parent"
+	fi
+}
+
+# build_install: make (output in $WORK/build.log, shown only on failure,
+# then exit 1) and make install in $WORK/src, the current directory.
+build_install() {
+	if ! "${AS_PG[@]}" make -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >"$WORK/build.log" 2>&1; then
+		cat "$WORK/build.log"
+		echo "$NAME: the extension does not build" >&2
+		exit 1
+	fi
+	"${AS_ROOT[@]}" make -s install PG_CONFIG="$PG_CONFIG" >/dev/null
+	echo "built and installed projcache"
+}
+
+# start_cluster <CONF: initdb $DATA (its output shown only on failure, then
+# exit 1), append a blank line and stdin to its postgresql.conf, and start it
+# on $PORT with its socket in $SOCK and its log in $WORK/server.log.
+start_cluster() {
+	"${AS_PG[@]}" "$PGBIN/initdb" -D "$DATA" -A trust -U postgres --no-sync \
+		</dev/null >"$WORK/initdb.log" 2>&1 ||
+		{ cat "$WORK/initdb.log"; exit 1; }
+	{ echo; cat; } >>"$DATA/postgresql.conf"
+	"${AS_PG[@]}" "$PGBIN/pg_ctl" start -D "$DATA" -l "$WORK/server.log" -w -t 30 \
+		-o "-p $PORT -k $SOCK" >/dev/null
+	echo "server running: psql -p $PORT -h $SOCK -d postgres"
+}
+
+# pgrun ARGS...: psql on the cluster's database postgres, running a
+# file, stdin or -c, quietly, stopping at the first error.
+pgrun() {
+	"${AS_PG[@]}" "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 \
+		-p "$PORT" -h "$SOCK" -d postgres "$@"
+}
+
+# pgvalue SQL: the bare values SQL returns, fields separated by '|'.
+pgvalue() {
+	pgrun -At -c "$1"
+}
+
+# stop_cluster: stop the cluster, waiting for it; its status is pg_ctl's.
+stop_cluster() {
+	cd / || return
+	"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null
+}
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap of cleanup_on_exit
+_cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	cd /
+	if [ -n "$DATA" ] && [ -f "$DATA/postmaster.pid" ]; then
+		if [ "$rc" -ne 0 ] && [ -f "$WORK/server.log" ]; then
+			echo "--- last lines of the server log ---"
+			tail -n 30 "$WORK/server.log"
+		fi
+		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null 2>&1 ||
+			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m immediate -w -t 30 >/dev/null 2>&1 ||
+			true
+	fi
+	[ -n "$WORK" ] && rm -rf "$WORK"
+	if [ "$rc" -ne 0 ]; then
+		echo "$NAME FAILED (exit $rc); server stopped, temp dir removed" >&2
+	fi
+	exit "$rc"
+}
+
+# cleanup_on_exit: on any exit, error or signal, stop the cluster (if it
+# runs) and remove $WORK; INT exits with status 130, TERM and HUP with 143.
+cleanup_on_exit() {
+	trap _cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM HUP
+}
