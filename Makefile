@@ -39,6 +39,9 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: every object depends on both headers.
+$(OBJS): src/projcache.h src/scheduler.h
+
 # The scheduler core is plain C: it is compiled a second time, without the
 # server, into a cmocka test binary.
 UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -I$(srcdir)/src

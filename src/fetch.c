@@ -286,6 +286,8 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		breaches = run_fetch(items, nitems, callercxt);
 		SPI_finish();
 		disable_timeout(STATEMENT_TIMEOUT, false);
+		/* The timeout may have fired just as the call returned: too late. */
+		QueryCancelPending = false;
 
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(callercxt);
@@ -317,8 +319,11 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 									  pc_fetch_timeout_ms);
 		}
 		ereport(WARNING,
-				(errmsg("projcache: fetch function failed for %d key(s): %s",
-						nitems, edata->message)));
+				(errcode(edata->sqlerrcode),
+				 errmsg_plural("projcache fetch function failed for %d key",
+							   "projcache fetch function failed for %d keys",
+							   nitems, nitems),
+				 errdetail("%s", edata->message)));
 		fail_batch(items, nitems, edata->message);
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
 		FreeErrorData(edata);

@@ -18,6 +18,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -25,6 +26,7 @@
 #include "pgstat.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "projcache.h"
@@ -175,10 +177,11 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		send = pc_request_mark(entry, PC_REQ_FETCH);
 	dshash_release_lock(map, entry);
 
-	if (r->oom)
-		report_oom();
+	/* A request bit set must reach the worker, whatever happens next. */
 	if (send)
 		pc_request_send(key, len);
+	if (r->oom)
+		report_oom();
 
 	if (!r->found)
 		pc_count(PC_CTR_MISSES, 1);
@@ -419,7 +422,7 @@ projcache_fetch(PG_FUNCTION_ARGS)
  * once, so readers see it before the worker acts.
  */
 static bool
-request_cached_key(const char *key, uint32 len, uint32 bits)
+request_cached_key(const char *key, uint32 len, uint32 bits, uint64 *serial)
 {
 	PcKey		search = pc_search_key(key, len);
 	bool		invalidate = (bits & PC_REQ_INVALIDATE) != 0;
@@ -431,6 +434,8 @@ request_cached_key(const char *key, uint32 len, uint32 bits)
 		return false;
 	if (invalidate && entry->state != PC_STATE_PENDING)
 		entry->invalidated = true;
+	if (serial != NULL)
+		*serial = entry->serial;
 	send = pc_request_mark(entry, bits);
 	dshash_release_lock(pc_keymap(), entry);
 	if (send)
@@ -439,26 +444,90 @@ request_cached_key(const char *key, uint32 len, uint32 bits)
 }
 
 /*
- * projcache.invalidate(key text) → boolean: stale from now on, refetched at
- * once, the old value served meanwhile.  False if the key is not cached.
+ * Keys invalidated by the current transaction (text datums, in
+ * TopTransactionContext).  Their refetch is requested only once the
+ * transaction has committed: invalidate() is meant for triggers on the
+ * source table, and a fetch before the commit would see the old rows and
+ * cache them as fresh again.
+ */
+static List *invalidated_keys = NIL;
+static bool xact_callback_registered = false;
+
+static void
+invalidate_at_commit(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			/* Committed and visible to new snapshots: fetch now. */
+			foreach(lc, invalidated_keys)
+			{
+				text	   *key = (text *) lfirst(lc);
+
+				(void) request_cached_key(VARDATA_ANY(key),
+										  VARSIZE_ANY_EXHDR(key),
+										  PC_REQ_INVALIDATE, NULL);
+			}
+			invalidated_keys = NIL;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* The keys stay stale: the next read refetches them. */
+			invalidated_keys = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * projcache.invalidate(key text) → boolean: stale from now on (the old
+ * value keeps serving), and refetched with a normal fetch as soon as the
+ * calling transaction commits.  False if the key is not cached.
  */
 Datum
 projcache_invalidate(PG_FUNCTION_ARGS)
 {
+	text	   *arg = PG_GETARG_TEXT_PP(0);
 	const char *key;
 	uint32		len;
+	PcKey		search;
+	PcEntry    *entry;
+	MemoryContext oldcxt;
 
 	pc_require_loaded();
-	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
-	PG_RETURN_BOOL(request_cached_key(key, len, PC_REQ_INVALIDATE));
+	pc_check_key(arg, &key, &len);
+
+	search = pc_search_key(key, len);
+	entry = dshash_find(pc_keymap(), &search, true);
+	if (entry == NULL)
+		PG_RETURN_BOOL(false);
+	if (entry->state != PC_STATE_PENDING)
+		entry->invalidated = true;
+	dshash_release_lock(pc_keymap(), entry);
+
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(invalidate_at_commit, NULL);
+		xact_callback_registered = true;
+	}
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	invalidated_keys = lappend(invalidated_keys,
+							   cstring_to_text_with_len(key, len));
+	MemoryContextSwitchTo(oldcxt);
+	PG_RETURN_BOOL(true);
 }
 
 /*
- * Wait until the worker has removed the key, or has deferred its removal
- * until the key's running fetch ends.  Bounded, in case no worker runs.
+ * Wait until the worker has removed the entry (a reader may create the key
+ * again at once: that is another entry).  Bounded, in case no worker runs.
  */
 static void
-wait_for_eviction(const char *key, uint32 len)
+wait_for_eviction(const char *key, uint32 len, uint64 serial)
 {
 	ConditionVariable *cv = pc_key_cv(key, len);
 	int64		deadline = pc_real_now_ms() + PC_EVICT_WAIT_MS;
@@ -472,7 +541,7 @@ wait_for_eviction(const char *key, uint32 len)
 		int64		remaining;
 
 		entry = dshash_find(pc_keymap(), &search, false);
-		done = entry == NULL || entry->evict_pending;
+		done = entry == NULL || entry->serial != serial;
 		if (entry != NULL)
 			dshash_release_lock(pc_keymap(), entry);
 		remaining = deadline - pc_real_now_ms();
@@ -486,8 +555,8 @@ wait_for_eviction(const char *key, uint32 len)
 
 /*
  * projcache.evict(key text) → boolean: the worker removes the key (after
- * its running fetch, if any); returns once it has, or has deferred it until
- * that fetch ends.  False if the key is not cached.
+ * its running fetch, if any) and this returns once it has.  False if the
+ * key is not cached.
  */
 Datum
 projcache_evict(PG_FUNCTION_ARGS)
@@ -495,11 +564,13 @@ projcache_evict(PG_FUNCTION_ARGS)
 	const char *key;
 	uint32		len;
 
+	uint64		serial;
+
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
-	if (!request_cached_key(key, len, PC_REQ_EVICT))
+	if (!request_cached_key(key, len, PC_REQ_EVICT, &serial))
 		PG_RETURN_BOOL(false);
-	wait_for_eviction(key, len);
+	wait_for_eviction(key, len, serial);
 	PG_RETURN_BOOL(true);
 }
 

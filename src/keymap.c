@@ -151,7 +151,16 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		pc_memory_bound())
 		dp = pc_alloc(len);
 	if (!DsaPointerIsValid(dp))
+	{
+		/* Someone may have created it meanwhile: no need for room then. */
+		entry = dshash_find(pc_keymap(), &search, true);
+		if (entry != NULL)
+		{
+			*created = false;
+			return entry;
+		}
 		report_memory_full();
+	}
 	memcpy(dsa_get_address(pc_area(), dp), key, len);
 
 	/*
@@ -179,12 +188,12 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->key.len = len;
 		entry->key.data = dp;
 		entry->key.local = NULL;
+		entry->serial = pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
 		pg_atomic_init_u32(&entry->requests, 0);
 		entry->state = PC_STATE_PENDING;
 		entry->fetch_state = PC_FETCH_PENDING;
 		entry->invalidated = false;
 		entry->has_refresh = false;
-		entry->evict_pending = false;
 		entry->error_unstored = false;
 		entry->attempts = 0;
 		entry->fetched_at = 0;

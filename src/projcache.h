@@ -132,6 +132,7 @@ typedef struct PcShared
 	pg_atomic_uint64 counters[PC_NUM_COUNTERS];
 	pg_atomic_uint64 memory_used;	/* bytes requested from the DSA area */
 	pg_atomic_uint64 nentries;	/* entries in the key map */
+	pg_atomic_uint64 entry_serial;	/* last PcEntry.serial handed out */
 	TimestampTz stats_reset;	/* under mutex */
 
 	int			dsa_tranche;
@@ -208,12 +209,13 @@ typedef enum PcFetchState
 typedef struct PcEntry
 {
 	PcKey		key;			/* hash key; must be first */
+	uint64		serial;			/* tells this entry from a later one of the
+								 * same key */
 	pg_atomic_uint32 requests;	/* PC_REQ_* not yet taken by the worker */
 	uint8		state;			/* PcKeyState */
 	uint8		fetch_state;	/* PcFetchState */
 	bool		invalidated;	/* stale until the next successful fetch */
 	bool		has_refresh;	/* refresh_at is set */
-	bool		evict_pending;	/* evicted when its running fetch ends */
 	bool		error_unstored; /* last fetch failed; no room for its message */
 	int32		attempts;		/* failed or pending attempts in a row */
 	int64		fetched_at;		/* pc clock of the last success, if any */

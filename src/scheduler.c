@@ -503,11 +503,13 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
 		e->is_refresh = false;
 		if (e->dispatched)
 			e->refetch_after = true;
-		else
+		else if (e->heap_pos[SCHED_QUEUE_DUE] >= 0)
 		{
+			/* Waiting for its backoff: due now. */
 			e->has_fetch_when = false;
 			queue_schedule(s, SCHED_QUEUE_DUE, e, now);
 		}
+		/* else: gathered in the open batch, not sent yet: nothing to do */
 		return NULL;
 	}
 	if (e->state == SCHED_PENDING)
@@ -656,6 +658,7 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 {
 	SchedEntry *e;
 	int			n;
+	int			i;
 
 	if (batch_size < 1)
 		batch_size = 1;
@@ -666,7 +669,6 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 	{
 		if (s->batch_count == 0)
 			s->batch_opened = now;
-		e->dispatched = true;
 		s->batch[s->batch_count++] = e;
 	}
 
@@ -675,7 +677,10 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 		 now < s->batch_opened + batch_interval_ms))
 		return 0;
 
+	/* Only now is the fetch under way: until then it can still be dropped. */
 	n = s->batch_count;
+	for (i = 0; i < n; i++)
+		s->batch[i]->dispatched = true;
 	ensure_capacity(s, &s->dispatched, &s->dispatched_capacity, n);
 	memcpy(s->dispatched, s->batch, n * sizeof(SchedEntry *));
 	s->batch_count = 0;
@@ -731,4 +736,25 @@ sched_restore_complete(Sched *s, const char *key, size_t keylen,
 	if (has_refresh)
 		queue_schedule(s, SCHED_QUEUE_REFRESH, e, refresh_at);
 	return e;
+}
+
+/*
+ * After a restart: a key whose fetch had failed or stayed pending
+ * 'attempts' times in a row resumes its backoff instead of being retried
+ * at once (a worker that keeps crashing must not hammer the upstream).
+ */
+void
+sched_resume_backoff(Sched *s, SchedEntry *e, int attempts, SchedTime now)
+{
+	int64_t		delay;
+
+	e->attempts = attempts;
+	if (e->state != SCHED_IN_PROGRESS || e->heap_pos[SCHED_QUEUE_DUE] < 0)
+		return;
+	delay = sched_backoff_delay(attempts, s->config.max_retry_backoff_ms);
+	if (delay <= 0)
+		return;
+	e->has_fetch_when = true;
+	e->fetch_when = now + delay;
+	queue_schedule(s, SCHED_QUEUE_DUE, e, now + delay);
 }

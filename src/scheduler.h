@@ -21,8 +21,10 @@
  *	 └──── COMPLETE
  *
  * IN_PROGRESS covers the whole life of one fetch: waiting for its due time
- * (backoff), gathered into a batch, and running in the fetch function.
- * While a key is IN_PROGRESS it is never evicted.
+ * (backoff), gathered into the open batch, and handed out to run in the
+ * fetch function ("dispatched").  While a key is IN_PROGRESS it is never
+ * evicted on a timer; an explicit eviction drops a fetch that has not been
+ * handed out yet, and waits for one that has.
  *
  * All times are milliseconds on one monotonic clock chosen by the caller.
  * Nothing in here reads a clock.
@@ -114,7 +116,7 @@ typedef struct SchedEntry
 
 	/* IN_PROGRESS only */
 	bool		is_refresh;		/* this fetch is only a refresh */
-	bool		dispatched;		/* taken into a batch (no longer queued) */
+	bool		dispatched;		/* handed out in a batch: the fetch runs */
 	bool		has_fetch_when; /* false: due as soon as possible */
 	SchedTime	fetch_when;		/* due time while backing off */
 	SchedTime	fetch_initiated;	/* first start of this (re)try series */
@@ -214,5 +216,8 @@ extern bool sched_next_wakeup(const Sched *s, int64_t batch_interval_ms,
 extern SchedEntry *sched_restore_complete(Sched *s, const char *key, size_t keylen,
 										  SchedTime last_fetch, SchedTime expiry,
 										  bool has_refresh, SchedTime refresh_at);
+
+extern void sched_resume_backoff(Sched *s, SchedEntry *e, int attempts,
+								 SchedTime now);
 
 #endif							/* PROJCACHE_SCHEDULER_H */

@@ -38,6 +38,7 @@ PcShared   *pc_shared = NULL;
 /* This process's mappings, set up by pc_attach(). */
 static dsa_area *pc_dsa = NULL;
 static dshash_table *pc_map = NULL;
+static bool detach_registered = false;
 
 /*
  * Bytes of the DSA area.  projcache's own accounting stops allocations at
@@ -112,6 +113,7 @@ pc_shmem_startup(void)
 		pg_atomic_init_u64(&shared->config_generation, 0);
 		pg_atomic_init_u64(&shared->memory_used, 0);
 		pg_atomic_init_u64(&shared->nentries, 0);
+		pg_atomic_init_u64(&shared->entry_serial, 0);
 		for (i = 0; i < PC_NUM_COUNTERS; i++)
 			pg_atomic_init_u64(&shared->counters[i], 0);
 		shared->stats_reset = GetCurrentTimestamp();
@@ -157,7 +159,11 @@ pc_detach(int code, Datum arg)
 	pc_dsa = NULL;
 }
 
-/* Error out unless the library was preloaded and shared memory is there. */
+/*
+ * Error out unless the library was preloaded and shared memory is there;
+ * then make sure this process is attached.  Every SQL entry point calls
+ * this first, before taking any lock, so attaching never happens under one.
+ */
 void
 pc_require_loaded(void)
 {
@@ -166,6 +172,7 @@ pc_require_loaded(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("projcache must be loaded via shared_preload_libraries"),
 				 errhint("Add 'projcache' to shared_preload_libraries in postgresql.conf and restart the server.")));
+	pc_attach();
 }
 
 /* Map the DSA area and the key map into this process, once. */
@@ -173,23 +180,35 @@ void
 pc_attach(void)
 {
 	MemoryContext oldcxt;
+	dsa_area   *area;
+	dshash_table *map;
 
-	pc_require_loaded();
 	if (pc_map != NULL)
 		return;
+	if (pc_shared == NULL)
+		pc_require_loaded();	/* reports the missing preload */
 
 	LWLockRegisterTranche(pc_shared->dsa_tranche, "projcache_dsa");
 	LWLockRegisterTranche(pc_shared->keymap_tranche, "projcache_keymap");
 
+	/* Set up so that a failure halfway leaks nothing and can be retried. */
+	if (!detach_registered)
+	{
+		before_shmem_exit(pc_detach, (Datum) 0);
+		detach_registered = true;
+	}
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-	pc_dsa = dsa_attach_in_place((char *) pc_shared + pc_shared->dsa_offset,
-								 NULL);
-	dsa_pin_mapping(pc_dsa);
-	pc_map = pc_keymap_attach(pc_dsa, pc_shared->keymap_tranche,
-							  pc_shared->keymap_handle);
+	if (pc_dsa == NULL)
+	{
+		area = dsa_attach_in_place((char *) pc_shared + pc_shared->dsa_offset,
+								   NULL);
+		dsa_pin_mapping(area);
+		pc_dsa = area;
+	}
+	map = pc_keymap_attach(pc_dsa, pc_shared->keymap_tranche,
+						   pc_shared->keymap_handle);
 	MemoryContextSwitchTo(oldcxt);
-
-	before_shmem_exit(pc_detach, (Datum) 0);
+	pc_map = map;
 }
 
 dsa_area *
@@ -282,11 +301,16 @@ pc_alloc_internal(Size size, Size bound)
 	Size		footprint = pc_dsa_footprint(size);
 	dsa_pointer dp;
 
-	if (pc_memory_used() + footprint > bound)
+	/* Reserve first, so that concurrent allocations cannot all pass. */
+	if (pg_atomic_add_fetch_u64(&pc_shared->memory_used, footprint) > bound)
+	{
+		pg_atomic_fetch_sub_u64(&pc_shared->memory_used, footprint);
 		return InvalidDsaPointer;
-	dp = dsa_allocate_extended(pc_area(), size, DSA_ALLOC_NO_OOM);
-	if (DsaPointerIsValid(dp))
-		pg_atomic_fetch_add_u64(&pc_shared->memory_used, footprint);
+	}
+	dp = dsa_allocate_extended(pc_area(), size,
+							   DSA_ALLOC_NO_OOM | DSA_ALLOC_HUGE);
+	if (!DsaPointerIsValid(dp))
+		pg_atomic_fetch_sub_u64(&pc_shared->memory_used, footprint);
 	return dp;
 }
 

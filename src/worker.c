@@ -212,19 +212,12 @@ handle_request(const char *key, uint32 len, int64 now)
 
 	if (bits & PC_REQ_EVICT)
 	{
+		/*
+		 * Requests are taken only between batches, so no fetch of the key is
+		 * running now: the eviction is never deferred here.
+		 */
 		if (sched_request_evict(sched, key, len) == SCHED_EVICT_NOW)
 			delete_shared(key, len);
-		else
-		{
-			/* Tell the evicting reader it need not wait for the fetch. */
-			entry = dshash_find(pc_keymap(), &search, true);
-			if (entry != NULL)
-			{
-				entry->evict_pending = true;
-				dshash_release_lock(pc_keymap(), entry);
-			}
-			ConditionVariableBroadcast(pc_key_cv(key, len));
-		}
 		return;
 	}
 	if (bits & PC_REQ_INVALIDATE)
@@ -358,8 +351,12 @@ evict_due(SchedEntry *e, int64 now)
 		/* Read (and asked for) since it expired: fetch it instead. */
 		dshash_release_lock(pc_keymap(), entry);
 		if (sched_try_begin_fetch(sched, e->key, e->keylen, false, now))
+		{
 			mirror_entry(e);
-		return;
+			return;
+		}
+		/* Fresh again under new settings: it still goes, on its schedule. */
+		entry = dshash_find(pc_keymap(), &search, true);
 	}
 	if (entry != NULL)
 	{
@@ -625,6 +622,7 @@ rebuild_private_state(int64 now)
 		uint8		fetch_state;
 		bool		invalidated;
 		bool		has_refresh;
+		int32		attempts;
 		int64		fetched_at;
 		int64		expires_at;
 		int64		refresh_at;
@@ -662,6 +660,7 @@ rebuild_private_state(int64 now)
 		saved[list.count - 1].fetch_state = entry->fetch_state;
 		saved[list.count - 1].invalidated = entry->invalidated;
 		saved[list.count - 1].has_refresh = entry->has_refresh;
+		saved[list.count - 1].attempts = entry->attempts;
 		saved[list.count - 1].fetched_at = entry->fetched_at;
 		saved[list.count - 1].expires_at = entry->expires_at;
 		saved[list.count - 1].refresh_at = entry->refresh_at;
@@ -694,13 +693,16 @@ rebuild_private_state(int64 now)
 			e = sched_try_begin_fetch(sched, list.keys[i], list.lens[i],
 									  false, now);
 		e = sched_lookup(sched, list.keys[i], list.lens[i]);
+		if (e != NULL && s->attempts > 0 && !s->invalidated)
+			sched_resume_backoff(sched, e, s->attempts, now);
 		if (e != NULL)
 			mirror_entry(e);
 	}
 	if (list.count > 0)
 		ereport(LOG,
-				(errmsg("projcache scheduler rebuilt the state of %d cached key(s)",
-						list.count)));
+				(errmsg_plural("projcache scheduler rebuilt the state of %d cached key",
+							   "projcache scheduler rebuilt the state of %d cached keys",
+							   list.count, list.count)));
 	pfree(saved);
 }
 
