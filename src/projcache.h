@@ -304,8 +304,21 @@ extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh
 						 char **blob, Size *size, int64 *rows);
 extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
 							 bool *loaded);
-extern bool pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
-							   int64 *throttled_since);
+/* A snapshot's last attempt time when no attempt was made yet. */
+#define PC_NEVER	PG_INT64_MIN
+
+typedef enum PcClaim
+{
+	PC_CLAIM_WON,
+	PC_CLAIM_THROTTLED,
+	PC_CLAIM_GONE
+} PcClaim;
+
+extern PcClaim pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
+								  int64 *throttled_since, int64 *prev_attempt);
+extern void pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at,
+								 int64 prev_attempt);
+extern void pc_snap_trim_local_copy(void);
 extern bool pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms);
 extern void pc_snap_lease_drop(PcSnapRef ref);
 extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,

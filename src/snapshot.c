@@ -44,6 +44,7 @@
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
+#include "storage/ipc.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -209,6 +210,8 @@ registry_lookup(const char *name, bool missing_ok)
 	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* What is registered now, as for a catalog: not the caller's snapshot. */
+	PushActiveSnapshot(GetLatestSnapshot());
 	ret = SPI_execute_with_args("SELECT id, query,"
 								" (extract(epoch FROM ttl) * 1000)::int8,"
 								" owner::oid, column_names,"
@@ -250,6 +253,7 @@ registry_lookup(const char *name, bool missing_ok)
 		reg->stamp = DatumGetInt64(SPI_getbinval(tup, desc, 8, &isnull));
 		MemoryContextSwitchTo(oldcxt);
 	}
+	PopActiveSnapshot();
 	SPI_finish();
 	restore_role(&rs);
 
@@ -367,6 +371,7 @@ serialize_rows(SPITupleTable *tuptable, uint64 nrows, StringInfo out)
 	TupleDesc	desc = tuptable->tupdesc;
 	Datum	   *values = palloc(desc->natts * sizeof(Datum));
 	bool	   *nulls = palloc(desc->natts * sizeof(bool));
+	bool	   *detoasted = palloc(desc->natts * sizeof(bool));
 	uint64		row;
 	int			i;
 
@@ -378,12 +383,16 @@ serialize_rows(SPITupleTable *tuptable, uint64 nrows, StringInfo out)
 		heap_deform_tuple(tuptable->vals[row], desc, values, nulls);
 		for (i = 0; i < desc->natts; i++)
 		{
-			if (!nulls[i] && TupleDescAttr(desc, i)->attlen == -1 &&
-				VARATT_IS_EXTERNAL(DatumGetPointer(values[i])))
+			detoasted[i] = !nulls[i] && TupleDescAttr(desc, i)->attlen == -1 &&
+				VARATT_IS_EXTERNAL(DatumGetPointer(values[i]));
+			if (detoasted[i])
 				values[i] = PointerGetDatum(detoast_external_attr((struct varlena *)
 																  DatumGetPointer(values[i])));
 		}
 		mt = heap_form_minimal_tuple(desc, values, nulls);
+		for (i = 0; i < desc->natts; i++)
+			if (detoasted[i])
+				pfree(DatumGetPointer(values[i]));
 		appendBinaryStringInfo(out, (char *) mt, mt->t_len);
 		pad = MAXALIGN(out->len) - out->len;
 		while (pad-- > 0)
@@ -446,7 +455,12 @@ load_rows(SnapReg *reg, StringInfo out, int64 *nrows, char **error)
 		SPI_finish();
 		restore_role(&rs);
 
-		ReleaseCurrentSubTransaction();
+		/*
+		 * The rows are copied out: roll the subtransaction back, so that
+		 * nothing the query did (a volatile function that writes) stays in
+		 * the caller's transaction.
+		 */
+		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(callercxt);
 		CurrentResourceOwner = oldowner;
 		ok = true;
@@ -462,6 +476,13 @@ load_rows(SnapReg *reg, StringInfo out, int64 *nrows, char **error)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(callercxt);
 		CurrentResourceOwner = oldowner;
+
+		/*
+		 * A cancel or statement timeout is the caller's, not the source's
+		 * failure: it ends the caller's statement, as anywhere else.
+		 */
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(edata);
 		*error = pstrdup(edata->message);
 		FreeErrorData(edata);
 	}
@@ -506,12 +527,34 @@ load_and_publish(SnapReg *reg, PcSnapRef ref, char **error)
  */
 
 static void
+report_dropped(SnapReg *reg)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+			 errmsg("snapshot \"%s\" unavailable; it was dropped while being read",
+					reg->name)));
+}
+
+/* The lease this backend holds, for lease_cleanup(). */
+static PcSnapRef held_lease;
+
+/* Drop the refresh lease on ERROR, and on FATAL (pg_terminate_backend). */
+static void
+lease_cleanup(int code, Datum arg)
+{
+	pc_snap_lease_drop(held_lease);
+}
+
+static void
 current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 {
 	PcSnapRef	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp);
 	int64		now = pc_now_ms();
 	bool		loaded;
 	char	   *error = NULL;
+	int64		since = PC_NEVER;
+	int64		prev_attempt = PC_NEVER;
+	bool		ok = false;
 
 	/* Fast path: fetched within the TTL, no query. */
 	if (pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
@@ -522,89 +565,94 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 	{
 		/*
 		 * Someone else is refreshing, or this transaction may not load:
-		 * serve the last good rows now.
+		 * serve the last good rows now.  (The lease lasts one TTL at most:
+		 * at most one refresh per TTL runs even if its holder hangs.)
 		 */
-		if (!may_load() || !pc_snap_lease_take(ref, now, reg->ttl_ms))
+		if (may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
 		{
-			if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
-				return;
-		}
-		else
-		{
-			PG_TRY();
+			held_lease = ref;
+			PG_ENSURE_ERROR_CLEANUP(lease_cleanup, (Datum) 0);
 			{
 				/* It may have been refreshed before we took the lease. */
-				if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
+				if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows) &&
+					!load_and_publish(reg, ref, &error))
 				{
-					if (!load_and_publish(reg, ref, &error))
-					{
-						int64		age = pc_snap_record_failure(ref, error,
-																 pc_now_ms());
+					int64		age = pc_snap_record_failure(ref, error,
+															 pc_now_ms());
 
-						ereport(WARNING,
-								(errmsg("projcache snapshot \"%s\" refresh failed, serving the last good snapshot (age %lld s)",
-										reg->name, (long long) (age / 1000)),
-								 errdetail("%s", error)));
-					}
-					if (!pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
-						error = error ? error : pstrdup("the snapshot was dropped meanwhile");
-					else
-						error = NULL;
+					ereport(WARNING,
+							(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+							 errmsg("projcache snapshot \"%s\" refresh failed, serving the last good snapshot (age %lld s)",
+									reg->name, (long long) (age / 1000)),
+							 errdetail("%s", error)));
 				}
 			}
-			PG_FINALLY();
-			{
-				pc_snap_lease_drop(ref);
-			}
-			PG_END_TRY();
-			if (error == NULL)
-				return;
+			PG_END_ENSURE_ERROR_CLEANUP(lease_cleanup, (Datum) 0);
+			pc_snap_lease_drop(ref);
 		}
-		/* Dropped while we looked: treat as a cold start. */
+		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
+			return;
+		report_dropped(reg);
 	}
 
 	/* Cold start: one load per TTL window. */
+	if (!may_load())
+		ereport(ERROR,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("snapshot \"%s\" unavailable; it is not loaded yet",
+						reg->name),
+				 errdetail("A transaction that has written data does not load snapshots."),
+				 errhint("Read the snapshot before writing, or outside this transaction.")));
+
+	switch (pc_snap_cold_claim(ref, now, reg->ttl_ms, &since, &prev_attempt))
 	{
-		int64		since;
+		case PC_CLAIM_GONE:
+			report_dropped(reg);
+			break;
+		case PC_CLAIM_THROTTLED:
+			{
+				int64		wait_ms = reg->ttl_ms;
 
-		if (!may_load())
-			ereport(ERROR,
-					(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-					 errmsg("snapshot \"%s\" unavailable; it is not loaded and cannot be loaded by a transaction that has written data",
-							reg->name),
-					 errhint("Read the snapshot before writing, or outside this transaction.")));
-
-		if (!pc_snap_cold_claim(ref, now, reg->ttl_ms, &since))
-		{
-			int64		wait_ms;
-
-			/* The winner may have published by now. */
-			if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
-				return;
-			wait_ms = Max(reg->ttl_ms - (now - since), 0);
-			ereport(ERROR,
-					(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-					 errmsg("snapshot \"%s\" unavailable; cold-start retry throttled, retry available in %lld seconds",
-							reg->name, (long long) ((wait_ms + 999) / 1000)),
-					 errhint("Retry later; the snapshot has not been loaded yet.")));
-		}
-		if (!load_and_publish(reg, ref, &error))
-		{
-			(void) pc_snap_record_failure(ref, error, pc_now_ms());
-			ereport(ERROR,
-					(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-					 errmsg("snapshot \"%s\" unavailable; its first load failed",
-							reg->name),
-					 errdetail("%s", error),
-					 errhint("Retry in %lld seconds.",
-							 (long long) ((reg->ttl_ms + 999) / 1000))));
-		}
-		if (!pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
-			ereport(ERROR,
-					(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-					 errmsg("snapshot \"%s\" unavailable; it was dropped while loading",
-							reg->name)));
+				/* The winner may have published by now. */
+				if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
+					return;
+				if (since != PC_NEVER)
+					wait_ms = Max(reg->ttl_ms - (now - since), 0);
+				ereport(ERROR,
+						(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+						 errmsg("snapshot \"%s\" unavailable; cold-start retry throttled, retry available in %lld seconds",
+								reg->name, (long long) ((wait_ms + 999) / 1000)),
+						 errdetail("It has not been loaded yet, and its last load attempt was less than its TTL ago.")));
+			}
+			break;
+		case PC_CLAIM_WON:
+			break;
 	}
+
+	/* Won: load it.  A cancelled load gives the window back. */
+	PG_TRY();
+	{
+		ok = load_and_publish(reg, ref, &error);
+	}
+	PG_CATCH();
+	{
+		pc_snap_cold_unclaim(ref, now, prev_attempt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!ok)
+	{
+		(void) pc_snap_record_failure(ref, error, pc_now_ms());
+		ereport(ERROR,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("snapshot \"%s\" unavailable; its first load failed",
+						reg->name),
+				 errdetail("%s", error),
+				 errhint("Retry in %lld seconds.",
+						 (long long) ((reg->ttl_ms + 999) / 1000))));
+	}
+	if (!pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
+		report_dropped(reg);
 }
 
 /* Put the copied rows into the SRF's tuplestore, shaped as desc. */
@@ -694,6 +742,7 @@ snapshot_srf(FunctionCallInfo fcinfo, bool typed)
 
 	current_rows(reg, &blob, &size, &nrows);
 	emit_rows(rsinfo, reg, blob, size, nrows);
+	pc_snap_trim_local_copy();
 	return (Datum) 0;
 }
 
@@ -877,6 +926,53 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * Snapshots dropped by the current transaction (names, in
+ * TopTransactionContext): their slots are freed once it commits.  Freed
+ * earlier, a reader that still sees the registration would load it into a
+ * new slot that nobody frees.
+ */
+static List *dropped_names = NIL;
+static bool drop_callback_registered = false;
+
+static void
+forget_dropped_at_commit(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			foreach(lc, dropped_names)
+				pc_snap_forget(MyDatabaseId, (const char *) lfirst(lc));
+			dropped_names = NIL;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			dropped_names = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+forget_at_commit(const char *name)
+{
+	MemoryContext oldcxt;
+
+	if (!drop_callback_registered)
+	{
+		RegisterXactCallback(forget_dropped_at_commit, NULL);
+		drop_callback_registered = true;
+	}
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	dropped_names = lappend(dropped_names, pstrdup(name));
+	MemoryContextSwitchTo(oldcxt);
+}
+
 /* projcache.drop_snapshot(name text): owner or superuser. */
 Datum
 projcache_drop_snapshot(PG_FUNCTION_ARGS)
@@ -894,8 +990,7 @@ projcache_drop_snapshot(PG_FUNCTION_ARGS)
 	registry_modify("DELETE FROM projcache.snapshot_registry"
 					" WHERE name OPERATOR(pg_catalog.=) $1",
 					1, argtypes, args);
-	/* Not transactional: a rolled-back drop just loads the snapshot again. */
-	pc_snap_forget(MyDatabaseId, name);
+	forget_at_commit(name);
 	PG_RETURN_VOID();
 }
 

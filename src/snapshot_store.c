@@ -38,8 +38,6 @@
 
 #include "projcache.h"
 
-/* last_attempt_ms when no cold-start attempt was made yet */
-#define PC_NEVER	PG_INT64_MIN
 
 typedef struct PcSnapSlot
 {
@@ -294,7 +292,8 @@ pc_snap_forget(Oid dbid, const char *name)
  * This backend's copy of the rows it read last.  It is kept between reads:
  * reading the same, unchanged snapshot again copies nothing, and reading
  * another reuses the buffer instead of asking the kernel for fresh pages
- * each time.  It costs the backend the size of that snapshot.
+ * each time.  It costs the backend the size of that snapshot, up to
+ * PC_LOCAL_COPY_KEEP_BYTES; a larger one is given back after the read.
  */
 typedef struct LocalCopy
 {
@@ -308,6 +307,9 @@ typedef struct LocalCopy
 } LocalCopy;
 
 static LocalCopy local_copy = {.index = -1};
+
+/* Larger copies are given back after each read. */
+#define PC_LOCAL_COPY_KEEP_BYTES	((Size) 8 * 1024 * 1024)
 
 /*
  * Copy the rows out, if the slot holds a snapshot (and, with only_fresh,
@@ -375,6 +377,19 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 	return found;
 }
 
+/* Give back this backend's copy if it is large; small ones are kept. */
+void
+pc_snap_trim_local_copy(void)
+{
+	if (local_copy.capacity > PC_LOCAL_COPY_KEEP_BYTES)
+	{
+		pfree(local_copy.buf);
+		local_copy.buf = NULL;
+		local_copy.capacity = 0;
+		local_copy.index = -1;
+	}
+}
+
 /* Is the snapshot loaded, and fetched within ttl_ms? */
 bool
 pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
@@ -390,57 +405,100 @@ pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
 }
 
 /*
- * Cold start: claim the one load attempt of this TTL window.  Returns true
- * if the caller won and must load; false if the window is taken, with
+ * Cold start: claim the one load attempt of this TTL window.  Returns
+ * PC_CLAIM_WON if the caller must load (*prev is what it replaced, for
+ * pc_snap_cold_unclaim), PC_CLAIM_THROTTLED if the window is taken, with
  * *throttled_since set to the attempt that explains the wait: the one seen
  * before trying, or, when the compare-and-swap is lost, the one the winner
- * just stored.
+ * just stored (PC_NEVER if none).  PC_CLAIM_GONE: the slot was reassigned.
  */
-bool
+PcClaim
 pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
-				   int64 *throttled_since)
+				   int64 *throttled_since, int64 *prev_attempt)
 {
 	PcSnapSlot *s = &slots()[ref.index];
-	uint64		prev = pg_atomic_read_u64(&s->last_attempt_ms);
-	int64		prev_ms = (int64) prev;
+	PcClaim		result;
+	uint64		prev;
+	int64		prev_ms;
 
 	if (ttl_ms < 1)
 		ttl_ms = 1;
-	/* PC_NEVER is far enough in the past; avoid overflowing the subtraction. */
-	if (prev_ms != PC_NEVER && now - prev_ms < ttl_ms)
+	/* reset_slot() changes the generation under the exclusive lock. */
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	prev = pg_atomic_read_u64(&s->last_attempt_ms);
+	prev_ms = (int64) prev;
+	if (s->generation != ref.generation)
+		result = PC_CLAIM_GONE;
+	else if (prev_ms != PC_NEVER && now - prev_ms < ttl_ms)
 	{
 		*throttled_since = prev_ms;
-		return false;
+		result = PC_CLAIM_THROTTLED;
 	}
-	if (!pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &prev, (uint64) now))
+	else if (!pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &prev,
+											 (uint64) now))
 	{
 		*throttled_since = (int64) prev;
-		return false;
+		result = PC_CLAIM_THROTTLED;
 	}
-	return true;
+	else
+	{
+		*prev_attempt = prev_ms;
+		result = PC_CLAIM_WON;
+	}
+	LWLockRelease(slot_lock(ref.index));
+	return result;
+}
+
+/*
+ * Give back a won claim whose load was cancelled: a cancel says nothing
+ * about the source, so it must not close the window for everyone.
+ */
+void
+pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at, int64 prev_attempt)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	uint64		expected = (uint64) claimed_at;
+
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	if (s->generation == ref.generation)
+		(void) pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &expected,
+											  (uint64) prev_attempt);
+	LWLockRelease(slot_lock(ref.index));
 }
 
 /*
  * After the first success: only one backend refreshes at a time; the
  * others serve the last good snapshot.  The lease expires by itself after
- * lease_ms, in case its holder died without dropping it.
+ * lease_ms, in case its holder could not drop it.
  */
 bool
 pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
 {
 	PcSnapSlot *s = &slots()[ref.index];
-	uint64		until = pg_atomic_read_u64(&s->lease_until_ms);
+	bool		taken = false;
 
-	if ((int64) until > now)
-		return false;
-	return pg_atomic_compare_exchange_u64(&s->lease_until_ms, &until,
-										  (uint64) (now + Max(lease_ms, 1)));
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	if (s->generation == ref.generation)
+	{
+		uint64		until = pg_atomic_read_u64(&s->lease_until_ms);
+
+		if ((int64) until <= now)
+			taken = pg_atomic_compare_exchange_u64(&s->lease_until_ms, &until,
+												   (uint64) (now + Max(lease_ms, 1)));
+	}
+	LWLockRelease(slot_lock(ref.index));
+	return taken;
 }
 
 void
 pc_snap_lease_drop(PcSnapRef ref)
 {
-	pg_atomic_write_u64(&slots()[ref.index].lease_until_ms, 0);
+	PcSnapSlot *s = &slots()[ref.index];
+
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	if (s->generation == ref.generation)
+		pg_atomic_write_u64(&s->lease_until_ms, 0);
+	LWLockRelease(slot_lock(ref.index));
 }
 
 /*
