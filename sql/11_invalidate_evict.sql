@@ -30,3 +30,30 @@ SELECT count(*) AS left_after_evict FROM projcache.entries WHERE key = 'inv-1';
 SELECT projcache.evict('inv-1') AS evict_again;
 -- A read after eviction starts over.
 SELECT projcache.get('inv-1', '10s');
+
+-- invalidate() in a transaction: the key is stale at once, but its refetch
+-- is requested only at COMMIT, once the new row is visible; a fetch before
+-- it would cache the old row as fresh.
+INSERT INTO upstream VALUES ('inv-2', 'enabled', 'r1', '{"i": 1}');
+SELECT projcache.get('inv-2', '10s');
+SELECT count(*) AS calls_before FROM calls WHERE keys = ARRAY['inv-2'] \gset
+BEGIN;
+UPDATE upstream SET revision = 'r2', config = '{"i": 2}' WHERE key = 'inv-2';
+SELECT projcache.invalidate('inv-2');
+SELECT pg_sleep(0.3);
+SELECT freshness, revision FROM projcache.entries WHERE key = 'inv-2';
+SELECT count(*) - :calls_before AS calls_before_commit
+  FROM calls WHERE keys = ARRAY['inv-2'];
+COMMIT;
+SELECT wait_for($$(SELECT revision = 'r2' FROM projcache.entries WHERE key = 'inv-2')$$);
+SELECT freshness, config FROM projcache.lookup('inv-2');
+
+-- A rolled-back invalidate() requests nothing; the key stays stale.
+SELECT count(*) AS calls_before FROM calls WHERE keys = ARRAY['inv-2'] \gset
+BEGIN;
+SELECT projcache.invalidate('inv-2');
+ROLLBACK;
+SELECT pg_sleep(0.3);
+SELECT freshness FROM projcache.entries WHERE key = 'inv-2';
+SELECT count(*) - :calls_before AS calls_after_rollback
+  FROM calls WHERE keys = ARRAY['inv-2'];
