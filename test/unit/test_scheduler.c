@@ -1213,6 +1213,19 @@ test_invalidate(void **state)
 	assert_true(entry_is_key(fetch, KEY3));
 	assert_int_equal(fetch->state, SCHED_IN_PROGRESS);
 
+	/*
+	 * Gathered but not handed out yet: the fetch has not started, so it will
+	 * see the change; no second fetch, and it stays in the batch.
+	 */
+	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 1000,
+									   &batch), 0);
+	assert_null(sched_invalidate(st.sched, KEY3, strlen(KEY3), now));
+	assert_false(fetch->refetch_after);
+	assert_int_equal(fetch->heap_pos[SCHED_QUEUE_DUE], -1);
+	assert_int_equal(sched_ready_batch(st.sched, now + 1000, DISPATCH_BATCH_SIZE,
+									   1000, &batch), 1);
+	assert_ptr_equal(batch[0], fetch);
+
 	store_free(&st);
 }
 
@@ -1277,6 +1290,25 @@ test_request_evict(void **state)
 	/* An unknown key: nothing to wait for. */
 	assert_int_equal(sched_request_evict(st.sched, KEY2, strlen(KEY2)),
 					 SCHED_EVICT_NOW);
+
+	/*
+	 * Gathered into the open batch but not handed out: its fetch has not
+	 * started, so it is dropped now, and the batch goes out without it.
+	 */
+	assert_non_null(begin_fetch(&st, KEY1, now));
+	assert_non_null(begin_fetch(&st, KEY2, now));
+	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 1000,
+									   &batch), 0);
+	assert_false(lookup(&st, KEY1)->dispatched);
+	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
+					 SCHED_EVICT_NOW);
+	assert_true(fake_remove(st.shared, KEY1));
+	assert_null(lookup(&st, KEY1));
+	now += 1000;
+	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 1000,
+									   &batch), 1);
+	assert_ptr_equal(batch[0], lookup(&st, KEY2));
+	assert_true(batch[0]->dispatched);
 
 	store_free(&st);
 }
