@@ -43,7 +43,8 @@ pc_now_ms(void)
 {
 	int64		offset = 0;
 
-	if (pc_shared != NULL)
+	/* Without the test clock there is no offset to read (a shared line). */
+	if (pc_debug_clock && pc_shared != NULL)
 		offset = (int64) pg_atomic_read_u64(&pc_shared->clock_offset_ms);
 	return pc_real_now_ms() + offset;
 }
