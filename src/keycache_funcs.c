@@ -146,6 +146,52 @@ read_freshness(const PcRead *r, int64 now)
 }
 
 /*
+ * Reads are counted in this backend and added to the shared counters in
+ * batches: at the end of each transaction, every READ_FLUSH_EVERY reads,
+ * and before the counters are shown.  A hot loop of get() calls then does
+ * not write a cache line that every core shares on each call.
+ */
+#define READ_FLUSH_EVERY	256
+
+static uint64 local_reads[3];	/* hits, misses, pending reads */
+static int	local_read_count = 0;
+static bool read_callback_registered = false;
+
+static void
+flush_read_counts(void)
+{
+	if (local_reads[0] > 0)
+		pc_count(PC_CTR_HITS, local_reads[0]);
+	if (local_reads[1] > 0)
+		pc_count(PC_CTR_MISSES, local_reads[1]);
+	if (local_reads[2] > 0)
+		pc_count(PC_CTR_PENDING_READS, local_reads[2]);
+	memset(local_reads, 0, sizeof(local_reads));
+	local_read_count = 0;
+}
+
+static void
+flush_read_counts_at_xact_end(XactEvent event, void *arg)
+{
+	if (local_read_count > 0 && pc_shared != NULL)
+		flush_read_counts();
+}
+
+static void
+count_read(PcCounter counter)
+{
+	if (!read_callback_registered)
+	{
+		RegisterXactCallback(flush_read_counts_at_xact_end, NULL);
+		read_callback_registered = true;
+	}
+	local_reads[counter == PC_CTR_HITS ? 0 :
+				counter == PC_CTR_MISSES ? 1 : 2]++;
+	if (++local_read_count >= READ_FLUSH_EVERY)
+		flush_read_counts();
+}
+
+/*
  * Read a key: the get() and lookup() path.  Unknown keys are created
  * pending; unknown, pending, stale and expired keys get a fetch requested
  * unless one is under way.  Counts the read.
@@ -184,11 +230,11 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		report_oom();
 
 	if (!r->found)
-		pc_count(PC_CTR_MISSES, 1);
+		count_read(PC_CTR_MISSES);
 	else if (r->state == PC_STATE_PENDING)
-		pc_count(PC_CTR_PENDING_READS, 1);
+		count_read(PC_CTR_PENDING_READS);
 	else
-		pc_count(PC_CTR_HITS, 1);
+		count_read(PC_CTR_HITS);
 }
 
 /* Wait, up to wait_ms, until a pending key is no longer pending. */
@@ -713,6 +759,7 @@ projcache_stats(PG_FUNCTION_ARGS)
 	TimestampTz reset;
 
 	pc_require_loaded();
+	flush_read_counts();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
@@ -752,6 +799,8 @@ projcache_reset_stats(PG_FUNCTION_ARGS)
 	int			i;
 
 	pc_require_loaded();
+	memset(local_reads, 0, sizeof(local_reads));
+	local_read_count = 0;
 	for (i = 0; i < PC_NUM_COUNTERS; i++)
 		pg_atomic_write_u64(&pc_shared->counters[i], 0);
 	SpinLockAcquire(&pc_shared->mutex);

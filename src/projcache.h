@@ -129,6 +129,8 @@ typedef struct PcShared
 	pg_atomic_uint64 clock_offset_ms;	/* projcache.debug_clock */
 	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads
 										 * its settings */
+	/* written often: keep off the line of the fields above */
+	char		pad[PG_CACHE_LINE_SIZE];
 	pg_atomic_uint64 counters[PC_NUM_COUNTERS];
 	pg_atomic_uint64 memory_used;	/* bytes requested from the DSA area */
 	pg_atomic_uint64 nentries;	/* entries in the key map */
