@@ -202,13 +202,23 @@ handle_request(const char *key, uint32 len, int64 now)
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	uint32		bits;
+	bool		invalidated;
 	SchedEntry *e = NULL;
 
 	entry = dshash_find(pc_keymap(), &search, false);
 	if (entry == NULL)
 		return;
 	bits = pg_atomic_exchange_u32(&entry->requests, 0);
+	invalidated = entry->invalidated;
 	dshash_release_lock(pc_keymap(), entry);
+
+	/*
+	 * A reader asking for a key that invalidate() marked stale (and whose
+	 * transaction did not tell us, having rolled back or not committed yet)
+	 * gets a real refetch: our private state may still call it fresh.
+	 */
+	if ((bits & PC_REQ_FETCH) && invalidated)
+		bits |= PC_REQ_INVALIDATE;
 
 	if (bits & PC_REQ_EVICT)
 	{
