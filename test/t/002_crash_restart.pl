@@ -99,10 +99,11 @@ my $worker1 = worker_pid($node);
 like($worker1, qr/^\d+$/, 'the scheduler worker runs');
 
 # The victim reads the cache (so it is attached to the shared map), then
-# sleeps.
+# sleeps.  Reads are added to the shared counters every 256 reads (or at
+# the end of the transaction, which never comes): read 256 times.
 my $hits = stat_value($node, 'hits');
 my $victim = start_session($node, 'victim',
-	"SELECT projcache.get('a'), pg_sleep(60)");
+	"SELECT (SELECT count(projcache.get('a')) FROM generate_series(1, 256)), pg_sleep(60)");
 ok( $node->poll_query_until(
 		'postgres',
 		"SELECT wait_event = 'PgSleep' FROM pg_stat_activity WHERE application_name = 'victim'"
