@@ -109,7 +109,7 @@ define_settings(void)
 							"Longest wait between retries of a key whose fetch stays pending or fails.",
 							NULL,
 							&pc_max_retry_backoff_ms,
-							60 * 1000, 0, INT_MAX / 4,
+							60 * 1000, 100, INT_MAX / 4,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
