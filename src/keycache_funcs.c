@@ -9,8 +9,8 @@
  * no latch.  Unknown, stale and expired keys leave a request bit on the
  * entry and tell the worker (keymap.c, request_ring.c); the reader never
  * waits for a fetch unless asked to, and then on the key's condition
- * variable.  Nothing that can ERROR runs under a partition lock: copies
- * use MCXT_ALLOC_NO_OOM and failures are reported after the release.
+ * variable.  Nothing of ours that can ERROR runs under a partition lock:
+ * copies use MCXT_ALLOC_NO_OOM and failures are reported after the release.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -85,7 +85,7 @@ copy_no_oom(const void *src, Size len, bool nul_terminate, bool *oom)
 
 /* Copy what a reader needs from a locked entry. */
 static void
-copy_entry(PcEntry *entry, bool details, PcRead *r)
+copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 {
 	dsa_area   *area = pc_area();
 
@@ -108,7 +108,8 @@ copy_entry(PcEntry *entry, bool details, PcRead *r)
 		PcValue    *value = dsa_get_address(area, entry->value);
 
 		r->value_bytes = value->config_len;
-		if (entry->state == PC_STATE_ENABLED && value->config_len > 0)
+		if (want_config && entry->state == PC_STATE_ENABLED &&
+			value->config_len > 0)
 			r->config = copy_no_oom(value->data + value->config_offset,
 									value->config_len, false, &r->oom);
 		if (details && value->revision_len >= 0)
@@ -216,7 +217,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	else
 		r->found = true;
 
-	copy_entry(entry, details, r);
+	copy_entry(entry, details, true, r);
 	if (r->fetch_state != PC_FETCH_IN_PROGRESS &&
 		(r->state == PC_STATE_PENDING ||
 		 read_freshness(r, now) != SCHED_FRESH))
@@ -254,7 +255,7 @@ wait_for_key(const char *key, uint32 len, int64 wait_ms, bool details, PcRead *r
 		entry = dshash_find(pc_keymap(), &search, false);
 		if (entry != NULL)
 		{
-			copy_entry(entry, details, r);
+			copy_entry(entry, details, true, r);
 			dshash_release_lock(pc_keymap(), entry);
 			if (r->oom)
 			{
@@ -287,14 +288,18 @@ wait_arg_ms(Interval *wait)
 {
 	int64		usecs;
 
-	if (wait->month < 0 || wait->day < 0 || wait->time < 0)
+	int64		days = (int64) wait->month * DAYS_PER_MONTH + wait->day;
+
+	/* Long waits are capped (at INT_MAX ms), so clamp before multiplying. */
+	if (days > 30 * 365)
+		days = 30 * 365;
+	else if (days < -30 * 365)
+		days = -30 * 365;
+	usecs = wait->time + days * USECS_PER_DAY;
+	if (usecs < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait must not be negative")));
-	usecs = wait->time +
-		((int64) wait->month * DAYS_PER_MONTH + wait->day) * USECS_PER_DAY;
-	if (usecs < 0)				/* overflow */
-		usecs = PG_INT64_MAX;
 	return Min(usecs / 1000, (int64) INT_MAX);
 }
 
@@ -667,16 +672,12 @@ projcache_entries(PG_FUNCTION_ARGS)
 		}
 		keys[count] = copy_no_oom(pc_key_bytes(pc_area(), &entry->key),
 								  entry->key.len, true, &oom);
-		copy_entry(entry, true, &rows[count]);
+		copy_entry(entry, true, false, &rows[count]);
 		if (oom || rows[count].oom)
 		{
 			oom = true;
 			break;
 		}
-		/* Only the key is needed from the config. */
-		if (rows[count].config != NULL)
-			pfree(rows[count].config);
-		rows[count].config = NULL;
 		count++;
 	}
 	dshash_seq_term(&status);

@@ -10,9 +10,11 @@
  * costs its fixed part plus its key's bytes, not the longest key.
  *
  * Locking: each entry is protected by its dshash partition lock.  Nothing
- * that can ERROR, sleep or do I/O runs while one is held: chunks are
- * allocated before the lock is taken (DSA_ALLOC_NO_OOM) and the worker
- * frees unlinked chunks after releasing it.  Only the scheduler worker
+ * of ours that can ERROR, sleep or do I/O runs while one is held: chunks
+ * are allocated before the lock is taken (DSA_ALLOC_NO_OOM), and unlinked
+ * chunks are freed after it is released (freeing takes only the DSA's own
+ * lock).  dshash itself may raise out-of-memory while inserting; the
+ * accounting in pc_alloc() keeps the area from getting that full.  Only the scheduler worker
  * deletes entries; readers create pending ones.
  *
  * Copyright (c) 2026, projcache developers

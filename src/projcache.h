@@ -132,7 +132,7 @@ typedef struct PcShared
 	/* written often: keep off the line of the fields above */
 	char		pad[PG_CACHE_LINE_SIZE];
 	pg_atomic_uint64 counters[PC_NUM_COUNTERS];
-	pg_atomic_uint64 memory_used;	/* bytes requested from the DSA area */
+	pg_atomic_uint64 memory_used;	/* DSA bytes taken (pc_dsa_footprint) */
 	pg_atomic_uint64 nentries;	/* entries in the key map */
 	pg_atomic_uint64 entry_serial;	/* last PcEntry.serial handed out */
 	TimestampTz stats_reset;	/* under mutex */

@@ -35,8 +35,8 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
-#include "common/int.h"
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -264,12 +264,16 @@ registry_lookup(const char *name, bool missing_ok)
 	return reg;
 }
 
-/* Run a statement on the registry as the bootstrap superuser. */
-static void
+/*
+ * Run a statement on the registry as the bootstrap superuser.  Returns the
+ * number of rows it affected.
+ */
+static uint64
 registry_modify(const char *sql, int nargs, Oid *argtypes, Datum *args)
 {
 	RoleSwitch	rs;
 	int			ret;
+	uint64		nrows;
 
 	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -278,8 +282,10 @@ registry_modify(const char *sql, int nargs, Oid *argtypes, Datum *args)
 	if (ret < 0)
 		elog(ERROR, "could not update projcache.snapshot_registry: %s",
 			 SPI_result_code_string(ret));
+	nrows = SPI_processed;
 	SPI_finish();
 	restore_role(&rs);
+	return nrows;
 }
 
 static void
@@ -918,11 +924,15 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 											  false, TYPALIGN_INT));
 	args[5] = PointerGetDatum(construct_array(types, desc->natts, OIDOID,
 											  sizeof(Oid), true, TYPALIGN_INT));
-	registry_modify("INSERT INTO projcache.snapshot_registry"
-					" (name, query, ttl, owner, column_names, column_types)"
-					" VALUES ($1, $2, $3, $4::pg_catalog.regrole, $5,"
-					" $6::pg_catalog.regtype[])",
-					6, argtypes, args);
+	if (registry_modify("INSERT INTO projcache.snapshot_registry"
+						" (name, query, ttl, owner, column_names, column_types)"
+						" VALUES ($1, $2, $3, $4::pg_catalog.regrole, $5,"
+						" $6::pg_catalog.regtype[])"
+						" ON CONFLICT (name) DO NOTHING",
+						6, argtypes, args) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("snapshot \"%s\" already exists", name)));
 	PG_RETURN_VOID();
 }
 
