@@ -191,6 +191,8 @@ oid_array(Datum d, int *n)
 	return oids;
 }
 
+static SPIPlanPtr registry_lookup_plan = NULL;
+
 /*
  * Read a registration.  The registry is not readable by PUBLIC, so this
  * runs as the bootstrap superuser; the caller's own rights are checked
@@ -210,16 +212,29 @@ registry_lookup(const char *name, bool missing_ok)
 	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* Planned once per backend: every snapshot() call runs it. */
+	if (registry_lookup_plan == NULL)
+	{
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare("SELECT id, query,"
+						   " (extract(epoch FROM ttl) * 1000)::int8,"
+						   " owner::oid, column_names,"
+						   " column_types::oid[], readers::oid[],"
+						   " (extract(epoch FROM created_at) * 1000000)::int8"
+						   " FROM projcache.snapshot_registry"
+						   " WHERE name OPERATOR(pg_catalog.=) $1",
+						   1, argtypes);
+		if (plan == NULL)
+			elog(ERROR, "could not plan the registry lookup: %s",
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		registry_lookup_plan = plan;
+	}
 	/* What is registered now, as for a catalog: not the caller's snapshot. */
 	PushActiveSnapshot(GetLatestSnapshot());
-	ret = SPI_execute_with_args("SELECT id, query,"
-								" (extract(epoch FROM ttl) * 1000)::int8,"
-								" owner::oid, column_names,"
-								" column_types::oid[], readers::oid[],"
-								" (extract(epoch FROM created_at) * 1000000)::int8"
-								" FROM projcache.snapshot_registry"
-								" WHERE name OPERATOR(pg_catalog.=) $1",
-								1, argtypes, args, NULL, true, 1);
+	ret = SPI_execute_plan(registry_lookup_plan, args, NULL, true, 1);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "could not read projcache.snapshot_registry: %s",
 			 SPI_result_code_string(ret));
