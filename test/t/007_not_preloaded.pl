@@ -26,18 +26,6 @@ use PostgreSQL::Test::Utils;
 use ProjcacheTest;
 use Test::More;
 
-# psql with \set VERBOSITY verbose, so stderr carries the SQLSTATE.
-sub psql_verbose
-{
-	my ($node, $sql) = @_;
-	my ($stdout, $stderr);
-	my $rc = $node->psql(
-		'postgres', "\\set VERBOSITY verbose\n$sql",
-		stdout => \$stdout,
-		stderr => \$stderr);
-	return ($rc, $stdout, $stderr);
-}
-
 # The SQLSTATE, message and hint of the error $sql raises, caught in
 # PL/pgSQL, as "sqlstate|message|hint" (or "no error").
 sub caught_error

@@ -27,18 +27,6 @@ use ProjcacheTest;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
-# psql with \set VERBOSITY verbose, so stderr carries the SQLSTATE.
-sub psql_verbose
-{
-	my ($node, $sql) = @_;
-	my ($stdout, $stderr);
-	my $rc = $node->psql(
-		'postgres', "\\set VERBOSITY verbose\n$sql",
-		stdout => \$stdout,
-		stderr => \$stderr);
-	return ($rc, $stdout, $stderr);
-}
-
 # Check every 100 ms for about $seconds (in one query, server side) that
 # the worker keeps the pid $pid: projcache.stats.worker_pid is read from
 # shared memory and goes NULL when the worker exits.  Then check

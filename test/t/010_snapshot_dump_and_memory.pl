@@ -30,7 +30,7 @@ use ProjcacheTest;
 use Test::More;
 
 # psql with \set VERBOSITY verbose, so stderr carries the SQLSTATE.
-sub psql_verbose
+sub psql_verbose_in
 {
 	my ($node, $db, $sql) = @_;
 	my ($stdout, $stderr);
@@ -123,14 +123,14 @@ is($node->safe_psql('src_db', $grants_sql),
 	'src_db still serves its own rows');
 
 # The grant survived too: reader reads the snapshot in dst_db.
-my ($rc, $out, $err) = psql_verbose($node, 'dst_db',
+my ($rc, $out, $err) = psql_verbose_in($node, 'dst_db',
 	"SET ROLE reader;\nSELECT count(*) FROM projcache.snapshot('grants') AS g(user_id int, audience text);"
 );
 is($rc, 0, 'dst_db: reader may read grants') or diag($err);
 is($out, '4', 'dst_db: reader sees its 4 rows');
 
 # New snapshots in dst_db: the id sequence was restored with the registry.
-($rc, $out, $err) = psql_verbose(
+($rc, $out, $err) = psql_verbose_in(
 	$node, 'dst_db', q{
 SELECT projcache.create_snapshot('audiences',
 	'SELECT DISTINCT audience FROM public.grants', '30s');
@@ -190,7 +190,7 @@ is( $node->safe_psql('postgres',
 my $used0 = memory_ok($node, 'at start');
 my $offset = log_offset($node);
 
-($rc, $out, $err) = psql_verbose($node, 'postgres',
+($rc, $out, $err) = psql_verbose_in($node, 'postgres',
 	"SELECT count(*) FROM projcache.snapshot('big') AS b(id int, pad text);");
 isnt($rc, 0, 'the cold read of a snapshot larger than max_memory fails');
 like($err, qr/ERROR:  PC001: snapshot "big" unavailable; its first load failed/,
@@ -208,7 +208,7 @@ cmp_ok($used1 - $used0, '<', 16384,
 	'the failed load left at most its error message in shared memory');
 
 # Still throttled within its TTL: no second load of 3 MB.
-($rc, $out, $err) = psql_verbose($node, 'postgres',
+($rc, $out, $err) = psql_verbose_in($node, 'postgres',
 	"SELECT count(*) FROM projcache.snapshot('big') AS b(id int, pad text);");
 like($err, qr/ERROR:  PC001: snapshot "big" unavailable; cold-start retry throttled/,
 	'a second cold read within the TTL is throttled (PC001)');
@@ -228,7 +228,7 @@ $node->safe_psql('postgres',
 	"INSERT INTO public.small SELECT i, repeat('z', 100) FROM generate_series(11, 30000) AS i"
 );
 advance_clock($node, '11s');
-($rc, $out, $err) = psql_verbose($node, 'postgres',
+($rc, $out, $err) = psql_verbose_in($node, 'postgres',
 	"SELECT count(*), sum(id) FROM projcache.snapshot('small') AS s(id int, pad text);");
 is($rc, 0, 'the read after the TTL succeeds') or diag($err);
 is($out, '10|55', 'it returns the last good rows (10 rows)');
@@ -247,7 +247,7 @@ is( $node->safe_psql(
 memory_ok($node, 'after the failed refresh');
 
 # Within the next TTL the failing source is not queried again.
-($rc, $out, $err) = psql_verbose($node, 'postgres',
+($rc, $out, $err) = psql_verbose_in($node, 'postgres',
 	"SELECT count(*) FROM projcache.snapshot('small') AS s(id int, pad text);");
 is($out, '10', 'a read right after serves the last good rows');
 unlike($err, qr/WARNING|ERROR/, 'without another refresh attempt');
@@ -294,7 +294,7 @@ SELECT projcache.create_snapshot('c', 'SELECT 30 AS n', '1h');
 });
 my $too_many =
   qr/ERROR:  53400: too many projcache snapshots in use\n/;
-($rc, $out, $err) = psql_verbose($node, 'd2',
+($rc, $out, $err) = psql_verbose_in($node, 'd2',
 	"SELECT n FROM projcache.snapshot('a') AS t(n int);");
 like($err, $too_many, 'd2: while d1 holds both slots, a read fails with 53400');
 
@@ -312,7 +312,7 @@ ok( $node->poll_query_until(
 $d1_session->quit;
 $node->safe_psql('postgres', 'DROP DATABASE d1');
 
-($rc, $out, $err) = psql_verbose($node, 'd2',
+($rc, $out, $err) = psql_verbose_in($node, 'd2',
 	"SELECT (SELECT n FROM projcache.snapshot('a') AS t(n int)) || '|' || (SELECT n FROM projcache.snapshot('b') AS t(n int));"
 );
 is($rc, 0, 'd2: after DROP DATABASE d1, two snapshots load')
@@ -324,7 +324,7 @@ is( $node->safe_psql(
 	'a:fresh,b:fresh,c:cold',
 	'd2: a and b are fresh, c is cold');
 
-($rc, $out, $err) = psql_verbose($node, 'd2',
+($rc, $out, $err) = psql_verbose_in($node, 'd2',
 	"SELECT n FROM projcache.snapshot('c') AS t(n int);");
 isnt($rc, 0, 'd2: a third snapshot fails');
 like($err, $too_many,

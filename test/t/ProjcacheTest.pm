@@ -41,6 +41,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(
+  psql_verbose
   projcache_base_conf
   projcache_node
   create_local_upstream
@@ -391,6 +392,26 @@ sub wait_session
 		$rc = $session->{harness}->result(0);
 	}
 	return ($rc, $session->{stdout}, $session->{stderr}, time - $t0);
+}
+
+=pod
+
+=item psql_verbose(node, sql)
+
+Runs sql in the C<postgres> database with C<\set VERBOSITY verbose>, so
+stderr carries the SQLSTATE; returns (exit code, stdout, stderr).
+
+=cut
+
+sub psql_verbose
+{
+	my ($node, $sql) = @_;
+	my ($stdout, $stderr);
+	my $rc = $node->psql(
+		'postgres', "\\set VERBOSITY verbose\n$sql",
+		stdout => \$stdout,
+		stderr => \$stderr);
+	return ($rc, $stdout, $stderr);
 }
 
 =pod
