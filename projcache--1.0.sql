@@ -47,10 +47,12 @@ LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 COMMENT ON FUNCTION projcache.fetch(text) IS
 'Ask for a fetch of the key now, unless one is under way or its value is fresh';
 
+-- Restricted to the leader: its refetch is requested when the
+-- transaction commits, which a parallel worker cannot see.
 CREATE FUNCTION projcache.invalidate(key text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'projcache_invalidate'
-LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION projcache.invalidate(text) IS
 'Make the key stale now and refetch it at once, serving the old value meanwhile; false if not cached';

@@ -20,6 +20,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -295,7 +296,8 @@ wait_arg_ms(Interval *wait)
 		days = 30 * 365;
 	else if (days < -30 * 365)
 		days = -30 * 365;
-	usecs = wait->time + days * USECS_PER_DAY;
+	if (pg_add_s64_overflow(wait->time, days * USECS_PER_DAY, &usecs))
+		usecs = wait->time > 0 ? PG_INT64_MAX : -1;
 	if (usecs < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -511,8 +513,14 @@ invalidate_at_commit(XactEvent event, void *arg)
 
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			/* The commit would come later, in another session. */
+			if (invalidated_keys != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has invalidated projcache keys")));
+			break;
 		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
 			/* Committed and visible to new snapshots: fetch now. */
 			foreach(lc, invalidated_keys)
 			{
@@ -525,8 +533,6 @@ invalidate_at_commit(XactEvent event, void *arg)
 			invalidated_keys = NIL;
 			break;
 		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
 			/* The keys stay stale: the next read refetches them. */
 			invalidated_keys = NIL;
 			break;

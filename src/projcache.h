@@ -301,7 +301,8 @@ extern Size pc_snap_shmem_size(int max_snapshots);
 extern void pc_snap_shmem_init(void *place, int max_snapshots);
 extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id,
 								 int64 reg_stamp);
-extern void pc_snap_forget(Oid dbid, const char *name);
+extern void pc_snap_forget(Oid dbid, const char *name, int64 reg_id,
+						   int64 reg_stamp);
 extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 						 char **blob, Size *size, int64 *rows);
 extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,

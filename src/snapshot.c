@@ -499,10 +499,14 @@ load_rows(SnapReg *reg, StringInfo out, int64 *nrows, char **error)
 		CurrentResourceOwner = oldowner;
 
 		/*
-		 * A cancel or statement timeout is the caller's, not the source's
-		 * failure: it ends the caller's statement, as anywhere else.
+		 * A cancel or statement timeout of this backend is the caller's, not
+		 * the source's failure: it ends the caller's statement, as anywhere
+		 * else.  (A remote server's timeout, passed on by dblink or
+		 * postgres_fdw with the same SQLSTATE, is a source failure.)
 		 */
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+			edata->funcname != NULL &&
+			strcmp(edata->funcname, "ProcessInterrupts") == 0)
 			ReThrowError(edata);
 		*error = pstrdup(edata->message);
 		FreeErrorData(edata);
@@ -556,16 +560,6 @@ report_dropped(SnapReg *reg)
 					reg->name)));
 }
 
-/* The lease this backend holds, for lease_cleanup(). */
-static PcSnapRef held_lease;
-
-/* Drop the refresh lease on ERROR, and on FATAL (pg_terminate_backend). */
-static void
-lease_cleanup(int code, Datum arg)
-{
-	pc_snap_lease_drop(held_lease);
-}
-
 static void
 current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 {
@@ -591,8 +585,8 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		 */
 		if (may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
 		{
-			held_lease = ref;
-			PG_ENSURE_ERROR_CLEANUP(lease_cleanup, (Datum) 0);
+			/* On FATAL the lease dies with this backend (see lease_take). */
+			PG_TRY();
 			{
 				/* It may have been refreshed before we took the lease. */
 				if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows) &&
@@ -608,8 +602,11 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 							 errdetail("%s", error)));
 				}
 			}
-			PG_END_ENSURE_ERROR_CLEANUP(lease_cleanup, (Datum) 0);
-			pc_snap_lease_drop(ref);
+			PG_FINALLY();
+			{
+				pc_snap_lease_drop(ref);
+			}
+			PG_END_TRY();
 		}
 		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 			return;
@@ -952,12 +949,19 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 }
 
 /*
- * Snapshots dropped by the current transaction (names, in
- * TopTransactionContext): their slots are freed once it commits.  Freed
+ * Snapshots dropped by the current transaction (in TopTransactionContext):
+ * their slots are freed once it commits.  Freed
  * earlier, a reader that still sees the registration would load it into a
  * new slot that nobody frees.
  */
-static List *dropped_names = NIL;
+typedef struct DroppedSnapshot
+{
+	char	   *name;
+	int64		id;
+	int64		stamp;
+} DroppedSnapshot;
+
+static List *dropped_snapshots = NIL;
 static bool drop_callback_registered = false;
 
 static void
@@ -967,16 +971,23 @@ forget_dropped_at_commit(XactEvent event, void *arg)
 
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (dropped_snapshots != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
+			break;
 		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			foreach(lc, dropped_names)
-				pc_snap_forget(MyDatabaseId, (const char *) lfirst(lc));
-			dropped_names = NIL;
+			foreach(lc, dropped_snapshots)
+			{
+				DroppedSnapshot *d = (DroppedSnapshot *) lfirst(lc);
+
+				pc_snap_forget(MyDatabaseId, d->name, d->id, d->stamp);
+			}
+			dropped_snapshots = NIL;
 			break;
 		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			dropped_names = NIL;
+			dropped_snapshots = NIL;
 			break;
 		default:
 			break;
@@ -984,9 +995,10 @@ forget_dropped_at_commit(XactEvent event, void *arg)
 }
 
 static void
-forget_at_commit(const char *name)
+forget_at_commit(SnapReg *reg)
 {
 	MemoryContext oldcxt;
+	DroppedSnapshot *d;
 
 	if (!drop_callback_registered)
 	{
@@ -994,7 +1006,11 @@ forget_at_commit(const char *name)
 		drop_callback_registered = true;
 	}
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	dropped_names = lappend(dropped_names, pstrdup(name));
+	d = palloc(sizeof(DroppedSnapshot));
+	d->name = pstrdup(reg->name);
+	d->id = reg->id;
+	d->stamp = reg->stamp;
+	dropped_snapshots = lappend(dropped_snapshots, d);
 	MemoryContextSwitchTo(oldcxt);
 }
 
@@ -1015,7 +1031,7 @@ projcache_drop_snapshot(PG_FUNCTION_ARGS)
 	registry_modify("DELETE FROM projcache.snapshot_registry"
 					" WHERE name OPERATOR(pg_catalog.=) $1",
 					1, argtypes, args);
-	forget_at_commit(name);
+	forget_at_commit(reg);
 	PG_RETURN_VOID();
 }
 

@@ -22,7 +22,9 @@
  *	 rows; a load runs its query holding no lock at all and takes the lock
  *	 exclusively only to swap in the new chunk.  A reader thus sees the old
  *	 rows or the new ones, never a mix, and never waits for a query.
- * - last_attempt_ms and lease_until_ms: atomics, used without a lock.
+ * - last_attempt_ms, lease_until_ms and lease_pid: atomics, changed under
+ *	 the slot's lock in shared mode (so that a reassignment, which holds it
+ *	 exclusively, cannot interleave).
  *
  * Every operation checks the generation it was given: if the slot was
  * reassigned meanwhile (the snapshot was dropped), it does nothing.
@@ -33,6 +35,8 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "storage/procarray.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 
@@ -53,6 +57,7 @@ typedef struct PcSnapSlot
 	/* atomics */
 	pg_atomic_uint64 last_attempt_ms;	/* int64; PC_NEVER if none */
 	pg_atomic_uint64 lease_until_ms;	/* int64; a refresh is running until */
+	pg_atomic_uint32 lease_pid; /* the backend holding the lease, or 0 */
 
 	/* under the slot's lock */
 	dsa_pointer data;			/* the rows, or InvalidDsaPointer (cold) */
@@ -99,6 +104,7 @@ pc_snap_shmem_init(void *place, int max_snapshots)
 		s[i].last_error = InvalidDsaPointer;
 		pg_atomic_init_u64(&s[i].last_attempt_ms, (uint64) PC_NEVER);
 		pg_atomic_init_u64(&s[i].lease_until_ms, 0);
+		pg_atomic_init_u32(&s[i].lease_pid, 0);
 	}
 }
 
@@ -138,6 +144,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	s->error_unstored = false;
 	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
+	pg_atomic_write_u32(&s->lease_pid, 0);
 	LWLockRelease(slot_lock(index));
 }
 
@@ -267,9 +274,9 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 	return ref;
 }
 
-/* Free the slot of a dropped snapshot, if it has one. */
+/* Free the slot of a dropped registration, if it has one. */
 void
-pc_snap_forget(Oid dbid, const char *name)
+pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 {
 	int			index;
 	dsa_pointer old_data = InvalidDsaPointer;
@@ -279,7 +286,7 @@ pc_snap_forget(Oid dbid, const char *name)
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
-	if (index >= 0)
+	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
 		reset_slot(index, InvalidOid, "", 0, 0, false,
 				   &old_data, &old_data_bytes, &old_error, &old_error_bytes);
 	LWLockRelease(pc_shared->snap_map_lock);
@@ -468,8 +475,9 @@ pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at, int64 prev_attempt)
 
 /*
  * After the first success: only one backend refreshes at a time; the
- * others serve the last good snapshot.  The lease expires by itself after
- * lease_ms, in case its holder could not drop it.
+ * others serve the last good snapshot.  The lease ends when its holder
+ * drops it, when lease_ms have passed, or when its holder is gone (a
+ * backend terminated in the middle of a load cannot drop it).
  */
 bool
 pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
@@ -481,10 +489,14 @@ pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
 	if (s->generation == ref.generation)
 	{
 		uint64		until = pg_atomic_read_u64(&s->lease_until_ms);
+		int			holder = (int) pg_atomic_read_u32(&s->lease_pid);
 
-		if ((int64) until <= now)
+		if ((int64) until <= now || holder == 0 ||
+			BackendPidGetProc(holder) == NULL)
 			taken = pg_atomic_compare_exchange_u64(&s->lease_until_ms, &until,
 												   (uint64) (now + Max(lease_ms, 1)));
+		if (taken)
+			pg_atomic_write_u32(&s->lease_pid, (uint32) MyProcPid);
 	}
 	LWLockRelease(slot_lock(ref.index));
 	return taken;
@@ -496,8 +508,12 @@ pc_snap_lease_drop(PcSnapRef ref)
 	PcSnapSlot *s = &slots()[ref.index];
 
 	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
-	if (s->generation == ref.generation)
+	if (s->generation == ref.generation &&
+		pg_atomic_read_u32(&s->lease_pid) == (uint32) MyProcPid)
+	{
+		pg_atomic_write_u32(&s->lease_pid, 0);
 		pg_atomic_write_u64(&s->lease_until_ms, 0);
+	}
 	LWLockRelease(slot_lock(ref.index));
 }
 

@@ -215,9 +215,12 @@ handle_request(const char *key, uint32 len, int64 now)
 	/*
 	 * A reader asking for a key that invalidate() marked stale (and whose
 	 * transaction did not tell us, having rolled back or not committed yet)
-	 * gets a real refetch: our private state may still call it fresh.
+	 * gets a real refetch: our private state may still call it fresh.  Not
+	 * while a fetch is under way: that would skip its backoff.
 	 */
-	if ((bits & PC_REQ_FETCH) && invalidated)
+	if ((bits & PC_REQ_FETCH) && invalidated &&
+		(e = sched_lookup(sched, key, len)) != NULL &&
+		e->state == SCHED_COMPLETE)
 		bits |= PC_REQ_INVALIDATE;
 
 	if (bits & PC_REQ_EVICT)
