@@ -57,3 +57,10 @@ SELECT pg_sleep(0.3);
 SELECT freshness FROM projcache.entries WHERE key = 'inv-2';
 SELECT count(*) - :calls_before AS calls_after_rollback
   FROM calls WHERE keys = ARRAY['inv-2'];
+
+-- The refetch waits for the commit, so a prepared transaction (committed
+-- later, maybe elsewhere) cannot carry one; nor can a parallel worker.
+BEGIN;
+SELECT projcache.invalidate('inv-2');
+PREPARE TRANSACTION 'pc_inv';
+SELECT proparallel FROM pg_proc WHERE oid = 'projcache.invalidate(text)'::regprocedure;
