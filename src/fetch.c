@@ -27,6 +27,7 @@
 #include "miscadmin.h"
 #include "parser/parse_func.h"
 #include "pgstat.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -278,7 +279,18 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	PG_TRY();
 	{
 		int			breaches;
+		Oid			save_userid;
+		int			save_sec_context;
 
+		/*
+		 * Run as projcache.fetch_role when set; else as the worker's own
+		 * user, the bootstrap superuser.  An ERROR restores the user with
+		 * the subtransaction.
+		 */
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		if (pc_fetch_role != NULL && pc_fetch_role[0] != '\0')
+			SetUserIdAndSecContext(get_role_oid(pc_fetch_role, false),
+								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 		if (pc_fetch_timeout_ms > 0)
 			enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
 		if (SPI_connect() != SPI_OK_CONNECT)
@@ -286,6 +298,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		breaches = run_fetch(items, nitems, callercxt);
 		SPI_finish();
 		disable_timeout(STATEMENT_TIMEOUT, false);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
 		/* The timeout may have fired just as the call returned: too late. */
 		QueryCancelPending = false;
 

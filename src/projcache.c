@@ -27,6 +27,7 @@ void		_PG_init(void);
 /* Settings; see the README for what each one does. */
 char	   *pc_database = NULL;
 char	   *pc_fetch_function = NULL;
+char	   *pc_fetch_role = NULL;
 int			pc_expiry_ms = 300 * 1000;
 int			pc_grace_period_ms = 120 * 1000;
 int			pc_refresh_interval_ms = 0;
@@ -73,6 +74,15 @@ define_settings(void)
 							   "Function the key cache calls to fetch keys: fn(keys text[], revisions text[]).",
 							   "Empty: the key cache fetches nothing.",
 							   &pc_fetch_function,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("projcache.fetch_role",
+							   "Role the fetch function runs as.",
+							   "Empty: the bootstrap superuser, as which the worker connects.",
+							   &pc_fetch_role,
 							   "",
 							   PGC_SIGHUP,
 							   0,
