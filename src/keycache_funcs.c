@@ -26,6 +26,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -497,47 +498,103 @@ request_cached_key(const char *key, uint32 len, uint32 bits, uint64 *serial)
 }
 
 /*
- * Keys invalidated by the current transaction (text datums, in
- * TopTransactionContext).  Their refetch is requested only once the
- * transaction has committed: invalidate() is meant for triggers on the
- * source table, and a fetch before the commit would see the old rows and
- * cache them as fresh again.
+ * Keys invalidated by the current transaction, each once (a hash table of
+ * text copies, in TopTransactionContext).  Their refetch is requested only
+ * once the transaction has committed: invalidate() is meant for triggers on
+ * the source table, and a fetch before the commit would see the old rows
+ * and cache them as fresh again.
  */
-static List *invalidated_keys = NIL;
+static HTAB *invalidated_keys = NULL;
 static bool xact_callback_registered = false;
+
+/* The table's key is a text pointer; hash and compare what it points to. */
+static uint32
+invalidated_key_hash(const void *key, Size keysize)
+{
+	const text *t = *(text *const *) key;
+
+	return pc_key_hash(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+static int
+invalidated_key_match(const void *key1, const void *key2, Size keysize)
+{
+	const text *a = *(text *const *) key1;
+	const text *b = *(text *const *) key2;
+	Size		len = VARSIZE_ANY_EXHDR(a);
+
+	if (len != VARSIZE_ANY_EXHDR(b))
+		return 1;
+	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), len);
+}
 
 static void
 invalidate_at_commit(XactEvent event, void *arg)
 {
-	ListCell   *lc;
+	HASH_SEQ_STATUS status;
+	text	  **entry;
 
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
 			/* The commit would come later, in another session. */
-			if (invalidated_keys != NIL)
+			if (invalidated_keys != NULL)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that has invalidated projcache keys")));
 			break;
 		case XACT_EVENT_COMMIT:
 			/* Committed and visible to new snapshots: fetch now. */
-			foreach(lc, invalidated_keys)
-			{
-				text	   *key = (text *) lfirst(lc);
-
-				(void) request_cached_key(VARDATA_ANY(key),
-										  VARSIZE_ANY_EXHDR(key),
+			if (invalidated_keys == NULL)
+				break;
+			hash_seq_init(&status, invalidated_keys);
+			while ((entry = hash_seq_search(&status)) != NULL)
+				(void) request_cached_key(VARDATA_ANY(*entry),
+										  VARSIZE_ANY_EXHDR(*entry),
 										  PC_REQ_INVALIDATE, NULL);
-			}
-			invalidated_keys = NIL;
+			invalidated_keys = NULL;	/* freed with TopTransactionContext */
 			break;
 		case XACT_EVENT_ABORT:
 			/* The keys stay stale: the next read refetches them. */
-			invalidated_keys = NIL;
+			invalidated_keys = NULL;
 			break;
 		default:
 			break;
+	}
+}
+
+/* Remember a key for invalidate_at_commit(), once per transaction. */
+static void
+invalidate_at_commit_add(text *arg)
+{
+	bool		found;
+	text	  **slot;
+
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(invalidate_at_commit, NULL);
+		xact_callback_registered = true;
+	}
+	if (invalidated_keys == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(text *);
+		ctl.entrysize = sizeof(text *);
+		ctl.hash = invalidated_key_hash;
+		ctl.match = invalidated_key_match;
+		ctl.hcxt = TopTransactionContext;
+		invalidated_keys = hash_create("projcache invalidated keys", 64, &ctl,
+									   HASH_ELEM | HASH_FUNCTION |
+									   HASH_COMPARE | HASH_CONTEXT);
+	}
+	slot = hash_search(invalidated_keys, &arg, HASH_ENTER, &found);
+	if (!found)
+	{
+		/* Keep a copy that lives as long as the transaction. */
+		*slot = (text *) MemoryContextAlloc(TopTransactionContext,
+											VARSIZE_ANY(arg));
+		memcpy(*slot, arg, VARSIZE_ANY(arg));
 	}
 }
 
@@ -554,7 +611,6 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 	uint32		len;
 	PcKey		search;
 	PcEntry    *entry;
-	MemoryContext oldcxt;
 
 	pc_require_loaded();
 	pc_check_key(arg, &key, &len);
@@ -567,15 +623,7 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 		entry->invalidated = true;
 	dshash_release_lock(pc_keymap(), entry);
 
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(invalidate_at_commit, NULL);
-		xact_callback_registered = true;
-	}
-	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	invalidated_keys = lappend(invalidated_keys,
-							   cstring_to_text_with_len(key, len));
-	MemoryContextSwitchTo(oldcxt);
+	invalidate_at_commit_add(arg);
 	PG_RETURN_BOOL(true);
 }
 
