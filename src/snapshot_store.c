@@ -108,24 +108,37 @@ pc_snap_shmem_init(void *place, int max_snapshots)
 	}
 }
 
+/* Chunks a reset slot let go of, to free once the locks are released. */
+typedef struct SlotLeftovers
+{
+	dsa_pointer data;
+	Size		data_bytes;
+	dsa_pointer error;
+	Size		error_bytes;
+} SlotLeftovers;
+
+static void
+free_leftovers(SlotLeftovers *left)
+{
+	pc_free(left->data, left->data_bytes);
+	pc_free(left->error, left->error_bytes);
+}
+
 /*
  * Empty a slot for a new owner.  Caller holds snap_map_lock exclusively;
- * the slot's lock is taken here.  Returns the chunks to free once the locks
- * are released.
+ * the slot's lock is taken here.  What the slot held goes to *left.
  */
 static void
 reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
-		   int64 reg_stamp, bool in_use,
-		   dsa_pointer *old_data, Size *old_data_bytes,
-		   dsa_pointer *old_error, Size *old_error_bytes)
+		   int64 reg_stamp, bool in_use, SlotLeftovers *left)
 {
 	PcSnapSlot *s = &slots()[index];
 
 	LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
-	*old_data = s->data;
-	*old_data_bytes = s->data_bytes;
-	*old_error = s->last_error;
-	*old_error_bytes = s->last_error_bytes;
+	left->data = s->data;
+	left->data_bytes = s->data_bytes;
+	left->error = s->last_error;
+	left->error_bytes = s->last_error_bytes;
 	s->in_use = in_use;
 	s->dbid = dbid;
 	strlcpy(s->name, name, NAMEDATALEN);
@@ -222,10 +235,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 {
 	PcSnapRef	ref;
 	int			index;
-	dsa_pointer old_data = InvalidDsaPointer;
-	dsa_pointer old_error = InvalidDsaPointer;
-	Size		old_data_bytes = 0;
-	Size		old_error_bytes = 0;
+	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
@@ -240,37 +250,32 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
-	if (index < 0 || !slot_is(&slots()[index], reg_id, reg_stamp))
+	if (index < 0)
 	{
-		if (index < 0)
-		{
-			index = free_slot();
-			/* The map may have changed while it was released. */
-			if (find_slot(dbid, name) >= 0)
-				index = find_slot(dbid, name);
-		}
-		if (index < 0)
-		{
-			LWLockRelease(pc_shared->snap_map_lock);
-			ereport(ERROR,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("too many projcache snapshots in use"),
-					 errdetail("All %d snapshot slots are taken.",
-							   pc_shared->max_snapshots),
-					 errhint("Raise projcache.max_snapshots, or drop unused snapshots.")));
-		}
-		if (!slot_is(&slots()[index], reg_id, reg_stamp) ||
-			slots()[index].dbid != dbid || strcmp(slots()[index].name, name) != 0)
-			reset_slot(index, dbid, name, reg_id, reg_stamp, true,
-					   &old_data, &old_data_bytes,
-					   &old_error, &old_error_bytes);
+		index = free_slot();
+		/* free_slot() may release the lock: look again. */
+		if (find_slot(dbid, name) >= 0)
+			index = find_slot(dbid, name);
 	}
+	if (index < 0)
+	{
+		LWLockRelease(pc_shared->snap_map_lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many projcache snapshots in use"),
+				 errdetail("All %d snapshot slots are taken.",
+						   pc_shared->max_snapshots),
+				 errhint("Raise projcache.max_snapshots, or drop unused snapshots.")));
+	}
+	if (!slots()[index].in_use || slots()[index].dbid != dbid ||
+		strcmp(slots()[index].name, name) != 0 ||
+		!slot_is(&slots()[index], reg_id, reg_stamp))
+		reset_slot(index, dbid, name, reg_id, reg_stamp, true, &left);
 	ref.index = index;
 	ref.generation = slots()[index].generation;
 	LWLockRelease(pc_shared->snap_map_lock);
 
-	pc_free(old_data, old_data_bytes);
-	pc_free(old_error, old_error_bytes);
+	free_leftovers(&left);
 	return ref;
 }
 
@@ -279,20 +284,15 @@ void
 pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 {
 	int			index;
-	dsa_pointer old_data = InvalidDsaPointer;
-	dsa_pointer old_error = InvalidDsaPointer;
-	Size		old_data_bytes = 0;
-	Size		old_error_bytes = 0;
+	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
 	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
-		reset_slot(index, InvalidOid, "", 0, 0, false,
-				   &old_data, &old_data_bytes, &old_error, &old_error_bytes);
+		reset_slot(index, InvalidOid, "", 0, 0, false, &left);
 	LWLockRelease(pc_shared->snap_map_lock);
 
-	pc_free(old_data, old_data_bytes);
-	pc_free(old_error, old_error_bytes);
+	free_leftovers(&left);
 }
 
 /*
