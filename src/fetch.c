@@ -13,28 +13,42 @@
  * ERROR, a timeout, a result that breaks the contract) becomes an answer of
  * PC_ANSWER_ERROR for the keys concerned, and the worker lives on.
  *
+ * It is user code in a long-lived superuser session, so it gets exactly
+ * the rights of its role (projcache.fetch_role, else the function's owner)
+ * for everything it sets in motion, commit included, and what it leaves in
+ * the session is undone after each batch: see pc_fetch_batch().
+ *
  * Copyright (c) 2026, projcache developers
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/prepare.h"
+#include "commands/sequence.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "parser/parse_func.h"
 #include "pgstat.h"
+#include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/portal.h"
 #include "utils/regproc.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 
 #include "projcache.h"
@@ -93,13 +107,18 @@ find_item(PcFetchItem *items, int *order, int nitems, const char *key, uint32 le
 	return -1;
 }
 
-/* The fetch function's call, with its name resolved now (it may change). */
+/*
+ * The fetch function's call, and the role it runs as: projcache.fetch_role
+ * when set, else the function's owner, as if it were SECURITY DEFINER.  Both
+ * are resolved now: the settings, the function and its owner may change.
+ */
 static char *
-fetch_query(void)
+fetch_query(Oid *roleid)
 {
 	List	   *names = stringToQualifiedNameList(pc_fetch_function);
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Oid			fn;
+	HeapTuple	proctup;
 
 	fn = LookupFuncName(names, 2, argtypes, true);
 	if (!OidIsValid(fn))
@@ -109,10 +128,56 @@ fetch_query(void)
 						NameListToString(names)),
 				 errhint("Set projcache.fetch_function to a function of database \"%s\".",
 						 pc_database)));
-	return psprintf("SELECT f.key::text, f.state::text, f.revision::text, f.config::jsonb "
+
+	if (pc_fetch_role != NULL && pc_fetch_role[0] != '\0')
+		*roleid = get_role_oid(pc_fetch_role, false);
+	else
+	{
+		proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+		if (!HeapTupleIsValid(proctup))
+			elog(ERROR, "cache lookup failed for function %u", fn);
+		*roleid = ((Form_pg_proc) GETSTRUCT(proctup))->proowner;
+		ReleaseSysCache(proctup);
+	}
+
+	/*
+	 * Every name is qualified: user code may have created temp types (a
+	 * "jsonb" in pg_temp shadows the real one for an unqualified cast) or
+	 * changed search_path.
+	 */
+	return psprintf("SELECT f.key::pg_catalog.text, f.state::pg_catalog.text, "
+					"f.revision::pg_catalog.text, f.config::pg_catalog.jsonb "
 					"FROM %s($1, $2) AS f(key, state, revision, config)",
 					quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
 											   get_func_name(fn)));
+}
+
+/*
+ * The values the worker stores must really be the built-in types, whatever
+ * the casts above resolved to: readers take the bytes for text and jsonb.
+ */
+static void
+check_result_types(TupleDesc desc)
+{
+	static const Oid expected[4] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+	int			i;
+
+	if (desc->natts != lengthof(expected))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("fetch function result has %d columns, not %d",
+						desc->natts, (int) lengthof(expected))));
+	for (i = 0; i < desc->natts; i++)
+	{
+		Oid			type = TupleDescAttr(desc, i)->atttypid;
+
+		if (type != expected[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("fetch function result column %d has type %s, not %s",
+							i + 1, format_type_be_qualified(type),
+							format_type_be(expected[i]))));
+	}
 }
 
 /*
@@ -121,7 +186,8 @@ fetch_query(void)
  * number of rows that broke the contract.
  */
 static int
-run_fetch(PcFetchItem *items, int nitems, MemoryContext resultcxt)
+run_fetch(const char *query, PcFetchItem *items, int nitems,
+		  MemoryContext resultcxt)
 {
 	Datum	   *keys = palloc(nitems * sizeof(Datum));
 	Datum	   *revs = palloc(nitems * sizeof(Datum));
@@ -152,11 +218,11 @@ run_fetch(PcFetchItem *items, int nitems, MemoryContext resultcxt)
 												 TYPALIGN_INT));
 	qsort_arg(order, nitems, sizeof(int), item_index_cmp, items);
 
-	ret = SPI_execute_with_args(fetch_query(), 2, argtypes, args, argnulls,
-								false, 0);
+	ret = SPI_execute_with_args(query, 2, argtypes, args, argnulls, false, 0);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args returned %s",
 			 SPI_result_code_string(ret));
+	check_result_types(SPI_tuptable->tupdesc);
 
 	for (row = 0; row < SPI_processed; row++)
 	{
@@ -234,17 +300,83 @@ run_fetch(PcFetchItem *items, int nitems, MemoryContext resultcxt)
 }
 
 /*
+ * Undo what user code may have left in the worker's session, so that the
+ * next batch, and the worker's own SQL, start from a clean one: cursors
+ * (a WITH HOLD one would run its query at commit), prepared statements,
+ * advisory locks, cached sequence values (currval, lastval) and the
+ * temporary schema's contents.  Settings changed with SET are undone by the
+ * call's GUC nest level.  LISTEN needs nothing: PostgreSQL refuses it in a
+ * background process.  Language-level state (PL/Python's GD) and the
+ * connections dblink or postgres_fdw keep stay, by design.
+ *
+ * Runs in the batch's transaction, also after a failed call: prepared
+ * statements and session advisory locks outlive a rollback.
+ */
+static void
+reset_session_state(void)
+{
+	PortalHashTableDeleteAll();
+	DropAllPreparedStatements();
+	LockReleaseAll(USER_LOCKMETHOD, true);
+	ResetSequenceCaches();
+	ResetTempTableNamespace();
+}
+
+/*
+ * A call that failed: warn, and make the error every key's answer.  A
+ * cancel that came with the deadline is our timeout.
+ */
+static void
+report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
+			   int64 started_ms)
+{
+	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+		pc_fetch_timeout_ms > 0 &&
+		pc_real_now_ms() - started_ms >= pc_fetch_timeout_ms)
+	{
+		pfree(edata->message);
+		edata->message = psprintf("fetch function ran longer than projcache.fetch_timeout (%d ms)",
+								  pc_fetch_timeout_ms);
+	}
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg_plural("projcache fetch function failed for %d key",
+						   "projcache fetch function failed for %d keys",
+						   nitems, nitems),
+			 errdetail("%s", edata->message)));
+	fail_batch(items, nitems, edata->message);
+}
+
+/*
  * Ask the fetch function for a batch of keys and fill in each item's
  * answer.  Keys the function does not return are disabled.  Never raises
  * an ERROR for what the function does; results are allocated in the
  * caller's memory context.
+ *
+ * The worker's session is a superuser's and lives on, so the call is
+ * fenced in:
+ *
+ * - It runs as the fetch role (fetch_query()) with
+ *	 SECURITY_LOCAL_USERID_CHANGE, so SET ROLE is refused, and the role stays
+ *	 current until the transaction has committed: whatever the call queued
+ *	 for commit cannot run as superuser.  Deferred triggers, and what they
+ *	 queue in turn, are fired inside the subtransaction, so that their
+ *	 errors are the call's and they run under its timeout.
+ * - Settings it changed are undone when it returns (its own GUC nest
+ *	 level, as REFRESH MATERIALIZED VIEW does), and reset_session_state()
+ *	 clears the rest before the commit, whether the call failed or not.
+ * - A commit that fails anyway fails the batch, not the worker.
  */
 void
 pc_fetch_batch(PcFetchItem *items, int nitems)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	ResourceOwner oldowner;
+	Oid			save_userid;
+	int			save_sec_context;
 	int64		started_ms;
+	ErrorData  *volatile edata = NULL;
+	volatile int breaches = 0;
 	int			i;
 
 	for (i = 0; i < nitems; i++)
@@ -266,6 +398,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		return;
 	}
 
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -278,40 +411,35 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 
 	PG_TRY();
 	{
-		int			breaches;
-		Oid			save_userid;
-		int			save_sec_context;
+		Oid			roleid;
+		char	   *query = fetch_query(&roleid);
+		int			nestlevel;
 
-		/*
-		 * Run as projcache.fetch_role when set; else as the worker's own
-		 * user, the bootstrap superuser.  An ERROR restores the user with
-		 * the subtransaction.
-		 */
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		if (pc_fetch_role != NULL && pc_fetch_role[0] != '\0')
-			SetUserIdAndSecContext(get_role_oid(pc_fetch_role, false),
-								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		/* An ERROR restores the user with the subtransaction. */
+		SetUserIdAndSecContext(roleid,
+							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		nestlevel = NewGUCNestLevel();
 		if (pc_fetch_timeout_ms > 0)
 			enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		breaches = run_fetch(items, nitems, callercxt);
+		breaches = run_fetch(query, items, nitems, callercxt);
 		SPI_finish();
+		/* Deferred triggers now, not at commit (see above). */
+		AfterTriggerFireDeferred();
 		disable_timeout(STATEMENT_TIMEOUT, false);
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		AtEOXact_GUC(false, nestlevel);
 		/* The timeout may have fired just as the call returned: too late. */
 		QueryCancelPending = false;
 
+		/* Only an abort restores the user: the commit is the role's too. */
 		ReleaseCurrentSubTransaction();
+		Assert(GetUserId() == roleid);
 		MemoryContextSwitchTo(callercxt);
 		CurrentResourceOwner = oldowner;
-		if (breaches > 0)
-			pc_count(PC_CTR_FETCH_ERRORS, breaches);
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		disable_timeout(STATEMENT_TIMEOUT, false);
 		MemoryContextSwitchTo(callercxt);
 		edata = CopyErrorData();
@@ -321,30 +449,34 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		CurrentResourceOwner = oldowner;
 		/* The timeout may have fired as we finished: forget it. */
 		QueryCancelPending = false;
-
-		/* A cancel that came with the deadline is our timeout. */
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
-			pc_fetch_timeout_ms > 0 &&
-			pc_real_now_ms() - started_ms >= pc_fetch_timeout_ms)
-		{
-			pfree(edata->message);
-			edata->message = psprintf("fetch function ran longer than projcache.fetch_timeout (%d ms)",
-									  pc_fetch_timeout_ms);
-		}
-		ereport(WARNING,
-				(errcode(edata->sqlerrcode),
-				 errmsg_plural("projcache fetch function failed for %d key",
-							   "projcache fetch function failed for %d keys",
-							   nitems, nitems),
-				 errdetail("%s", edata->message)));
-		fail_batch(items, nitems, edata->message);
-		pc_count(PC_CTR_FETCH_ERRORS, 1);
-		FreeErrorData(edata);
 	}
 	PG_END_TRY();
-
 	PopActiveSnapshot();
-	CommitTransactionCommand();
+
+	PG_TRY();
+	{
+		reset_session_state();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(callercxt);
+		if (edata == NULL)
+			edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
 	MemoryContextSwitchTo(callercxt);
+
+	if (edata != NULL)
+	{
+		report_failure(items, nitems, edata, started_ms);
+		FreeErrorData(edata);
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+	}
+	else if (breaches > 0)
+		pc_count(PC_CTR_FETCH_ERRORS, breaches);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }

@@ -80,8 +80,8 @@ define_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomStringVariable("projcache.fetch_role",
-							   "Role the fetch function runs as.",
-							   "Empty: the bootstrap superuser, as which the worker connects.",
+							   "Role the fetch function runs as, through commit.",
+							   "Empty: the function's owner, as if it were SECURITY DEFINER.",
 							   &pc_fetch_role,
 							   "",
 							   PGC_SIGHUP,
