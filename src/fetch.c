@@ -366,6 +366,8 @@ report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
  *	 level, as REFRESH MATERIALIZED VIEW does), and reset_session_state()
  *	 clears the rest before the commit, whether the call failed or not.
  * - A commit that fails anyway fails the batch, not the worker.
+ *
+ * A call counts as one fetch error, however many rows broke the contract.
  */
 void
 pc_fetch_batch(PcFetchItem *items, int nitems)
@@ -477,6 +479,6 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
 	}
 	else if (breaches > 0)
-		pc_count(PC_CTR_FETCH_ERRORS, breaches);
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }

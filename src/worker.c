@@ -459,8 +459,11 @@ shared_has_value(const char *key, uint32 len)
 	return result;
 }
 
-/* Record one key's answer: private state first, then the shared entry. */
-static void
+/*
+ * Record one key's answer: private state first, then the shared entry.
+ * True if the answer broke the contract in a way only this can see.
+ */
+static bool
 apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 {
 	char	   *key = pnstrdup(e->key, e->keylen);
@@ -477,12 +480,13 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	Size		old_error_size = 0;
 	PcKey		search;
 	PcEntry    *entry;
+	bool		breach = false;
 
 	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
 	{
 		item->answer = PC_ANSWER_ERROR;
 		item->error = pstrdup("fetch function answered \"not_modified\" for a key with no cached value");
-		pc_count(PC_CTR_FETCH_ERRORS, 1);
+		breach = true;
 	}
 	if (item->answer == PC_ANSWER_ENABLED || item->answer == PC_ANSWER_DISABLED)
 	{
@@ -527,7 +531,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		pc_free(new_value, new_value_size);
 		pc_free(new_error, new_error_size);
 		delete_shared(key, len);
-		return;
+		return breach;
 	}
 
 	search = pc_search_key(key, len);
@@ -537,7 +541,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		/* Cannot happen: only this process deletes entries. */
 		pc_free(new_value, new_value_size);
 		pc_free(new_error, new_error_size);
-		return;
+		return breach;
 	}
 	if (result != SCHED_RESULT_PENDING)
 	{
@@ -568,6 +572,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	if (completion == SCHED_DONE || completion == SCHED_RESCHEDULED)
 		mirror_entry(e);
 	ConditionVariableBroadcast(pc_key_cv(key, len));
+	return breach;
 }
 
 static void
@@ -575,6 +580,8 @@ run_batch(SchedEntry **batch, int n, int64 now)
 {
 	PcFetchItem *items;
 	MemoryContext oldcxt;
+	bool		counted = false;
+	bool		breach = false;
 	int			i;
 
 	MemoryContextReset(batch_cxt);
@@ -614,9 +621,17 @@ run_batch(SchedEntry **batch, int n, int64 now)
 
 	pc_fetch_batch(items, n);
 
+	/*
+	 * A call counts as one fetch error at most: pc_fetch_batch() counted it
+	 * if it gave any key an error.
+	 */
+	for (i = 0; i < n; i++)
+		counted |= items[i].answer == PC_ANSWER_ERROR;
 	now = pc_now_ms();
 	for (i = 0; i < n; i++)
-		apply_answer(batch[i], &items[i], now);
+		breach |= apply_answer(batch[i], &items[i], now);
+	if (breach && !counted)
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
 
 	MemoryContextSwitchTo(oldcxt);
 }
