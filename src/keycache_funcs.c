@@ -629,20 +629,21 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 
 /*
  * Wait until the worker has removed the entry (a reader may create the key
- * again at once: that is another entry).  Bounded, in case no worker runs.
+ * again at once: that is another entry).  Bounded, in case no worker runs
+ * or a long fetch keeps it busy.  False if the entry is still there.
  */
-static void
+static bool
 wait_for_eviction(const char *key, uint32 len, uint64 serial)
 {
 	ConditionVariable *cv = pc_key_cv(key, len);
 	int64		deadline = pc_real_now_ms() + PC_EVICT_WAIT_MS;
+	bool		done;
 
 	ConditionVariablePrepareToSleep(cv);
 	for (;;)
 	{
 		PcKey		search = pc_search_key(key, len);
 		PcEntry    *entry;
-		bool		done;
 		int64		remaining;
 
 		entry = dshash_find(pc_keymap(), &search, false);
@@ -656,26 +657,33 @@ wait_for_eviction(const char *key, uint32 len, uint64 serial)
 										   PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
+	return done;
 }
 
 /*
  * projcache.evict(key text) → boolean: the worker removes the key (after
- * its running fetch, if any) and this returns once it has.  False if the
- * key is not cached.
+ * its running fetch, if any) and this returns true once it has.  False if
+ * the key is not cached.  An ERROR if the key is still there after the
+ * wait: false would say it was never cached, true that it is gone.
  */
 Datum
 projcache_evict(PG_FUNCTION_ARGS)
 {
 	const char *key;
 	uint32		len;
-
 	uint64		serial;
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
 	if (!request_cached_key(key, len, PC_REQ_EVICT, &serial))
 		PG_RETURN_BOOL(false);
-	wait_for_eviction(key, len, serial);
+	if (!wait_for_eviction(key, len, serial))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("could not evict projcache key \"%s\" within %d ms",
+						pnstrdup(key, len), PC_EVICT_WAIT_MS),
+				 errdetail("The worker is busy with a fetch, or no worker runs. The eviction stays requested: the worker removes the key when it next takes requests."),
+				 errhint("Look at the key's fetch_state in projcache.entries. projcache.fetch_timeout bounds how long a fetch may run.")));
 	PG_RETURN_BOOL(true);
 }
 
