@@ -17,10 +17,11 @@ OBJS = \
 	src/worker.o \
 	src/keycache_funcs.o \
 	src/snapshot_store.o \
+	src/snapshot_load.o \
 	src/snapshot.o
 
 EXTENSION = projcache
-DATA = projcache--1.0.sql
+DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql
 PGFILEDESC = "projcache - shared-memory caches for configuration"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

@@ -10,7 +10,9 @@
 #ifndef PROJCACHE_H
 #define PROJCACHE_H
 
+#include "access/tupdesc.h"
 #include "lib/dshash.h"
+#include "nodes/pg_list.h"
 #include "port/atomics.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
@@ -301,7 +303,17 @@ typedef struct PcSnapRef
 extern Size pc_snap_shmem_size(int max_snapshots);
 extern void pc_snap_shmem_init(void *place, int max_snapshots);
 extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id,
-								 int64 reg_stamp);
+								 int64 reg_stamp, bool none_ok);
+
+/* Which registration a slot caches. */
+typedef struct PcSnapKey
+{
+	char		name[NAMEDATALEN];
+	int64		reg_id;
+	int64		reg_stamp;
+} PcSnapKey;
+
+extern List *pc_snap_slots_of(Oid dbid);
 extern void pc_snap_forget(Oid dbid, const char *name, int64 reg_id,
 						   int64 reg_stamp);
 extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
@@ -328,9 +340,29 @@ extern void pc_snap_lease_drop(PcSnapRef ref);
 extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
 							int64 rows, int64 now);
 extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
-									int64 now);
+									int64 now, bool drop_rows);
 extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
 							 int64 reg_stamp, PcSnapInfo *info);
+
+/* ----------------------------------------------------------------
+ * Snapshot loads in a background worker (snapshot_load.c)
+ * ----------------------------------------------------------------
+ */
+typedef enum PcLoadStatus
+{
+	PC_LOAD_NONE,				/* the worker did not report */
+	PC_LOAD_OK,					/* rows published */
+	PC_LOAD_FAILED,				/* the source failed: last-good applies */
+	PC_LOAD_REVOKED				/* the owner lost its rights, or is gone */
+} PcLoadStatus;
+
+extern bool pc_snap_types_match(int natts, const Oid *coltypes,
+								TupleDesc desc);
+extern PcLoadStatus pc_snap_load(Oid owner, Oid view, const char *query,
+								 const char *name, int natts,
+								 const Oid *coltypes, PcSnapRef ref,
+								 char **error, int *sqlerrcode);
+extern PGDLLEXPORT void pc_snapshot_load_main(Datum main_arg);
 
 /* ----------------------------------------------------------------
  * The worker (worker.c) and its upstream call (fetch.c)

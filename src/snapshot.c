@@ -21,9 +21,13 @@
  *	   when a retry is possible.  A failing cold load raises the same
  *	   SQLSTATE with the source's error as detail.
  *
- * The load runs the registered query as the snapshot's owner, with
- * search_path = pg_catalog, pg_temp, read-only, inside a subtransaction, so
- * its ERROR never aborts the caller's transaction.
+ * Each snapshot is backed by a view, projcache.snapshot_<id>, owned by the
+ * snapshot's owner: its query's names are bound when it is created (with
+ * the creator's search path then), the objects it reads cannot be dropped
+ * under it, dropping its owner is refused, and pg_dump and REASSIGN OWNED
+ * carry it.  The owner of a snapshot is the owner of its view.  Loads run
+ * in a background worker of their own (snapshot_load.c), so that no
+ * reader's session shapes what every reader is served.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -34,7 +38,13 @@
 #include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "parser/parser.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "executor/executor.h"
@@ -73,6 +83,7 @@ PG_FUNCTION_INFO_V1(projcache_snapshot);
 PG_FUNCTION_INFO_V1(projcache_snapshot_typed);
 PG_FUNCTION_INFO_V1(projcache_refresh_snapshot);
 PG_FUNCTION_INFO_V1(projcache_snapshots);
+PG_FUNCTION_INFO_V1(projcache_bind_registrations);
 
 /* One row of projcache.snapshot_registry. */
 typedef struct SnapReg
@@ -88,6 +99,9 @@ typedef struct SnapReg
 	Oid		   *coltypes;
 	int			nreaders;
 	Oid		   *readers;
+	Oid			view;			/* backing view; InvalidOid under 1.0 SQL */
+	char	   *bind_error;		/* why 1.0.1 could not bind it, or NULL */
+	bool		created_here;	/* registered by the current transaction */
 } SnapReg;
 
 /* Saved identity while running as another role with a safe search_path. */
@@ -99,16 +113,22 @@ typedef struct RoleSwitch
 } RoleSwitch;
 
 static void
-switch_role(RoleSwitch *rs, Oid role)
+switch_role_path(RoleSwitch *rs, Oid role, const char *search_path)
 {
 	GetUserIdAndSecContext(&rs->save_userid, &rs->save_sec_context);
 	SetUserIdAndSecContext(role, rs->save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	rs->save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", SAFE_SEARCH_PATH,
+	(void) set_config_option("search_path", search_path,
 							 PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+static void
+switch_role(RoleSwitch *rs, Oid role)
+{
+	switch_role_path(rs, role, SAFE_SEARCH_PATH);
 }
 
 static void
@@ -191,12 +211,32 @@ oid_array(Datum d, int *n)
 	return oids;
 }
 
-static SPIPlanPtr registry_lookup_plan = NULL;
+/*
+ * Does this database's registry have the columns of the 1.0.1 SQL?  The
+ * library also serves a database whose extension is still at 1.0.
+ */
+static bool
+registry_has_views(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	Oid			rel;
+
+	if (!OidIsValid(nsp))
+		return false;
+	rel = get_relname_relid("snapshot_registry", nsp);
+	return OidIsValid(rel) && get_attnum(rel, "view") != InvalidAttrNumber;
+}
+
+/* Planned once per backend, per registry shape: every snapshot() runs it. */
+static SPIPlanPtr registry_lookup_plans[2];
+
+/* Registrations made by the current transaction (TopTransactionContext). */
+static List *created_snapshots = NIL;
 
 /*
  * Read a registration.  The registry is not readable by PUBLIC, so this
  * runs as the bootstrap superuser; the caller's own rights are checked
- * against what it returns.
+ * against what it returns.  The owner is the backing view's owner.
  */
 static SnapReg *
 registry_lookup(const char *name, bool missing_ok)
@@ -206,22 +246,34 @@ registry_lookup(const char *name, bool missing_ok)
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1];
 	SnapReg    *reg = NULL;
+	bool		with_views = registry_has_views();
 	int			ret;
 
 	args[0] = CStringGetTextDatum(name);
 	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	/* Planned once per backend: every snapshot() call runs it. */
-	if (registry_lookup_plan == NULL)
+	if (registry_lookup_plans[with_views] == NULL)
 	{
 		SPIPlanPtr	plan;
 
-		plan = SPI_prepare("SELECT id, query,"
+		plan = SPI_prepare(with_views ?
+						   "SELECT r.id, r.query,"
+						   " (extract(epoch FROM r.ttl) * 1000)::int8,"
+						   " COALESCE(c.relowner, r.owner::oid), r.column_names,"
+						   " r.column_types::oid[], r.readers::oid[],"
+						   " (extract(epoch FROM r.created_at) * 1000000)::int8,"
+						   " r.view::oid, r.bind_error"
+						   " FROM projcache.snapshot_registry r"
+						   " LEFT JOIN pg_catalog.pg_class c"
+						   " ON c.oid OPERATOR(pg_catalog.=) r.view::oid"
+						   " WHERE r.name OPERATOR(pg_catalog.=) $1" :
+						   "SELECT id, query,"
 						   " (extract(epoch FROM ttl) * 1000)::int8,"
 						   " owner::oid, column_names,"
 						   " column_types::oid[], readers::oid[],"
-						   " (extract(epoch FROM created_at) * 1000000)::int8"
+						   " (extract(epoch FROM created_at) * 1000000)::int8,"
+						   " NULL::oid, NULL::text"
 						   " FROM projcache.snapshot_registry"
 						   " WHERE name OPERATOR(pg_catalog.=) $1",
 						   1, argtypes);
@@ -230,11 +282,12 @@ registry_lookup(const char *name, bool missing_ok)
 				 SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
-		registry_lookup_plan = plan;
+		registry_lookup_plans[with_views] = plan;
 	}
 	/* What is registered now, as for a catalog: not the caller's snapshot. */
 	PushActiveSnapshot(GetLatestSnapshot());
-	ret = SPI_execute_plan(registry_lookup_plan, args, NULL, true, 1);
+	ret = SPI_execute_plan(registry_lookup_plans[with_views], args, NULL,
+						   true, 1);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "could not read projcache.snapshot_registry: %s",
 			 SPI_result_code_string(ret));
@@ -246,8 +299,10 @@ registry_lookup(const char *name, bool missing_ok)
 		MemoryContext oldcxt = MemoryContextSwitchTo(callercxt);
 		ArrayType  *names;
 		Datum	   *elems;
+		Datum		d;
 		int			n;
 		int			i;
+		ListCell   *lc;
 
 		reg = palloc0(sizeof(SnapReg));
 		reg->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
@@ -266,6 +321,13 @@ registry_lookup(const char *name, bool missing_ok)
 		reg->readers = oid_array(SPI_getbinval(tup, desc, 7, &isnull),
 								 &reg->nreaders);
 		reg->stamp = DatumGetInt64(SPI_getbinval(tup, desc, 8, &isnull));
+		d = SPI_getbinval(tup, desc, 9, &isnull);
+		reg->view = isnull ? InvalidOid : DatumGetObjectId(d);
+		d = SPI_getbinval(tup, desc, 10, &isnull);
+		reg->bind_error = isnull ? NULL : TextDatumGetCString(d);
+		foreach(lc, created_snapshots)
+			if (*(int64 *) lfirst(lc) == reg->id)
+				reg->created_here = true;
 		MemoryContextSwitchTo(oldcxt);
 	}
 	PopActiveSnapshot();
@@ -361,160 +423,13 @@ describe_columns(SnapReg *reg)
 static bool
 desc_matches(SnapReg *reg, TupleDesc desc)
 {
-	int			i;
-	int			n = 0;
-
-	for (i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attisdropped)
-			continue;
-		if (n >= reg->natts || att->atttypid != reg->coltypes[n])
-			return false;
-		n++;
-	}
-	return n == reg->natts;
+	return pc_snap_types_match(reg->natts, reg->coltypes, desc);
 }
 
 /* ----------------------------------------------------------------
  * Loading
  * ----------------------------------------------------------------
  */
-
-/*
- * Serialize the query's rows as MAXALIGNed MinimalTuples, with every value
- * detoasted so the rows stand on their own in shared memory.
- */
-static void
-serialize_rows(SPITupleTable *tuptable, uint64 nrows, StringInfo out)
-{
-	TupleDesc	desc = tuptable->tupdesc;
-	Datum	   *values = palloc(desc->natts * sizeof(Datum));
-	bool	   *nulls = palloc(desc->natts * sizeof(bool));
-	bool	   *detoasted = palloc(desc->natts * sizeof(bool));
-	uint64		row;
-	int			i;
-
-	for (row = 0; row < nrows; row++)
-	{
-		MinimalTuple mt;
-		Size		pad;
-
-		heap_deform_tuple(tuptable->vals[row], desc, values, nulls);
-		for (i = 0; i < desc->natts; i++)
-		{
-			detoasted[i] = !nulls[i] && TupleDescAttr(desc, i)->attlen == -1 &&
-				VARATT_IS_EXTERNAL(DatumGetPointer(values[i]));
-			if (detoasted[i])
-				values[i] = PointerGetDatum(detoast_external_attr((struct varlena *)
-																  DatumGetPointer(values[i])));
-		}
-		mt = heap_form_minimal_tuple(desc, values, nulls);
-		for (i = 0; i < desc->natts; i++)
-			if (detoasted[i])
-				pfree(DatumGetPointer(values[i]));
-		appendBinaryStringInfo(out, (char *) mt, mt->t_len);
-		pad = MAXALIGN(out->len) - out->len;
-		while (pad-- > 0)
-			appendStringInfoChar(out, '\0');
-		pfree(mt);
-	}
-}
-
-/*
- * Run the snapshot's query as its owner and serialize the rows into the
- * caller's memory context.  Returns false with *error set if anything went
- * wrong; never raises the query's ERROR.
- */
-static bool
-load_rows(SnapReg *reg, StringInfo out, int64 *nrows, char **error)
-{
-	MemoryContext callercxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool ok = false;
-
-	initStringInfo(out);
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(callercxt);
-
-	PG_TRY();
-	{
-		RoleSwitch	rs;
-		int			ret;
-
-		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(reg->owner)))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("the owner of snapshot \"%s\" (role %u) no longer exists",
-							reg->name, reg->owner),
-					 errhint("Drop the snapshot and create it again.")));
-		switch_role(&rs, reg->owner);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		/* Load what is committed now, not what the caller's snapshot saw. */
-		PushActiveSnapshot(GetLatestSnapshot());
-		ret = SPI_execute(reg->query, true, 0);
-		if (ret != SPI_OK_SELECT)
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("snapshot query did not return rows")));
-		if (!desc_matches(reg, SPI_tuptable->tupdesc))
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("snapshot query no longer returns the registered columns %s",
-							describe_columns(reg)),
-					 errhint("Drop and create the snapshot again.")));
-		{
-			MemoryContext spicxt = MemoryContextSwitchTo(callercxt);
-
-			*nrows = (int64) SPI_processed;
-			serialize_rows(SPI_tuptable, SPI_processed, out);
-			MemoryContextSwitchTo(spicxt);
-		}
-		PopActiveSnapshot();
-		SPI_finish();
-		restore_role(&rs);
-
-		/*
-		 * The rows are copied out: roll the subtransaction back, so that
-		 * nothing the query did (a volatile function that writes) stays in
-		 * the caller's transaction.
-		 */
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(callercxt);
-		CurrentResourceOwner = oldowner;
-		ok = true;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(callercxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		/* Also restores the user id, security context and GUCs. */
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(callercxt);
-		CurrentResourceOwner = oldowner;
-
-		/*
-		 * A cancel or statement timeout of this backend is the caller's, not
-		 * the source's failure: it ends the caller's statement, as anywhere
-		 * else.  (A remote server's timeout, passed on by dblink or
-		 * postgres_fdw with the same SQLSTATE, is a source failure.)
-		 */
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
-			edata->funcname != NULL &&
-			strcmp(edata->funcname, "ProcessInterrupts") == 0)
-			ReThrowError(edata);
-		*error = pstrdup(edata->message);
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-
-	return ok;
-}
 
 /*
  * A transaction that has written could publish its own uncommitted rows
@@ -526,24 +441,40 @@ may_load(void)
 	return !TransactionIdIsValid(GetTopTransactionIdIfAny());
 }
 
-/* Load and publish; false with *error set on failure of either. */
-static bool
-load_and_publish(SnapReg *reg, PcSnapRef ref, char **error)
+/*
+ * Load and publish, in a load worker (snapshot_load.c).  Unless it
+ * succeeded, *error and *sqlerrcode say why.
+ */
+static PcLoadStatus
+load_and_publish(SnapReg *reg, PcSnapRef ref, char **error, int *sqlerrcode)
 {
-	StringInfoData rows;
-	int64		nrows = 0;
-
-	if (!load_rows(reg, &rows, &nrows, error))
-		return false;
-	if (!pc_snap_publish(ref, rows.data, rows.len, nrows, pc_now_ms()))
+	if (reg->bind_error != NULL)
 	{
-		*error = psprintf("snapshot of %d bytes does not fit in projcache.max_memory (%d kB; %zu bytes in use)",
-						  rows.len, pc_max_memory_kb, pc_memory_used());
-		pfree(rows.data);
-		return false;
+		*sqlerrcode = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+		*error = psprintf("its query could not be bound to a view when projcache was updated to 1.0.1: %s",
+						  reg->bind_error);
+		return PC_LOAD_REVOKED;
 	}
-	pfree(rows.data);
-	return true;
+	return pc_snap_load(reg->owner, reg->view, reg->query, reg->name,
+						reg->natts, reg->coltypes, ref, error, sqlerrcode);
+}
+
+/*
+ * The owner lost what the query needs (or the snapshot lost its view): the
+ * cached rows are dropped and readers get this error.
+ */
+static void
+report_revoked(SnapReg *reg, PcSnapRef ref, const char *error, int sqlerrcode)
+{
+	(void) pc_snap_record_failure(ref, error, pc_now_ms(), true);
+	ereport(ERROR,
+			(errcode(sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ||
+					 sqlerrcode == ERRCODE_UNDEFINED_OBJECT ||
+					 sqlerrcode == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE ?
+					 sqlerrcode : ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("snapshot \"%s\" is no longer served", reg->name),
+			 errdetail("%s", error),
+			 errhint("The snapshot's owner must be able to run its query; otherwise drop the snapshot.")));
 }
 
 /* ----------------------------------------------------------------
@@ -560,16 +491,65 @@ report_dropped(SnapReg *reg)
 					reg->name)));
 }
 
+/*
+ * Free the slots of this database whose registration is gone (dropped by
+ * hand, or lost with a restored registry), so that running short of slots
+ * is never permanent.  Slots of registrations never committed cannot
+ * exist: a registration gets a slot only once it is committed (see
+ * acquire_slot()).
+ */
+static void
+reclaim_slots(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, pc_snap_slots_of(MyDatabaseId))
+	{
+		PcSnapKey  *key = (PcSnapKey *) lfirst(lc);
+		SnapReg    *reg = registry_lookup(key->name, true);
+
+		if (reg == NULL || reg->id != key->reg_id ||
+			reg->stamp != key->reg_stamp)
+			pc_snap_forget(MyDatabaseId, key->name, key->reg_id,
+						   key->reg_stamp);
+	}
+}
+
+/*
+ * The slot of a registration.  One registered by this very transaction
+ * gets none: the transaction may still abort, and its slot would then be
+ * held by nobody.  (It could not be loaded anyway: the transaction has
+ * written.)
+ */
+static PcSnapRef
+acquire_slot(SnapReg *reg)
+{
+	PcSnapRef	ref;
+
+	if (reg->created_here)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("snapshot \"%s\" unavailable; it is not loaded yet",
+						reg->name),
+				 errdetail("It was created by this transaction; it is loaded after that commits.")));
+	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp, true);
+	if (ref.index >= 0)
+		return ref;
+	reclaim_slots();
+	return pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp, false);
+}
+
 static void
 current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 {
-	PcSnapRef	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp);
+	PcSnapRef	ref = acquire_slot(reg);
 	int64		now = pc_now_ms();
 	bool		loaded;
 	char	   *error = NULL;
+	int			sqlerrcode = 0;
 	int64		since = PC_NEVER;
 	int64		prev_attempt = PC_NEVER;
-	bool		ok = false;
+	volatile PcLoadStatus status = PC_LOAD_NONE;
 
 	/* Fast path: fetched within the TTL, no query. */
 	if (pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
@@ -589,24 +569,27 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 			PG_TRY();
 			{
 				/* It may have been refreshed before we took the lease. */
-				if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows) &&
-					!load_and_publish(reg, ref, &error))
-				{
-					int64		age = pc_snap_record_failure(ref, error,
-															 pc_now_ms());
-
-					ereport(WARNING,
-							(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-							 errmsg("projcache snapshot \"%s\" refresh failed, serving the last good snapshot (age %lld s)",
-									reg->name, (long long) (age / 1000)),
-							 errdetail("%s", error)));
-				}
+				if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
+					status = load_and_publish(reg, ref, &error, &sqlerrcode);
 			}
 			PG_FINALLY();
 			{
 				pc_snap_lease_drop(ref);
 			}
 			PG_END_TRY();
+			if (status == PC_LOAD_REVOKED)
+				report_revoked(reg, ref, error, sqlerrcode);
+			if (status == PC_LOAD_FAILED)
+			{
+				int64		age = pc_snap_record_failure(ref, error,
+														 pc_now_ms(), false);
+
+				ereport(WARNING,
+						(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+						 errmsg("projcache snapshot \"%s\" refresh failed, serving the last good snapshot (age %lld s)",
+								reg->name, (long long) (age / 1000)),
+						 errdetail("%s", error)));
+			}
 		}
 		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 			return;
@@ -650,7 +633,7 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 	/* Won: load it.  A cancelled load gives the window back. */
 	PG_TRY();
 	{
-		ok = load_and_publish(reg, ref, &error);
+		status = load_and_publish(reg, ref, &error, &sqlerrcode);
 	}
 	PG_CATCH();
 	{
@@ -658,9 +641,10 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	if (!ok)
+	/* No rows to drop yet: lost rights fail like the source, with PC001. */
+	if (status != PC_LOAD_OK)
 	{
-		(void) pc_snap_record_failure(ref, error, pc_now_ms());
+		(void) pc_snap_record_failure(ref, error, pc_now_ms(), false);
 		ereport(ERROR,
 				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
 				 errmsg("snapshot \"%s\" unavailable; its first load failed",
@@ -786,6 +770,7 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 	SnapReg    *reg;
 	PcSnapRef	ref;
 	char	   *error = NULL;
+	int			sqlerrcode = 0;
 
 	pc_require_loaded();
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
@@ -797,10 +782,18 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 				 errmsg("cannot refresh snapshot \"%s\" in a transaction that has written data",
 						reg->name),
 				 errdetail("The load would publish the transaction's uncommitted changes.")));
-	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp);
-	if (load_and_publish(reg, ref, &error))
-		PG_RETURN_BOOL(true);
-	(void) pc_snap_record_failure(ref, error, pc_now_ms());
+	ref = acquire_slot(reg);
+	switch (load_and_publish(reg, ref, &error, &sqlerrcode))
+	{
+		case PC_LOAD_OK:
+			PG_RETURN_BOOL(true);
+		case PC_LOAD_REVOKED:
+			report_revoked(reg, ref, error, sqlerrcode);
+			break;
+		default:
+			break;
+	}
+	(void) pc_snap_record_failure(ref, error, pc_now_ms(), false);
 	ereport(WARNING,
 			(errmsg("projcache snapshot \"%s\" refresh failed; the last good snapshot stays",
 					reg->name),
@@ -833,11 +826,11 @@ writes_or_locks(Node *node, void *context)
 
 /*
  * Check a snapshot query as the caller would run it: one read-only SELECT,
- * parsed and analyzed now, so a typo fails at registration.  Returns its
- * result columns.
+ * parsed and analyzed now with the given search path, so a typo fails at
+ * registration.  Returns its result columns.
  */
 static TupleDesc
-check_query(const char *query)
+check_query(const char *query, const char *search_path)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	RoleSwitch	rs;
@@ -848,7 +841,7 @@ check_query(const char *query)
 	TupleDesc	result;
 	int			i;
 
-	switch_role(&rs, GetUserId());
+	switch_role_path(&rs, GetUserId(), search_path);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	plan = SPI_prepare(query, 0, NULL);
@@ -889,19 +882,181 @@ check_query(const char *query)
 	return result;
 }
 
+/*
+ * The caller's effective search path, spelled out: "$user" is expanded for
+ * the caller (the view is created as another role) and temporary schemas
+ * are left out.
+ */
+static char *
+creator_search_path(void)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, fetch_search_path(false))
+	{
+		Oid			nsp = lfirst_oid(lc);
+		char	   *nspname;
+
+		if (isAnyTempNamespace(nsp) || (nspname = get_namespace_name(nsp)) == NULL)
+			continue;
+		appendStringInfo(&buf, "%s%s", buf.len > 0 ? ", " : "",
+						 quote_identifier(nspname));
+	}
+	if (buf.len == 0)
+		appendStringInfoString(&buf, "pg_catalog");
+	return buf.data;
+}
+
+/* Does the view's query use anything of this session's temporary schema? */
+static bool
+view_uses_temp_objects(Oid view)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		args[1];
+	bool		isnull;
+	int			ret;
+
+	args[0] = ObjectIdGetDatum(view);
+	ret = SPI_execute_with_args("SELECT pg_catalog.count(*)"
+								" FROM pg_catalog.pg_depend d"
+								" JOIN pg_catalog.pg_rewrite w"
+								" ON d.objid OPERATOR(pg_catalog.=) w.oid"
+								" WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+								" AND w.ev_class OPERATOR(pg_catalog.=) $1"
+								" AND (d.refobjid IN (SELECT oid FROM pg_catalog.pg_class"
+								"   WHERE relpersistence OPERATOR(pg_catalog.=) 't')"
+								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_type"
+								"   WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
+								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_proc"
+								"   WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
+								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_operator"
+								"   WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()))",
+								1, argtypes, args, NULL, true, 1);
+	if (ret != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the dependencies of view %u", view);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull)) > 0;
+}
+
+/*
+ * Create projcache.snapshot_<id>, the view that backs a snapshot, owned by
+ * owner.  Its query's names are bound now, with search_path; nothing may be
+ * found in a temporary schema.  The view depends on the extension as an
+ * ordinary object, also when made by an update script (which would make it
+ * a member, and pg_dump leaves members out): DROP EXTENSION then needs
+ * CASCADE while snapshots exist.
+ */
+static Oid
+create_backing_view(int64 id, const char *name, const char *query,
+					const char *search_path, Oid owner)
+{
+	RoleSwitch	rs;
+	char		relname[NAMEDATALEN];
+	StringInfoData sql;
+	List	   *raw;
+	Oid			view;
+	ObjectAddress view_addr;
+	ObjectAddress ext_addr;
+	int			ret;
+
+	snprintf(relname, NAMEDATALEN, "snapshot_" INT64_FORMAT, id);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE VIEW projcache.%s AS %s", relname, query);
+
+	/* Exactly one statement, a CREATE VIEW: the query cannot smuggle more. */
+	raw = raw_parser(sql.data, RAW_PARSE_DEFAULT);
+	if (list_length(raw) != 1 ||
+		!IsA(linitial_node(RawStmt, raw)->stmt, ViewStmt))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must be a single SELECT")));
+
+	/* The caller has no CREATE on schema projcache: create, then give. */
+	switch_role_path(&rs, BOOTSTRAP_SUPERUSERID, search_path);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	ret = SPI_execute(sql.data, false, 0);
+	if (ret != SPI_OK_UTILITY)
+		elog(ERROR, "could not create the view of snapshot \"%s\": %s",
+			 name, SPI_result_code_string(ret));
+	view = get_relname_relid(relname, get_namespace_oid("projcache", false));
+	if (!OidIsValid(view))
+		elog(ERROR, "view projcache.%s was not created", relname);
+	SPI_finish();
+	restore_role(&rs);
+
+	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (view_uses_temp_objects(view))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must not use temporary objects"),
+				 errdetail("Every reader is served its rows: it cannot depend on one session.")));
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "ALTER VIEW projcache.%s OWNER TO %s", relname,
+					 quote_identifier(GetUserNameFromId(owner, false)));
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not give view projcache.%s to its owner", relname);
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "COMMENT ON VIEW projcache.%s IS %s", relname,
+					 quote_literal_cstr(psprintf("backs projcache snapshot \"%s\"", name)));
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not comment on view projcache.%s", relname);
+	SPI_finish();
+	restore_role(&rs);
+
+	ObjectAddressSet(view_addr, RelationRelationId, view);
+	ObjectAddressSet(ext_addr, ExtensionRelationId,
+					 get_extension_oid("projcache", false));
+	deleteDependencyRecordsForClass(RelationRelationId, view,
+									ExtensionRelationId, DEPENDENCY_EXTENSION);
+	recordDependencyOn(&view_addr, &ext_addr, DEPENDENCY_NORMAL);
+	CommandCounterIncrement();
+	return view;
+}
+
+/* The next registration id, from the registry's sequence. */
+static int64
+registry_next_id(void)
+{
+	RoleSwitch	rs;
+	bool		isnull;
+	int64		id;
+
+	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT pg_catalog.nextval('projcache.snapshot_registry_id_seq'::pg_catalog.regclass)",
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not draw a snapshot id");
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									 SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	restore_role(&rs);
+	return id;
+}
+
+static void remember_created(int64 id);
+
 /* projcache.create_snapshot(name text, query text, ttl interval DEFAULT '60s') */
 Datum
 projcache_create_snapshot(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	char	   *query;
+	char	   *search_path;
 	Interval   *ttl;
 	TupleDesc	desc;
 	Datum	   *names;
 	Datum	   *types;
-	Oid			argtypes[6] = {TEXTOID, TEXTOID, INTERVALOID, OIDOID,
-	TEXTARRAYOID, OIDARRAYOID};
-	Datum		args[6];
+	Oid			argtypes[8] = {TEXTOID, TEXTOID, INTERVALOID, OIDOID,
+	TEXTARRAYOID, OIDARRAYOID, INT8OID, OIDOID};
+	Datum		args[8];
+	bool		with_views;
+	int64		id;
 	int			i;
 
 	pc_require_loaded();
@@ -919,7 +1074,10 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("snapshot \"%s\" already exists", name)));
 
-	desc = check_query(query);
+	/* Under the 1.0 SQL, queries are analyzed as 1.0 did; no view. */
+	with_views = registry_has_views();
+	search_path = with_views ? creator_search_path() : pstrdup(SAFE_SEARCH_PATH);
+	desc = check_query(query, search_path);
 	names = palloc(Max(desc->natts, 1) * sizeof(Datum));
 	types = palloc(Max(desc->natts, 1) * sizeof(Datum));
 	for (i = 0; i < desc->natts; i++)
@@ -928,6 +1086,7 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 		types[i] = ObjectIdGetDatum(TupleDescAttr(desc, i)->atttypid);
 	}
 
+	id = registry_next_id();
 	args[0] = CStringGetTextDatum(name);
 	args[1] = CStringGetTextDatum(query);
 	args[2] = IntervalPGetDatum(ttl);
@@ -936,15 +1095,131 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 											  false, TYPALIGN_INT));
 	args[5] = PointerGetDatum(construct_array(types, desc->natts, OIDOID,
 											  sizeof(Oid), true, TYPALIGN_INT));
-	if (registry_modify("INSERT INTO projcache.snapshot_registry"
-						" (name, query, ttl, owner, column_names, column_types)"
+	args[6] = Int64GetDatum(id);
+	args[7] = ObjectIdGetDatum(with_views ?
+							   create_backing_view(id, name, query, search_path,
+												   GetUserId()) :
+							   InvalidOid);
+	if (registry_modify(with_views ?
+						"INSERT INTO projcache.snapshot_registry"
+						" (name, query, ttl, owner, column_names, column_types,"
+						" id, view)"
 						" VALUES ($1, $2, $3, $4::pg_catalog.regrole, $5,"
-						" $6::pg_catalog.regtype[])"
+						" $6::pg_catalog.regtype[], $7, $8::pg_catalog.regclass)"
+						" ON CONFLICT (name) DO NOTHING" :
+						"INSERT INTO projcache.snapshot_registry"
+						" (name, query, ttl, owner, column_names, column_types,"
+						" id)"
+						" VALUES ($1, $2, $3, $4::pg_catalog.regrole, $5,"
+						" $6::pg_catalog.regtype[], $7)"
 						" ON CONFLICT (name) DO NOTHING",
-						6, argtypes, args) == 0)
+						with_views ? 8 : 7, argtypes, args) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("snapshot \"%s\" already exists", name)));
+	remember_created(id);
+	PG_RETURN_VOID();
+}
+
+/*
+ * projcache._bind_registrations(): used once, by the update script to
+ * 1.0.1.  Each registration made under 1.0 gets its backing view, its query
+ * bound with search_path = pg_catalog (1.0 analyzed it with pg_catalog,
+ * pg_temp); one that cannot be bound keeps why in bind_error, and its reads
+ * fail with that until it is created again.
+ */
+Datum
+projcache_bind_registrations(PG_FUNCTION_ARGS)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	RoleSwitch	rs;
+	int64	   *ids;
+	char	  **names;
+	char	  **queries;
+	Oid		   *owners;
+	uint64		n;
+	uint64		i;
+
+	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT id, name, query, owner::oid"
+					" FROM projcache.snapshot_registry WHERE view IS NULL",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read projcache.snapshot_registry");
+	n = SPI_processed;
+	MemoryContextSwitchTo(cxt);
+	ids = palloc(Max(n, 1) * sizeof(int64));
+	names = palloc(Max(n, 1) * sizeof(char *));
+	queries = palloc(Max(n, 1) * sizeof(char *));
+	owners = palloc(Max(n, 1) * sizeof(Oid));
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		names[i] = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
+		queries[i] = TextDatumGetCString(SPI_getbinval(tup, desc, 3, &isnull));
+		owners[i] = DatumGetObjectId(SPI_getbinval(tup, desc, 4, &isnull));
+	}
+	SPI_finish();
+	restore_role(&rs);
+
+	for (i = 0; i < n; i++)
+	{
+		Oid			argtypes[3] = {INT8OID, OIDOID, TEXTOID};
+		Datum		args[3];
+		char		nulls[3] = {' ', ' ', 'n'};
+
+		args[0] = Int64GetDatum(ids[i]);
+		args[1] = ObjectIdGetDatum(InvalidOid);
+		args[2] = (Datum) 0;
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			args[1] = ObjectIdGetDatum(create_backing_view(ids[i], names[i],
+														   queries[i],
+														   "pg_catalog",
+														   owners[i]));
+			nulls[1] = ' ';
+			ReleaseCurrentSubTransaction();
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			RollbackAndReleaseCurrentSubTransaction();
+			args[2] = CStringGetTextDatum(edata->message);
+			nulls[1] = 'n';
+			nulls[2] = ' ';
+			ereport(WARNING,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("projcache snapshot \"%s\" could not be bound to a view", names[i]),
+					 errdetail("%s", edata->message),
+					 errhint("Its reads fail until it is dropped and created again.")));
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+
+		switch_role(&rs, BOOTSTRAP_SUPERUSERID);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute_with_args("UPDATE projcache.snapshot_registry"
+								  " SET view = $2::pg_catalog.regclass, bind_error = $3"
+								  " WHERE id OPERATOR(pg_catalog.=) $1",
+								  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not update projcache.snapshot_registry");
+		SPI_finish();
+		restore_role(&rs);
+	}
 	PG_RETURN_VOID();
 }
 
@@ -978,6 +1253,7 @@ forget_dropped_at_commit(XactEvent event, void *arg)
 						 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
 			break;
 		case XACT_EVENT_COMMIT:
+			created_snapshots = NIL;
 			foreach(lc, dropped_snapshots)
 			{
 				DroppedSnapshot *d = (DroppedSnapshot *) lfirst(lc);
@@ -987,6 +1263,7 @@ forget_dropped_at_commit(XactEvent event, void *arg)
 			dropped_snapshots = NIL;
 			break;
 		case XACT_EVENT_ABORT:
+			created_snapshots = NIL;
 			dropped_snapshots = NIL;
 			break;
 		default:
@@ -995,16 +1272,37 @@ forget_dropped_at_commit(XactEvent event, void *arg)
 }
 
 static void
-forget_at_commit(SnapReg *reg)
+register_xact_callback(void)
 {
-	MemoryContext oldcxt;
-	DroppedSnapshot *d;
-
 	if (!drop_callback_registered)
 	{
 		RegisterXactCallback(forget_dropped_at_commit, NULL);
 		drop_callback_registered = true;
 	}
+}
+
+/* Note a registration made by this transaction: it gets no slot yet. */
+static void
+remember_created(int64 id)
+{
+	MemoryContext oldcxt;
+	int64	   *p;
+
+	register_xact_callback();
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	p = palloc(sizeof(int64));
+	*p = id;
+	created_snapshots = lappend(created_snapshots, p);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+static void
+forget_at_commit(SnapReg *reg)
+{
+	MemoryContext oldcxt;
+	DroppedSnapshot *d;
+
+	register_xact_callback();
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	d = palloc(sizeof(DroppedSnapshot));
 	d->name = pstrdup(reg->name);
@@ -1031,6 +1329,14 @@ projcache_drop_snapshot(PG_FUNCTION_ARGS)
 	registry_modify("DELETE FROM projcache.snapshot_registry"
 					" WHERE name OPERATOR(pg_catalog.=) $1",
 					1, argtypes, args);
+	if (OidIsValid(reg->view) && get_rel_relkind(reg->view) == RELKIND_VIEW)
+	{
+		ObjectAddress view_addr;
+
+		/* RESTRICT: a view of the owner's built on it says so. */
+		ObjectAddressSet(view_addr, RelationRelationId, reg->view);
+		performDeletion(&view_addr, DROP_RESTRICT, 0);
+	}
 	forget_at_commit(reg);
 	PG_RETURN_VOID();
 }
@@ -1049,6 +1355,10 @@ change_readers(FunctionCallInfo fcinfo, bool grant)
 	reader = PG_GETARG_OID(1);
 	reg = registry_lookup(name, false);
 	check_owner(reg);
+	if (grant && !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(reader)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role with OID %u does not exist", reader)));
 	args[0] = CStringGetTextDatum(name);
 	args[1] = ObjectIdGetDatum(reader);
 	if (grant)

@@ -228,10 +228,12 @@ free_slot(void)
 /*
  * The slot of snapshot (dbid, name) as registered under (reg_id,
  * reg_stamp), assigning one if needed.  A slot left by an earlier
- * registration of the same name is emptied first.
+ * registration of the same name is emptied first.  When every slot is
+ * taken: ERROR, or with none_ok a ref whose index is -1.
  */
 PcSnapRef
-pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
+pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
+				bool none_ok)
 {
 	PcSnapRef	ref;
 	int			index;
@@ -260,6 +262,12 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 	if (index < 0)
 	{
 		LWLockRelease(pc_shared->snap_map_lock);
+		if (none_ok)
+		{
+			ref.index = -1;
+			ref.generation = 0;
+			return ref;
+		}
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("too many projcache snapshots in use"),
@@ -293,6 +301,36 @@ pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 	LWLockRelease(pc_shared->snap_map_lock);
 
 	free_leftovers(&left);
+}
+
+/*
+ * The registrations that slots of database dbid cache, for a caller that
+ * checks which of them still exist.
+ */
+List *
+pc_snap_slots_of(Oid dbid)
+{
+	List	   *result = NIL;
+	int			i;
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	for (i = 0; i < pc_shared->max_snapshots; i++)
+	{
+		PcSnapSlot *s = &slots()[i];
+		PcSnapKey  *key;
+
+		if (!s->in_use || s->dbid != dbid)
+			continue;
+		key = palloc_extended(sizeof(PcSnapKey), MCXT_ALLOC_NO_OOM);
+		if (key == NULL)
+			break;				/* a partial list only reclaims less */
+		strlcpy(key->name, s->name, NAMEDATALEN);
+		key->reg_id = s->reg_id;
+		key->reg_stamp = s->reg_stamp;
+		result = lappend(result, key);
+	}
+	LWLockRelease(pc_shared->snap_map_lock);
+	return result;
 }
 
 /*
@@ -570,16 +608,21 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 /*
  * A load failed: count it, keep its message, and note the attempt so a
  * failing source is queried at most once per TTL.  Returns the age in ms
- * of the snapshot still served (-1 if none).
+ * of the snapshot still served (-1 if none).  With drop_rows (the owner
+ * lost the rights the query needs), the cached rows are let go of too:
+ * last-good is for a failing source, not for lost rights.
  */
 int64
-pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now)
+pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
+					   bool drop_rows)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 	Size		bytes;
 	dsa_pointer dp = pc_store_message(message, &bytes);
 	dsa_pointer old_error = InvalidDsaPointer;
 	Size		old_error_bytes = 0;
+	dsa_pointer old_data = InvalidDsaPointer;
+	Size		old_data_bytes = 0;
 	int64		age = -1;
 
 	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
@@ -587,6 +630,17 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now)
 	{
 		s->refresh_errors++;
 		s->last_failed = true;
+		if (drop_rows && DsaPointerIsValid(s->data))
+		{
+			old_data = s->data;
+			old_data_bytes = s->data_bytes;
+			s->data = InvalidDsaPointer;
+			s->data_bytes = 0;
+			s->rows = 0;
+			s->version++;
+			s->loaded_at_ms = 0;
+			s->fetched_at_ms = 0;
+		}
 		if (DsaPointerIsValid(s->data))
 		{
 			s->fetched_at_ms = now;
@@ -604,6 +658,7 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now)
 
 	pc_free(dp, bytes);
 	pc_free(old_error, old_error_bytes);
+	pc_free(old_data, old_data_bytes);
 	return age;
 }
 
