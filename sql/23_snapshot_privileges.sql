@@ -125,7 +125,8 @@ SELECT last_error, status FROM projcache.snapshots WHERE name = 'not_mine';
 GRANT SELECT ON snap_priv.other_secret TO regress_snap_owner;
 SELECT projcache.refresh_snapshot('not_mine');
 SELECT * FROM projcache.snapshot('not_mine') AS t(id int);
--- Losing that privilege makes the next refresh fail: the last good rows stay.
+-- Losing that privilege makes the next refresh fail and drops the cached
+-- rows: last-good is for a failing source, not for lost rights.
 REVOKE SELECT ON snap_priv.other_secret FROM regress_snap_owner;
 SELECT projcache.refresh_snapshot('not_mine');
 SELECT * FROM projcache.snapshot('not_mine') AS t(id int);

@@ -66,9 +66,10 @@ SELECT sqlstate_of($$SELECT projcache.create_snapshot('q', 'SELEC 1')$$);
 SELECT sqlstate_of($$SELECT projcache.create_snapshot('q', 'SELECT * FROM snap_input.missing')$$);
 SELECT sqlstate_of($$SELECT projcache.create_snapshot('q', 'SELECT nope FROM snap_input.t')$$);
 SELECT sqlstate_of($$SELECT projcache.create_snapshot('q', 'SELECT snap_input.no_such_function()')$$);
--- Unqualified names are not found: the query's search_path is pg_catalog, pg_temp.
+-- Unqualified names are bound at creation with the creator's search path.
 SET search_path = snap_input, public;
 SELECT sqlstate_of($$SELECT projcache.create_snapshot('q', 'SELECT * FROM t')$$);
+SELECT projcache.drop_snapshot('q');
 RESET search_path;
 SELECT sqlstate_of($$SELECT projcache.create_snapshot('q', 'SELECT $1::int')$$);
 -- Not a single SELECT returning rows.

@@ -919,12 +919,14 @@ view_uses_temp_objects(Oid view)
 	int			ret;
 
 	args[0] = ObjectIdGetDatum(view);
+	/* What its rule uses, and its columns' types. */
 	ret = SPI_execute_with_args("SELECT pg_catalog.count(*)"
 								" FROM pg_catalog.pg_depend d"
-								" JOIN pg_catalog.pg_rewrite w"
-								" ON d.objid OPERATOR(pg_catalog.=) w.oid"
-								" WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
-								" AND w.ev_class OPERATOR(pg_catalog.=) $1"
+								" WHERE ((d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+								"   AND d.objid IN (SELECT oid FROM pg_catalog.pg_rewrite"
+								"     WHERE ev_class OPERATOR(pg_catalog.=) $1))"
+								"  OR (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+								"   AND d.objid OPERATOR(pg_catalog.=) $1))"
 								" AND (d.refobjid IN (SELECT oid FROM pg_catalog.pg_class"
 								"   WHERE relpersistence OPERATOR(pg_catalog.=) 't')"
 								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_type"
