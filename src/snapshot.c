@@ -919,7 +919,10 @@ view_uses_temp_objects(Oid view)
 	int			ret;
 
 	args[0] = ObjectIdGetDatum(view);
-	/* What its rule uses, and its columns' types. */
+	/*
+	 * What its rule uses, and its columns' types.  Not read-only: the view
+	 * was made by a later command than the caller's snapshot can see.
+	 */
 	ret = SPI_execute_with_args("SELECT pg_catalog.count(*)"
 								" FROM pg_catalog.pg_depend d"
 								" WHERE ((d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
@@ -935,7 +938,7 @@ view_uses_temp_objects(Oid view)
 								"   WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
 								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_operator"
 								"   WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()))",
-								1, argtypes, args, NULL, true, 1);
+								1, argtypes, args, NULL, false, 1);
 	if (ret != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the dependencies of view %u", view);
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -1425,7 +1428,16 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 	switch_role(&rs, BOOTSTRAP_SUPERUSERID);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	ret = SPI_execute("SELECT name, id, owner::oid, ttl,"
+	/* The owner is the backing view's (REASSIGN OWNED moves it). */
+	ret = SPI_execute(registry_has_views() ?
+					  "SELECT r.name, r.id, COALESCE(c.relowner, r.owner::oid), r.ttl,"
+					  " (extract(epoch FROM r.ttl) * 1000)::int8,"
+					  " (extract(epoch FROM r.created_at) * 1000000)::int8"
+					  " FROM projcache.snapshot_registry r"
+					  " LEFT JOIN pg_catalog.pg_class c"
+					  " ON c.oid OPERATOR(pg_catalog.=) r.view::oid"
+					  " ORDER BY r.name" :
+					  "SELECT name, id, owner::oid, ttl,"
 					  " (extract(epoch FROM ttl) * 1000)::int8,"
 					  " (extract(epoch FROM created_at) * 1000000)::int8"
 					  " FROM projcache.snapshot_registry ORDER BY name",
