@@ -108,30 +108,33 @@ RESET ROLE;
 SET ROLE regress_sec_owner;
 CREATE TEMP TABLE my_temp (x int);
 SELECT sqlstate_of($$SELECT projcache.create_snapshot('temp_src', 'SELECT x FROM my_temp')$$);
+CREATE TYPE pg_temp.my_mood AS ENUM ('ok');
+SELECT sqlstate_of($$SELECT projcache.create_snapshot('temp_type', 'SELECT NULL::pg_temp.my_mood AS m')$$);
 DROP TABLE my_temp;
+DROP TYPE pg_temp.my_mood;
 RESET ROLE;
 
--- 5. What a snapshot reads cannot be dropped under it: its column's enum
--- type, its table.
+-- 5. What a snapshot reads cannot be dropped under it: an enum type its
+-- query uses, its table.
 SET ROLE regress_sec_owner;
 CREATE TYPE snap_sec.mood AS ENUM ('happy', 'sad');
-CREATE TABLE snap_sec.moods (m snap_sec.mood);
-INSERT INTO snap_sec.moods VALUES ('happy');
-SELECT projcache.create_snapshot('moods', 'SELECT m FROM snap_sec.moods', '1h');
+SELECT projcache.create_snapshot('moods', $$SELECT 'happy'::snap_sec.mood AS m$$, '1h');
 SELECT * FROM projcache.snapshot('moods') AS t(m snap_sec.mood);
 SELECT sqlstate_of('DROP TYPE snap_sec.mood');
-RESET ROLE;
-SELECT sqlstate_of('DROP TABLE snap_sec.moods');
+SELECT projcache.drop_snapshot('moods');
+CREATE TABLE snap_sec.numbers (n int);
+INSERT INTO snap_sec.numbers VALUES (1);
+SELECT projcache.create_snapshot('numbers', 'SELECT n FROM snap_sec.numbers', '1h');
+SELECT * FROM projcache.snapshot('numbers') AS t(n int);
+SELECT sqlstate_of('DROP TABLE snap_sec.numbers');
 -- CASCADE drops the view behind the snapshot: reads then fail clearly.
-DROP TABLE snap_sec.moods CASCADE;
+DROP TABLE snap_sec.numbers CASCADE;
+RESET ROLE;
 SELECT projcache.debug_advance_clock('2h');
 SET ROLE regress_sec_owner;
-SELECT sqlstate_of($$SELECT * FROM projcache.snapshot('moods') AS t(m snap_sec.mood)$$);
-SELECT projcache.drop_snapshot('moods');
+SELECT sqlstate_of($$SELECT * FROM projcache.snapshot('numbers') AS t(n int)$$);
+SELECT projcache.drop_snapshot('numbers');
 RESET ROLE;
-
--- 6. The owner cannot be dropped while it owns snapshots.
-SELECT sqlstate_of('DROP ROLE regress_sec_owner');
 
 -- 7. Last-good is not for lost rights: after REVOKE from the owner, the
 -- next load drops the cached rows and readers get a clear error.
@@ -197,6 +200,25 @@ RESET ROLE;
 SET ROLE regress_sec_owner;
 SELECT projcache.create_snapshot('after_hog', 'SELECT 1 AS one');
 SELECT * FROM projcache.snapshot('after_hog') AS t(one int);
+RESET ROLE;
+
+-- 10. The owner is the backing view's: REASSIGN OWNED hands the snapshot
+-- over, and the old owner can then be dropped.
+CREATE ROLE regress_sec_leaver;
+GRANT USAGE ON SCHEMA projcache TO regress_sec_leaver;
+GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval)
+	TO regress_sec_leaver;
+SET ROLE regress_sec_leaver;
+SELECT projcache.create_snapshot('handed', 'SELECT 7 AS seven');
+RESET ROLE;
+-- 6. The owner cannot be dropped while it owns snapshots.
+DROP ROLE regress_sec_leaver;
+REASSIGN OWNED BY regress_sec_leaver TO regress_sec_owner;
+DROP OWNED BY regress_sec_leaver;
+DROP ROLE regress_sec_leaver;
+SELECT owner FROM projcache.snapshots WHERE name = 'handed';
+SET ROLE regress_sec_owner;
+SELECT * FROM projcache.snapshot('handed') AS t(seven int);
 RESET ROLE;
 
 -- Clean up.
