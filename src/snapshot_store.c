@@ -305,31 +305,34 @@ pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 
 /*
  * The registrations that slots of database dbid cache, for a caller that
- * checks which of them still exist.
+ * checks which of them still exist.  The list is allocated before the lock
+ * is taken, so nothing under it can raise an ERROR.
  */
 List *
 pc_snap_slots_of(Oid dbid)
 {
+	int			n = pc_shared->max_snapshots;
+	PcSnapKey  *keys = palloc(n * sizeof(PcSnapKey));
 	List	   *result = NIL;
+	int			nkeys = 0;
 	int			i;
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
-	for (i = 0; i < pc_shared->max_snapshots; i++)
+	for (i = 0; i < n; i++)
 	{
 		PcSnapSlot *s = &slots()[i];
-		PcSnapKey  *key;
 
 		if (!s->in_use || s->dbid != dbid)
 			continue;
-		key = palloc_extended(sizeof(PcSnapKey), MCXT_ALLOC_NO_OOM);
-		if (key == NULL)
-			break;				/* a partial list only reclaims less */
-		strlcpy(key->name, s->name, NAMEDATALEN);
-		key->reg_id = s->reg_id;
-		key->reg_stamp = s->reg_stamp;
-		result = lappend(result, key);
+		strlcpy(keys[nkeys].name, s->name, NAMEDATALEN);
+		keys[nkeys].reg_id = s->reg_id;
+		keys[nkeys].reg_stamp = s->reg_stamp;
+		nkeys++;
 	}
 	LWLockRelease(pc_shared->snap_map_lock);
+
+	for (i = 0; i < nkeys; i++)
+		result = lappend(result, &keys[i]);
 	return result;
 }
 
