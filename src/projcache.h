@@ -190,7 +190,7 @@ typedef struct PcKey
 	const char *local;			/* search keys only; NULL when stored */
 } PcKey;
 
-/* What readers see: the seed's ProjectState. */
+/* What readers see of a key: pending, enabled or disabled. */
 typedef enum PcKeyState
 {
 	PC_STATE_PENDING = 0,		/* never fetched successfully */

@@ -10,7 +10,7 @@
  * applies the decisions it returns to the shared key map, and the unit tests
  * (test/unit) drive it on a fake clock.
  *
- * Per-key states (the FetchState of the reference design):
+ * Per-key fetch states:
  *
  *	 ────► PENDING ◄──────┐
  *			  │			  │ result still pending: backoff

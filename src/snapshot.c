@@ -6,15 +6,14 @@
  * A snapshot is a whole small table, loaded by one query and served as one
  * unit with a TTL.  Registrations live in projcache.snapshot_registry (one
  * per database, dumped by pg_dump); loaded rows live in shared slots
- * (snapshot_store.c).  Reading follows SnapshotSource::current() of the
- * reference design:
+ * (snapshot_store.c).  Reading decides what to serve by these rules:
  *
  *	 - fast path: loaded and fetched within the TTL: copy it out, no query;
  *	 - after a first success: refresh when older than the TTL; on failure
  *	   WARN with the snapshot's age, count it, and serve the last good rows
  *	   for as long as the outage lasts, querying the source at most once per
- *	   TTL.  Unlike the seed, one backend refreshes while the others serve
- *	   the last good rows at once (a lease, stale-while-revalidate);
+ *	   TTL.  One backend refreshes while the others serve the last good
+ *	   rows at once (a lease, stale-while-revalidate);
  *	 - cold start: at most one load per TTL window, claimed by a
  *	   compare-and-swap; a loser re-checks for rows the winner may have
  *	   published, else gets the "unavailable" error (SQLSTATE PC001) saying

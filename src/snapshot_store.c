@@ -5,7 +5,7 @@
  *
  * Each slot caches one registered snapshot of one database: its rows as a
  * single DSA chunk (a run of MAXALIGNed MinimalTuples), when it was loaded,
- * and the bookkeeping of the seed's SnapshotSource: the time of the last
+ * and the bookkeeping of its serving rules: the time of the last
  * attempt after the first success (fetched_at, which gates refreshes of a
  * failing source to one per TTL), and, before any success, the time of the
  * last cold-start attempt (a compare-and-swap target, so at most one load is

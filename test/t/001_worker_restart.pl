@@ -193,7 +193,7 @@ my $expected_v2 = join("\n",
 	map { "proj-$_=" . qq({"v": 2, "id": $_}) } 1 .. 5);
 is(read_all(), $expected_v2, 'get() returns the refreshed values');
 
-# A refresh does not push the eviction (seed rule): the keys still leave at
+# A refresh does not push the eviction (a rule of the key cache): the keys still leave at
 # their first fetch + expiry + grace, and the next refresh is scheduled.
 is( $node->safe_psql(
 		'postgres',

@@ -7,10 +7,10 @@
  * a server, on a fake clock: every test keeps a SchedTime "now" and moves it
  * forward by hand.
  *
- * The test_store_* tests and test_ready_state mirror, scenario by scenario,
- * the tests of the reference design's ProjectStore (same configuration, same
- * time steps, same checks).  The reference keeps the shared map (what readers
- * see) and the private fetch state together; here the scheduler is only the
+ * The test_store_* tests and test_ready_state check the key cache's rules
+ * scenario by scenario: fetch, eviction, refresh and their interplay, each
+ * on its own configuration and time steps.  The key cache keeps the shared
+ * map (what readers see) apart from the private fetch state; the scheduler is only the
  * private half, so a "Store" below pairs it with a tiny fake of the shared
  * map and applies the worker's protocol to both:
  *
@@ -21,7 +21,7 @@
  *	  before it can be completed, as the worker does.
  *
  * The remaining tests cover the pure helpers (refresh interval validation,
- * retry backoff, freshness) and what the C scheduler adds to the reference:
+ * retry backoff, freshness) and what the scheduler adds to those rules:
  * batching, invalidation, requested evictions, restoring after a worker
  * restart, and the timer heaps under load.
  *
@@ -51,7 +51,7 @@
 /* Batch size used when a test just wants "whatever is due now". */
 #define DISPATCH_BATCH_SIZE 500
 
-/* Defaults of the reference configuration (and of projcache's GUCs). */
+/* Defaults of projcache's GUCs. */
 #define DEFAULT_EXPIRY_MS 300000
 #define DEFAULT_GRACE_MS 120000
 #define DEFAULT_MAX_BACKOFF_MS 60000
@@ -69,8 +69,7 @@ typedef enum FakeState
 } FakeState;
 
 /*
- * One key of the shared map.  Readers get a copy (a snapshot, like the
- * reference's SharedProject); "generation" is bumped at every published
+ * One key of the shared map.  Readers get a copy (a snapshot of the entry); "generation" is bumped at every published
  * state, which is what wakes waiting readers in the server.
  */
 typedef struct FakeProject
@@ -166,7 +165,7 @@ typedef enum Answer
 } Answer;
 
 /*
- * Configure a store like the reference's Config::new: a refresh interval
+ * Configure a store as the worker reads its settings: a refresh interval
  * that is not strictly between expiry and expiry + grace is ignored.
  */
 static void
@@ -222,7 +221,7 @@ lookup(Store *st, const char *key)
 	return sched_lookup(st->sched, key, strlen(key));
 }
 
-/* The reference's assert_state!: what a reader of the shared map sees. */
+/* Check what a reader of the shared map sees. */
 #define assert_state(st, key, expected) \
 	assert_int_equal(fake_get_or_create((st)->shared, (key)).state, (expected))
 
@@ -370,7 +369,7 @@ typedef struct Action
 /*
  * store.poll() on a paused clock: jump to the next eviction or refresh and
  * pop it.  Anything already due is taken at once, and an eviction wins over
- * a refresh due at the same time (the reference's biased select).  With
+ * a refresh due at the same time (evictions are checked first).  With
  * timeout_ms >= 0, nothing due within now + timeout_ms is a timeout: the
  * clock moves by timeout_ms and ACTION_NONE is returned.
  */
@@ -428,7 +427,7 @@ store_poll(Store *st, SchedTime *now, int64_t timeout_ms)
 }
 
 /* ----------------------------------------------------------------
- * The reference's ProjectStore tests
+ * The key cache's rules, one scenario each
  * ----------------------------------------------------------------
  */
 
@@ -792,7 +791,7 @@ test_store_refresh_during_eviction(void **state)
 }
 
 /*
- * The reference checks that a reader waiting on a key is notified when its
+ * A reader waiting on a key must be notified when its
  * state changes.  In projcache that wake-up is the server's (a condition
  * variable broadcast by the worker after publishing) and is covered by the
  * server-side tests (get(..., wait => ...) in pg_regress / isolation / TAP).
