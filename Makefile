@@ -10,15 +10,16 @@ OBJS = \
 	src/projcache.o \
 	src/clock.o \
 	src/shmem.o \
-	src/keymap.o \
-	src/request_ring.o \
 	src/scheduler.o \
-	src/fetch.o \
-	src/worker.o \
-	src/keycache_funcs.o \
+	src/keycache_map.o \
+	src/keycache_ring.o \
+	src/keycache_fetch.o \
+	src/keycache_worker.o \
+	src/keycache_sql.o \
 	src/snapshot_store.o \
 	src/snapshot_load.o \
-	src/snapshot.o
+	src/snapshot_registry.o \
+	src/snapshot_sql.o
 
 EXTENSION = projcache
 DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql
@@ -40,8 +41,8 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# PGXS tracks no header dependencies: every object depends on both headers.
-$(OBJS): src/projcache.h src/scheduler.h
+# PGXS tracks no header dependencies: every object depends on every header.
+$(OBJS): $(wildcard src/*.h)
 
 # The scheduler core is plain C: it is compiled a second time, without the
 # server, into a cmocka test binary.

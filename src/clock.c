@@ -25,7 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "projcache.h"
+#include "shmem.h"
 
 /* Monotonic milliseconds, without the test offset: for real waits. */
 int64

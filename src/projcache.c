@@ -18,7 +18,8 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
-#include "projcache.h"
+#include "keycache.h"
+#include "snapshot.h"
 
 PG_MODULE_MAGIC;
 

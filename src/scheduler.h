@@ -6,7 +6,7 @@
  * This is the private half of the key cache: per-key fetch state machine,
  * retry backoff, expiry and refresh times, and the timer queues that drive
  * them.  It knows nothing about PostgreSQL, shared memory or SQL: the
- * scheduler worker (worker.c) feeds it requests and fetch results and
+ * scheduler worker (keycache_worker.c) feeds it requests and fetch results and
  * applies the decisions it returns to the shared key map, and the unit tests
  * (test/unit) drive it on a fake clock.
  *

@@ -31,7 +31,8 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "projcache.h"
+#include "keycache.h"
+#include "snapshot.h"
 
 PcShared   *pc_shared = NULL;
 

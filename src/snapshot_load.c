@@ -60,7 +60,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "projcache.h"
+#include "snapshot.h"
 
 /* Longest error text carried back to the reader. */
 #define LOAD_ERROR_BYTES	1024

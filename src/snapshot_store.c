@@ -40,7 +40,7 @@
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 
-#include "projcache.h"
+#include "snapshot.h"
 
 
 typedef struct PcSnapSlot

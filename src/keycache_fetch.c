@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * fetch.c
+ * keycache_fetch.c
  *	  One call of the user's fetch function, for a batch of keys.
  *
  * The fetch function (projcache.fetch_function) is the key cache's upstream:
@@ -51,7 +51,7 @@
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 
-#include "projcache.h"
+#include "keycache.h"
 
 /* Batch-wide failure: every key of the batch gets the error. */
 static void

@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
- * keycache_funcs.c
+ * keycache_sql.c
  *	  SQL functions of the key cache: get, lookup, fetch, invalidate, evict,
  *	  and the entries and stats views.
  *
  * A read takes the key's dshash partition lock in shared mode, copies what
  * it needs, and releases it.  A fresh hit does nothing else: no request,
  * no latch.  Unknown, stale and expired keys leave a request bit on the
- * entry and tell the worker (keymap.c, request_ring.c); the reader never
+ * entry and tell the worker (keycache_map.c, keycache_ring.c); the reader never
  * waits for a fetch unless asked to, and then on the key's condition
  * variable.  Nothing of ours that can ERROR runs under a partition lock:
  * copies use MCXT_ALLOC_NO_OOM and failures are reported after the release.
@@ -31,7 +31,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "projcache.h"
+#include "keycache.h"
 #include "scheduler.h"
 
 /* Longest evict() waits for the worker to act. */

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * keymap.c
+ * keycache_map.c
  *	  The key cache's shared map: a dshash table of PcEntry on the DSA area.
  *
  * Keys have variable length (up to PC_MAX_KEY_BYTES) but dshash wants a
@@ -26,7 +26,7 @@
 #include "common/hashfn.h"
 #include "utils/builtins.h"
 
-#include "projcache.h"
+#include "keycache.h"
 
 static int	pc_key_compare(const void *a, const void *b, size_t size, void *arg);
 static dshash_hash pc_key_dshash(const void *key, size_t size, void *arg);

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * request_ring.c
+ * keycache_ring.c
  *	  Bounded ring of keys that readers want the scheduler worker to look at.
  *
  * A reader that needs something from the worker (fetch, invalidate, evict)
@@ -18,7 +18,7 @@
  */
 #include "postgres.h"
 
-#include "projcache.h"
+#include "keycache.h"
 
 #define PC_RING_BYTES		(256 * 1024)
 #define PC_RING_RECORD(len) (sizeof(uint32) + TYPEALIGN(4, (len)))

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * worker.c
+ * keycache_worker.c
  *	  The "projcache scheduler" background worker.
  *
  * The worker owns the key cache's private state (scheduler.c): per-key
@@ -10,7 +10,7 @@
  *		the ring overflowed) and begin fetches, invalidations, evictions;
  *	 2. run due evictions, then due refreshes;
  *	 3. when a batch of due fetches is ready, call the fetch function once
- *		for it (fetch.c) and publish the answers to the shared key map,
+ *		for it (keycache_fetch.c) and publish the answers to the shared key map,
  *		waking readers through the keys' condition variables;
  *	 4. sleep on its latch until the next due time.
  *
@@ -37,7 +37,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
-#include "projcache.h"
+#include "keycache.h"
 #include "scheduler.h"
 
 /* Longest sleep, in case a wakeup is ever missed. */
@@ -775,7 +775,7 @@ pc_worker_main(Datum main_arg)
 		/*
 		 * A query cancel (pg_cancel_backend, or a statement timeout that
 		 * fired just as a fetch ended) only means something during a fetch,
-		 * where fetch.c catches it; here it must not end the worker.
+		 * where keycache_fetch.c catches it; here it must not end the worker.
 		 */
 		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();

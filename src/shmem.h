@@ -1,0 +1,126 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *	  Shared memory: the control struct, its lock table, counters and memory.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PROJCACHE_SHMEM_H
+#define PROJCACHE_SHMEM_H
+
+#include "projcache.h"
+
+/* ----------------------------------------------------------------
+ * Counters: cumulative since start or projcache.reset_stats()
+ * ----------------------------------------------------------------
+ */
+typedef enum PcCounter
+{
+	PC_CTR_HITS,				/* reads served a value */
+	PC_CTR_MISSES,				/* reads of unknown keys */
+	PC_CTR_PENDING_READS,		/* reads of keys still pending */
+	PC_CTR_FETCH_REQUESTS,		/* requests sent to the worker */
+	PC_CTR_FETCH_CALLS,			/* calls of the fetch function */
+	PC_CTR_FETCHED_KEYS,		/* keys asked for in those calls */
+	PC_CTR_NOT_MODIFIED,		/* not_modified answers */
+	PC_CTR_PENDING_RESULTS,		/* pending answers */
+	PC_CTR_FETCH_ERRORS,		/* failed calls and contract breaches */
+	PC_CTR_EVICTIONS,
+	PC_CTR_REFRESHES,
+	PC_CTR_REQUEST_OVERFLOWS,	/* request ring full: fell back to a scan */
+	/* completed fetches by time since the previous success */
+	PC_CTR_DELAY_LTE15S,
+	PC_CTR_DELAY_LTE30S,
+	PC_CTR_DELAY_LTE60S,
+	PC_CTR_DELAY_LTE120S,
+	PC_CTR_DELAY_LTE300S,
+	PC_CTR_DELAY_LTE600S,
+	PC_CTR_DELAY_LTE1800S,
+	PC_CTR_DELAY_LTE3600S,
+	PC_CTR_DELAY_GT3600S,
+	PC_NUM_COUNTERS
+} PcCounter;
+
+/* ----------------------------------------------------------------
+ * Shared memory (shmem.c)
+ *
+ * Which lock protects what:
+ * - mutex (spinlock): worker_latch, worker_pid.
+ * - ring_lock (LWLock): the request ring (keycache_ring.c).
+ * - snap_map_lock (LWLock): which snapshot each slot holds (dbid, name,
+ *	 registry id, generation); snap_slot_locks[i]: the rest of slot i, and
+ *	 the DSA chunks it points to (snapshot_store.c).
+ * - the key map's own partition LWLocks: every field of a PcEntry except
+ *	 'requests', which is atomic; the DSA chunks an entry points to are
+ *	 read only under that entry's lock and freed only by the worker, after
+ *	 it has unlinked them under the lock.
+ * - the DSA's own lock: its allocator.
+ * - counters, memory_used (DSA bytes taken, as pc_dsa_footprint counts
+ *	 them), clock_offset_ms, ring_overflow,
+ *	 config_generation: atomics.
+ * ----------------------------------------------------------------
+ */
+typedef struct PcRequestRing
+{
+	uint64		write_pos;		/* bytes ever written */
+	uint64		read_pos;		/* bytes ever consumed */
+	uint32		capacity;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} PcRequestRing;
+
+typedef struct PcShared
+{
+	slock_t		mutex;
+	Latch	   *worker_latch;	/* NULL while no worker runs */
+	int			worker_pid;
+
+	LWLock	   *ring_lock;
+	pg_atomic_uint32 ring_overflow; /* a request did not fit in the ring */
+
+	pg_atomic_uint64 clock_offset_ms;	/* projcache.debug_clock */
+	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads
+										 * its settings */
+	/* written often: keep off the line of the fields above */
+	char		pad[PG_CACHE_LINE_SIZE];
+	pg_atomic_uint64 counters[PC_NUM_COUNTERS];
+	pg_atomic_uint64 memory_used;	/* DSA bytes taken (pc_dsa_footprint) */
+	pg_atomic_uint64 nentries;	/* entries in the key map */
+	pg_atomic_uint64 entry_serial;	/* last PcEntry.serial handed out */
+	TimestampTz stats_reset;	/* under mutex */
+
+	int			dsa_tranche;
+	int			keymap_tranche;
+	dshash_table_handle keymap_handle;
+
+	ConditionVariable key_cv[PC_NUM_KEY_CVS];
+
+	Size		dsa_offset;		/* from the start of this struct */
+	Size		ring_offset;
+	Size		snap_offset;	/* PcSnapSlot[max_snapshots] */
+	int			max_snapshots;
+	LWLock	   *snap_map_lock;	/* which slot caches which snapshot */
+	LWLockPadded *snap_slot_locks;	/* one per slot; see snapshot_store.c */
+} PcShared;
+
+extern PcShared *pc_shared;
+
+extern void pc_shmem_request(void);
+extern void pc_shmem_startup(void);
+extern void pc_attach(void);
+extern dsa_area *pc_area(void);
+extern dshash_table *pc_keymap(void);
+extern PcRequestRing *pc_ring(void);
+extern void pc_wake_worker(void);
+extern void pc_count(PcCounter counter, uint64 n);
+extern Size pc_memory_used(void);
+extern dsa_pointer pc_alloc(Size size);
+extern dsa_pointer pc_store_message(const char *message, Size *size);
+extern void pc_free(dsa_pointer dp, Size size);
+extern Size pc_dsa_footprint(Size size);
+extern Size pc_memory_limit(void);
+extern Size pc_memory_bound(void);
+extern void pc_require_loaded(void);
+
+#endif							/* PROJCACHE_SHMEM_H */

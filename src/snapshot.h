@@ -1,0 +1,164 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapshot.h
+ *	  The snapshot cache: shared slots, loads in a worker, and the registry.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PROJCACHE_SNAPSHOT_H
+#define PROJCACHE_SNAPSHOT_H
+
+#include "shmem.h"
+#include "utils/timestamp.h"
+
+/* ----------------------------------------------------------------
+ * Snapshot slots (snapshot_store.c)
+ * ----------------------------------------------------------------
+ */
+
+/* What one slot says about its snapshot, for the snapshots view. */
+typedef struct PcSnapInfo
+{
+	bool		loaded;
+	int64		rows;
+	int64		bytes;
+	int64		loaded_at_ms;
+	bool		attempted;
+	int64		last_attempt_ms;
+	int64		refresh_errors;
+	bool		last_failed;
+	char	   *last_error;		/* palloc'd, or NULL */
+} PcSnapInfo;
+
+/* A reader's handle on a slot: index plus the generation it was taken at. */
+typedef struct PcSnapRef
+{
+	int			index;
+	uint64		generation;
+} PcSnapRef;
+
+extern Size pc_snap_shmem_size(int max_snapshots);
+extern void pc_snap_shmem_init(void *place, int max_snapshots);
+extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id,
+								 int64 reg_stamp, bool none_ok);
+
+/* Which registration a slot caches. */
+typedef struct PcSnapKey
+{
+	char		name[NAMEDATALEN];
+	int64		reg_id;
+	int64		reg_stamp;
+} PcSnapKey;
+
+extern List *pc_snap_slots_of(Oid dbid);
+extern void pc_snap_forget(Oid dbid, const char *name, int64 reg_id,
+						   int64 reg_stamp);
+extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
+						 char **blob, Size *size, int64 *rows);
+extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
+							 bool *loaded);
+/* A snapshot's last attempt time when no attempt was made yet. */
+#define PC_NEVER	PG_INT64_MIN
+
+typedef enum PcClaim
+{
+	PC_CLAIM_WON,
+	PC_CLAIM_THROTTLED,
+	PC_CLAIM_GONE
+} PcClaim;
+
+extern PcClaim pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
+								  int64 *throttled_since, int64 *prev_attempt);
+extern void pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at,
+								 int64 prev_attempt);
+extern void pc_snap_trim_local_copy(void);
+extern bool pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms);
+extern void pc_snap_lease_drop(PcSnapRef ref);
+extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
+							int64 rows, int64 now);
+extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
+									int64 now, bool drop_rows);
+extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
+							 int64 reg_stamp, PcSnapInfo *info);
+
+/* ----------------------------------------------------------------
+ * Snapshot loads in a background worker (snapshot_load.c)
+ * ----------------------------------------------------------------
+ */
+typedef enum PcLoadStatus
+{
+	PC_LOAD_NONE,				/* the worker did not report */
+	PC_LOAD_OK,					/* rows published */
+	PC_LOAD_FAILED,				/* the source failed: last-good applies */
+	PC_LOAD_REVOKED				/* the owner lost its rights, or is gone */
+} PcLoadStatus;
+
+extern bool pc_snap_types_match(int natts, const Oid *coltypes,
+								TupleDesc desc);
+extern PcLoadStatus pc_snap_load(Oid owner, Oid view, const char *query,
+								 const char *name, int natts,
+								 const Oid *coltypes, PcSnapRef ref,
+								 char **error, int *sqlerrcode);
+extern PGDLLEXPORT void pc_snapshot_load_main(Datum main_arg);
+
+
+/* ----------------------------------------------------------------
+ * The registry and registrations (snapshot_registry.c)
+ * ----------------------------------------------------------------
+ */
+#define SAFE_SEARCH_PATH "pg_catalog, pg_temp"
+
+/* One row of projcache.snapshot_registry. */
+typedef struct SnapReg
+{
+	int64		id;
+	int64		stamp;			/* created_at, in microseconds */
+	char	   *name;
+	char	   *query;
+	int64		ttl_ms;
+	Oid			owner;
+	int			natts;
+	char	  **colnames;
+	Oid		   *coltypes;
+	int			nreaders;
+	Oid		   *readers;
+	Oid			view;			/* backing view; InvalidOid under 1.0 SQL */
+	char	   *bind_error;		/* why 1.0.1 could not bind it, or NULL */
+	bool		created_here;	/* registered by the current transaction */
+} SnapReg;
+
+/* Saved identity while running as another role with a safe search_path. */
+typedef struct RoleSwitch
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} RoleSwitch;
+
+extern void pc_role_switch_path(RoleSwitch *rs, Oid role,
+								const char *search_path);
+extern void pc_role_switch(RoleSwitch *rs, Oid role);
+extern void pc_role_restore(RoleSwitch *rs);
+extern char *pc_snap_check_name(text *arg);
+extern int64 pc_snap_check_ttl(Interval *ttl);
+extern bool pc_registry_has_views(void);
+extern SnapReg *pc_registry_lookup(const char *name, bool missing_ok);
+extern uint64 pc_registry_modify(const char *sql, int nargs, Oid *argtypes,
+								 Datum *args);
+extern int64 pc_registry_next_id(void);
+extern void pc_snap_check_owner(SnapReg *reg);
+extern void pc_snap_check_reader(SnapReg *reg);
+extern TupleDesc pc_snap_registered_desc(SnapReg *reg);
+extern char *pc_snap_describe_columns(SnapReg *reg);
+extern bool pc_snap_desc_matches(SnapReg *reg, TupleDesc desc);
+extern TupleDesc pc_snap_check_query(const char *query,
+									 const char *search_path);
+extern char *pc_snap_creator_search_path(void);
+extern Oid	pc_snap_create_view(int64 id, const char *name, const char *query,
+								const char *search_path, Oid owner);
+extern void pc_snap_remember_created(int64 id);
+extern void pc_snap_forget_at_commit(SnapReg *reg);
+
+#endif							/* PROJCACHE_SNAPSHOT_H */

@@ -1,0 +1,700 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapshot_registry.c
+ *	  The snapshot registry: reading and changing registrations, checking
+ *	  their arguments, creating the view behind each snapshot, and what a
+ *	  transaction registered or dropped.
+ *
+ * Registrations live in projcache.snapshot_registry, one table per
+ * database, not readable by PUBLIC: it is read and written here as the
+ * bootstrap superuser, and callers check the caller's own rights against
+ * what it returns.  Each registration is backed by a view,
+ * projcache.snapshot_<id>, owned by the snapshot's owner (see
+ * pc_snap_create_view).
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "parser/parser.h"
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/parsenodes.h"
+#include "storage/ipc.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/plancache.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "snapshot.h"
+
+void
+pc_role_switch_path(RoleSwitch *rs, Oid role, const char *search_path)
+{
+	GetUserIdAndSecContext(&rs->save_userid, &rs->save_sec_context);
+	SetUserIdAndSecContext(role, rs->save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rs->save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", search_path,
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+void
+pc_role_switch(RoleSwitch *rs, Oid role)
+{
+	pc_role_switch_path(rs, role, SAFE_SEARCH_PATH);
+}
+
+void
+pc_role_restore(RoleSwitch *rs)
+{
+	AtEOXact_GUC(false, rs->save_nestlevel);
+	SetUserIdAndSecContext(rs->save_userid, rs->save_sec_context);
+}
+
+/* ----------------------------------------------------------------
+ * Argument checks
+ * ----------------------------------------------------------------
+ */
+
+char *
+pc_snap_check_name(text *arg)
+{
+	char	   *name = text_to_cstring(arg);
+	const char *p;
+
+	if (name[0] == '\0' || strlen(name) >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid snapshot name \"%s\"", name),
+				 errdetail("A snapshot name has 1 to %d characters.",
+						   NAMEDATALEN - 1)));
+	for (p = name; *p; p++)
+	{
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+			  (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid snapshot name \"%s\"", name),
+					 errdetail("A snapshot name may contain only ASCII letters, digits, \"_\", \"-\" and \".\".")));
+	}
+	return name;
+}
+
+int64
+pc_snap_check_ttl(Interval *ttl)
+{
+	int64		usecs;
+
+	if (ttl->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot ttl must not be given in months"),
+				 errdetail("Months have no fixed length.")));
+	if (pg_mul_s64_overflow((int64) ttl->day, USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, ttl->time, &usecs))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot ttl is out of range")));
+	if (usecs < 1000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot ttl must be at least 1 millisecond")));
+	return usecs / 1000;
+}
+
+/* ----------------------------------------------------------------
+ * The registry
+ * ----------------------------------------------------------------
+ */
+
+static Oid *
+oid_array(Datum d, int *n)
+{
+	ArrayType  *arr = DatumGetArrayTypeP(d);
+	Datum	   *elems;
+	bool	   *nulls;
+	Oid		   *oids;
+	int			i;
+
+	deconstruct_array(arr, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &elems, &nulls, n);
+	oids = palloc(Max(*n, 1) * sizeof(Oid));
+	for (i = 0; i < *n; i++)
+		oids[i] = DatumGetObjectId(elems[i]);
+	return oids;
+}
+
+/*
+ * Does this database's registry have the columns of the 1.0.1 SQL?  The
+ * library also serves a database whose extension is still at 1.0.
+ */
+bool
+pc_registry_has_views(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	Oid			rel;
+
+	if (!OidIsValid(nsp))
+		return false;
+	rel = get_relname_relid("snapshot_registry", nsp);
+	return OidIsValid(rel) && get_attnum(rel, "view") != InvalidAttrNumber;
+}
+
+/* Planned once per backend, per registry shape: every snapshot() runs it. */
+static SPIPlanPtr registry_lookup_plans[2];
+
+/* Registrations made by the current transaction (TopTransactionContext). */
+static List *created_snapshots = NIL;
+
+/*
+ * Read a registration.  The registry is not readable by PUBLIC, so this
+ * runs as the bootstrap superuser; the caller's own rights are checked
+ * against what it returns.  The owner is the backing view's owner.
+ */
+SnapReg *
+pc_registry_lookup(const char *name, bool missing_ok)
+{
+	MemoryContext callercxt = CurrentMemoryContext;
+	RoleSwitch	rs;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1];
+	SnapReg    *reg = NULL;
+	bool		with_views = pc_registry_has_views();
+	int			ret;
+
+	args[0] = CStringGetTextDatum(name);
+	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (registry_lookup_plans[with_views] == NULL)
+	{
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare(with_views ?
+						   "SELECT r.id, r.query,"
+						   " (extract(epoch FROM r.ttl) * 1000)::int8,"
+						   " COALESCE(c.relowner, r.owner::oid), r.column_names,"
+						   " r.column_types::oid[], r.readers::oid[],"
+						   " (extract(epoch FROM r.created_at) * 1000000)::int8,"
+						   " r.view::oid, r.bind_error"
+						   " FROM projcache.snapshot_registry r"
+						   " LEFT JOIN pg_catalog.pg_class c"
+						   " ON c.oid OPERATOR(pg_catalog.=) r.view::oid"
+						   " WHERE r.name OPERATOR(pg_catalog.=) $1" :
+						   "SELECT id, query,"
+						   " (extract(epoch FROM ttl) * 1000)::int8,"
+						   " owner::oid, column_names,"
+						   " column_types::oid[], readers::oid[],"
+						   " (extract(epoch FROM created_at) * 1000000)::int8,"
+						   " NULL::oid, NULL::text"
+						   " FROM projcache.snapshot_registry"
+						   " WHERE name OPERATOR(pg_catalog.=) $1",
+						   1, argtypes);
+		if (plan == NULL)
+			elog(ERROR, "could not plan the registry lookup: %s",
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		registry_lookup_plans[with_views] = plan;
+	}
+	/* What is registered now, as for a catalog: not the caller's snapshot. */
+	PushActiveSnapshot(GetLatestSnapshot());
+	ret = SPI_execute_plan(registry_lookup_plans[with_views], args, NULL,
+						   true, 1);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "could not read projcache.snapshot_registry: %s",
+			 SPI_result_code_string(ret));
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		MemoryContext oldcxt = MemoryContextSwitchTo(callercxt);
+		ArrayType  *names;
+		Datum	   *elems;
+		Datum		d;
+		int			n;
+		int			i;
+		ListCell   *lc;
+
+		reg = palloc0(sizeof(SnapReg));
+		reg->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		reg->name = pstrdup(name);
+		reg->query = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
+		reg->ttl_ms = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+		reg->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 4, &isnull));
+		names = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 5, &isnull));
+		deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, NULL, &n);
+		reg->natts = n;
+		reg->colnames = palloc(Max(n, 1) * sizeof(char *));
+		for (i = 0; i < n; i++)
+			reg->colnames[i] = TextDatumGetCString(elems[i]);
+		reg->coltypes = oid_array(SPI_getbinval(tup, desc, 6, &isnull), &n);
+		reg->readers = oid_array(SPI_getbinval(tup, desc, 7, &isnull),
+								 &reg->nreaders);
+		reg->stamp = DatumGetInt64(SPI_getbinval(tup, desc, 8, &isnull));
+		d = SPI_getbinval(tup, desc, 9, &isnull);
+		reg->view = isnull ? InvalidOid : DatumGetObjectId(d);
+		d = SPI_getbinval(tup, desc, 10, &isnull);
+		reg->bind_error = isnull ? NULL : TextDatumGetCString(d);
+		foreach(lc, created_snapshots)
+			if (*(int64 *) lfirst(lc) == reg->id)
+				reg->created_here = true;
+		MemoryContextSwitchTo(oldcxt);
+	}
+	PopActiveSnapshot();
+	SPI_finish();
+	pc_role_restore(&rs);
+
+	if (reg == NULL && !missing_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("snapshot \"%s\" does not exist", name)));
+	return reg;
+}
+
+/*
+ * Run a statement on the registry as the bootstrap superuser.  Returns the
+ * number of rows it affected.
+ */
+uint64
+pc_registry_modify(const char *sql, int nargs, Oid *argtypes, Datum *args)
+{
+	RoleSwitch	rs;
+	int			ret;
+	uint64		nrows;
+
+	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	ret = SPI_execute_with_args(sql, nargs, argtypes, args, NULL, false, 0);
+	if (ret < 0)
+		elog(ERROR, "could not update projcache.snapshot_registry: %s",
+			 SPI_result_code_string(ret));
+	nrows = SPI_processed;
+	SPI_finish();
+	pc_role_restore(&rs);
+	return nrows;
+}
+
+void
+pc_snap_check_owner(SnapReg *reg)
+{
+	if (!has_privs_of_role(GetUserId(), reg->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of snapshot \"%s\"", reg->name)));
+}
+
+void
+pc_snap_check_reader(SnapReg *reg)
+{
+	Oid			me = GetUserId();
+	int			i;
+
+	if (has_privs_of_role(me, reg->owner))
+		return;
+	for (i = 0; i < reg->nreaders; i++)
+		if (has_privs_of_role(me, reg->readers[i]))
+			return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for snapshot \"%s\"", reg->name),
+			 errhint("The snapshot's owner can allow it with projcache.grant_snapshot().")));
+}
+
+TupleDesc
+pc_snap_registered_desc(SnapReg *reg)
+{
+	TupleDesc	desc = CreateTemplateTupleDesc(reg->natts);
+	int			i;
+
+	for (i = 0; i < reg->natts; i++)
+		TupleDescInitEntry(desc, (AttrNumber) (i + 1), reg->colnames[i],
+						   reg->coltypes[i], -1, 0);
+	return desc;
+}
+
+char *
+pc_snap_describe_columns(SnapReg *reg)
+{
+	StringInfoData buf;
+	int			i;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '(');
+	for (i = 0; i < reg->natts; i++)
+		appendStringInfo(&buf, "%s%s %s", i > 0 ? ", " : "",
+						 quote_identifier(reg->colnames[i]),
+						 format_type_be(reg->coltypes[i]));
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
+
+/* Do the (non-dropped) columns of desc have the registered types? */
+bool
+pc_snap_desc_matches(SnapReg *reg, TupleDesc desc)
+{
+	return pc_snap_types_match(reg->natts, reg->coltypes, desc);
+}
+
+/* ----------------------------------------------------------------
+ * Registration
+ * ----------------------------------------------------------------
+ */
+
+/* Does a query, or any query inside it, write or lock rows? */
+static bool
+writes_or_locks(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		Query	   *q = (Query *) node;
+
+		if (q->commandType != CMD_SELECT || q->hasModifyingCTE ||
+			q->rowMarks != NIL)
+			return true;
+		return query_tree_walker(q, writes_or_locks, context, 0);
+	}
+	return expression_tree_walker(node, writes_or_locks, context);
+}
+
+/*
+ * Check a snapshot query as the caller would run it: one read-only SELECT,
+ * parsed and analyzed now with the given search path, so a typo fails at
+ * registration.  Returns its result columns.
+ */
+TupleDesc
+pc_snap_check_query(const char *query, const char *search_path)
+{
+	MemoryContext callercxt = CurrentMemoryContext;
+	RoleSwitch	rs;
+	SPIPlanPtr	plan;
+	List	   *sources;
+	CachedPlanSource *ps;
+	ListCell   *lc;
+	TupleDesc	result;
+	int			i;
+
+	pc_role_switch_path(&rs, GetUserId(), search_path);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(query, 0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	sources = SPI_plan_get_plan_sources(plan);
+	if (list_length(sources) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must be a single SELECT")));
+	ps = linitial(sources);
+	if (ps->resultDesc == NULL || ps->commandTag != CMDTAG_SELECT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must be a SELECT that returns rows")));
+	foreach(lc, ps->query_list)
+	{
+		if (writes_or_locks((Node *) lfirst_node(Query, lc), NULL))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("snapshot query must be read-only"),
+					 errdetail("It must not write, nor lock rows with FOR UPDATE or FOR SHARE, at any level.")));
+	}
+	for (i = 0; i < ps->resultDesc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(ps->resultDesc, i);
+
+		if (get_typtype(att->atttypid) == TYPTYPE_PSEUDO)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("snapshot column \"%s\" has pseudo-type %s",
+							NameStr(att->attname), format_type_be(att->atttypid))));
+	}
+	MemoryContextSwitchTo(callercxt);
+	result = CreateTupleDescCopy(ps->resultDesc);
+	SPI_finish();
+	pc_role_restore(&rs);
+	return result;
+}
+
+/*
+ * The caller's effective search path, spelled out: "$user" is expanded for
+ * the caller (the view is created as another role) and temporary schemas
+ * are left out.
+ */
+char *
+pc_snap_creator_search_path(void)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, fetch_search_path(false))
+	{
+		Oid			nsp = lfirst_oid(lc);
+		char	   *nspname;
+
+		if (isAnyTempNamespace(nsp) || (nspname = get_namespace_name(nsp)) == NULL)
+			continue;
+		appendStringInfo(&buf, "%s%s", buf.len > 0 ? ", " : "",
+						 quote_identifier(nspname));
+	}
+	if (buf.len == 0)
+		appendStringInfoString(&buf, "pg_catalog");
+	return buf.data;
+}
+
+/* Does the view's query use anything of this session's temporary schema? */
+static bool
+view_uses_temp_objects(Oid view)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		args[1];
+	bool		isnull;
+	int			ret;
+
+	args[0] = ObjectIdGetDatum(view);
+	/*
+	 * What its rule uses, and its columns' types.  Not read-only: the view
+	 * was made by a later command than the caller's snapshot can see.
+	 */
+	ret = SPI_execute_with_args("SELECT pg_catalog.count(*)"
+								" FROM pg_catalog.pg_depend d"
+								" WHERE ((d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+								"   AND d.objid IN (SELECT oid FROM pg_catalog.pg_rewrite"
+								"     WHERE ev_class OPERATOR(pg_catalog.=) $1))"
+								"  OR (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+								"   AND d.objid OPERATOR(pg_catalog.=) $1))"
+								" AND (d.refobjid IN (SELECT oid FROM pg_catalog.pg_class"
+								"   WHERE relpersistence OPERATOR(pg_catalog.=) 't')"
+								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_type"
+								"   WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
+								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_proc"
+								"   WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
+								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_operator"
+								"   WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()))",
+								1, argtypes, args, NULL, false, 1);
+	if (ret != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the dependencies of view %u", view);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull)) > 0;
+}
+
+/*
+ * Create projcache.snapshot_<id>, the view that backs a snapshot, owned by
+ * owner.  Its query's names are bound now, with search_path; nothing may be
+ * found in a temporary schema.  The view depends on the extension as an
+ * ordinary object, also when made by an update script (which would make it
+ * a member, and pg_dump leaves members out): DROP EXTENSION then needs
+ * CASCADE while snapshots exist.
+ */
+Oid
+pc_snap_create_view(int64 id, const char *name, const char *query,
+					const char *search_path, Oid owner)
+{
+	RoleSwitch	rs;
+	char		relname[NAMEDATALEN];
+	StringInfoData sql;
+	List	   *raw;
+	Oid			view;
+	ObjectAddress view_addr;
+	ObjectAddress ext_addr;
+	int			ret;
+
+	snprintf(relname, NAMEDATALEN, "snapshot_" INT64_FORMAT, id);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE VIEW projcache.%s AS %s", relname, query);
+
+	/* Exactly one statement, a CREATE VIEW: the query cannot smuggle more. */
+	raw = raw_parser(sql.data, RAW_PARSE_DEFAULT);
+	if (list_length(raw) != 1 ||
+		!IsA(linitial_node(RawStmt, raw)->stmt, ViewStmt))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must be a single SELECT")));
+
+	/* The caller has no CREATE on schema projcache: create, then give. */
+	pc_role_switch_path(&rs, BOOTSTRAP_SUPERUSERID, search_path);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	ret = SPI_execute(sql.data, false, 0);
+	if (ret != SPI_OK_UTILITY)
+		elog(ERROR, "could not create the view of snapshot \"%s\": %s",
+			 name, SPI_result_code_string(ret));
+	view = get_relname_relid(relname, get_namespace_oid("projcache", false));
+	if (!OidIsValid(view))
+		elog(ERROR, "view projcache.%s was not created", relname);
+	SPI_finish();
+	pc_role_restore(&rs);
+
+	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (view_uses_temp_objects(view))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must not use temporary objects"),
+				 errdetail("Every reader is served its rows: it cannot depend on one session.")));
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "ALTER VIEW projcache.%s OWNER TO %s", relname,
+					 quote_identifier(GetUserNameFromId(owner, false)));
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not give view projcache.%s to its owner", relname);
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "COMMENT ON VIEW projcache.%s IS %s", relname,
+					 quote_literal_cstr(psprintf("backs projcache snapshot \"%s\"", name)));
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not comment on view projcache.%s", relname);
+	SPI_finish();
+	pc_role_restore(&rs);
+
+	ObjectAddressSet(view_addr, RelationRelationId, view);
+	ObjectAddressSet(ext_addr, ExtensionRelationId,
+					 get_extension_oid("projcache", false));
+	deleteDependencyRecordsForClass(RelationRelationId, view,
+									ExtensionRelationId, DEPENDENCY_EXTENSION);
+	recordDependencyOn(&view_addr, &ext_addr, DEPENDENCY_NORMAL);
+	CommandCounterIncrement();
+	return view;
+}
+
+/* The next registration id, from the registry's sequence. */
+int64
+pc_registry_next_id(void)
+{
+	RoleSwitch	rs;
+	bool		isnull;
+	int64		id;
+
+	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT pg_catalog.nextval('projcache.snapshot_registry_id_seq'::pg_catalog.regclass)",
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not draw a snapshot id");
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									 SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	pc_role_restore(&rs);
+	return id;
+}
+
+/*
+ * Snapshots dropped by the current transaction (in TopTransactionContext):
+ * their slots are freed once it commits.  Freed
+ * earlier, a reader that still sees the registration would load it into a
+ * new slot that nobody frees.
+ */
+typedef struct DroppedSnapshot
+{
+	char	   *name;
+	int64		id;
+	int64		stamp;
+} DroppedSnapshot;
+
+static List *dropped_snapshots = NIL;
+static bool drop_callback_registered = false;
+
+static void
+forget_dropped_at_commit(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (dropped_snapshots != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
+			break;
+		case XACT_EVENT_COMMIT:
+			created_snapshots = NIL;
+			foreach(lc, dropped_snapshots)
+			{
+				DroppedSnapshot *d = (DroppedSnapshot *) lfirst(lc);
+
+				pc_snap_forget(MyDatabaseId, d->name, d->id, d->stamp);
+			}
+			dropped_snapshots = NIL;
+			break;
+		case XACT_EVENT_ABORT:
+			created_snapshots = NIL;
+			dropped_snapshots = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+register_xact_callback(void)
+{
+	if (!drop_callback_registered)
+	{
+		RegisterXactCallback(forget_dropped_at_commit, NULL);
+		drop_callback_registered = true;
+	}
+}
+
+/* Note a registration made by this transaction: it gets no slot yet. */
+void
+pc_snap_remember_created(int64 id)
+{
+	MemoryContext oldcxt;
+	int64	   *p;
+
+	register_xact_callback();
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	p = palloc(sizeof(int64));
+	*p = id;
+	created_snapshots = lappend(created_snapshots, p);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+void
+pc_snap_forget_at_commit(SnapReg *reg)
+{
+	MemoryContext oldcxt;
+	DroppedSnapshot *d;
+
+	register_xact_callback();
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	d = palloc(sizeof(DroppedSnapshot));
+	d->name = pstrdup(reg->name);
+	d->id = reg->id;
+	d->stamp = reg->stamp;
+	dropped_snapshots = lappend(dropped_snapshots, d);
+	MemoryContextSwitchTo(oldcxt);
+}
