@@ -10,6 +10,7 @@ OBJS = \
 	src/projcache.o \
 	src/clock.o \
 	src/shmem.o \
+	src/subxact.o \
 	src/scheduler.o \
 	src/keycache_map.o \
 	src/keycache_ring.o \

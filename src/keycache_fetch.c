@@ -347,6 +347,41 @@ report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
 	fail_batch(items, nitems, edata->message);
 }
 
+/* One call of the fetch function, for pc_run_in_subxact(). */
+typedef struct FetchCall
+{
+	PcFetchItem *items;
+	int			nitems;
+	MemoryContext callercxt;	/* where the answers go */
+	int			save_sec_context;
+	Oid			roleid;			/* out: the role it ran as */
+	int			breaches;		/* out: rows that broke the contract */
+} FetchCall;
+
+static void
+call_fetch_function(void *arg)
+{
+	FetchCall  *call = (FetchCall *) arg;
+	char	   *query = fetch_query(&call->roleid);
+	int			nestlevel;
+
+	/* An ERROR restores the user with the subtransaction. */
+	SetUserIdAndSecContext(call->roleid,
+						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	nestlevel = NewGUCNestLevel();
+	if (pc_fetch_timeout_ms > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	call->breaches = run_fetch(query, call->items, call->nitems,
+							   call->callercxt);
+	SPI_finish();
+	/* Deferred triggers now, not at commit (see pc_fetch_batch). */
+	AfterTriggerFireDeferred();
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	AtEOXact_GUC(false, nestlevel);
+}
+
 /*
  * Ask the fetch function for a batch of keys and fill in each item's
  * answer.  Keys the function does not return are disabled.  Never raises
@@ -373,12 +408,11 @@ void
 pc_fetch_batch(PcFetchItem *items, int nitems)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
-	ResourceOwner oldowner;
 	Oid			save_userid;
 	int			save_sec_context;
 	int64		started_ms;
+	FetchCall	call;
 	ErrorData  *volatile edata = NULL;
-	volatile int breaches = 0;
 	int			i;
 
 	for (i = 0; i < nitems; i++)
@@ -406,53 +440,21 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "projcache: calling the fetch function");
 
-	oldowner = CurrentResourceOwner;
 	started_ms = pc_real_now_ms();
-	BeginInternalSubTransaction(NULL);
+	call.items = items;
+	call.nitems = nitems;
+	call.callercxt = callercxt;
+	call.save_sec_context = save_sec_context;
+	call.roleid = InvalidOid;
+	call.breaches = 0;
+	/* Its error must outlive the transaction: copy it into ours. */
 	MemoryContextSwitchTo(callercxt);
-
-	PG_TRY();
-	{
-		Oid			roleid;
-		char	   *query = fetch_query(&roleid);
-		int			nestlevel;
-
-		/* An ERROR restores the user with the subtransaction. */
-		SetUserIdAndSecContext(roleid,
-							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-		nestlevel = NewGUCNestLevel();
-		if (pc_fetch_timeout_ms > 0)
-			enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		breaches = run_fetch(query, items, nitems, callercxt);
-		SPI_finish();
-		/* Deferred triggers now, not at commit (see above). */
-		AfterTriggerFireDeferred();
-		disable_timeout(STATEMENT_TIMEOUT, false);
-		AtEOXact_GUC(false, nestlevel);
-		/* The timeout may have fired just as the call returned: too late. */
-		QueryCancelPending = false;
-
-		/* Only an abort restores the user: the commit is the role's too. */
-		ReleaseCurrentSubTransaction();
-		Assert(GetUserId() == roleid);
-		MemoryContextSwitchTo(callercxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		disable_timeout(STATEMENT_TIMEOUT, false);
-		MemoryContextSwitchTo(callercxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(callercxt);
-		CurrentResourceOwner = oldowner;
-		/* The timeout may have fired as we finished: forget it. */
-		QueryCancelPending = false;
-	}
-	PG_END_TRY();
+	edata = pc_run_in_subxact(call_fetch_function, &call);
+	/* The timeout may have fired as the call ended: too late, forget it. */
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	QueryCancelPending = false;
+	/* Only an abort restores the user: the commit is the role's too. */
+	Assert(edata != NULL || GetUserId() == call.roleid);
 	PopActiveSnapshot();
 
 	PG_TRY();
@@ -478,7 +480,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		FreeErrorData(edata);
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
 	}
-	else if (breaches > 0)
+	else if (call.breaches > 0)
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }

@@ -67,24 +67,6 @@ typedef struct PcRead
 	bool		oom;			/* a copy failed under the lock */
 } PcRead;
 
-/* Copy under a partition lock: never ERRORs, returns NULL when out of memory. */
-static void *
-copy_no_oom(const void *src, Size len, bool nul_terminate, bool *oom)
-{
-	char	   *dst = palloc_extended(len + (nul_terminate ? 1 : 0),
-									  MCXT_ALLOC_NO_OOM);
-
-	if (dst == NULL)
-	{
-		*oom = true;
-		return NULL;
-	}
-	memcpy(dst, src, len);
-	if (nul_terminate)
-		dst[len] = '\0';
-	return dst;
-}
-
 /* Copy what a reader needs from a locked entry. */
 static void
 copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
@@ -112,29 +94,20 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 		r->value_bytes = value->config_len;
 		if (want_config && entry->state == PC_STATE_ENABLED &&
 			value->config_len > 0)
-			r->config = copy_no_oom(value->data + value->config_offset,
-									value->config_len, false, &r->oom);
+			r->config = (Jsonb *) pc_copy_no_oom(value->data + value->config_offset,
+												 value->config_len, false, &r->oom);
 		if (details && value->revision_len >= 0)
-			r->revision = copy_no_oom(value->data, value->revision_len, true,
+			r->revision = pc_copy_no_oom(value->data, value->revision_len, true,
 									  &r->oom);
 	}
 	if (details && DsaPointerIsValid(entry->last_error))
 	{
 		const char *msg = dsa_get_address(area, entry->last_error);
 
-		r->last_error = copy_no_oom(msg, strlen(msg), true, &r->oom);
+		r->last_error = pc_copy_no_oom(msg, strlen(msg), true, &r->oom);
 	}
 	else if (details && entry->error_unstored)
 		r->last_error = PC_UNSTORED_ERROR;
-}
-
-static void
-report_oom(void)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OUT_OF_MEMORY),
-			 errmsg("out of memory"),
-			 errdetail("Could not copy a cached projcache value.")));
 }
 
 static SchedFreshness
@@ -230,7 +203,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	if (send)
 		pc_request_send(key, len);
 	if (r->oom)
-		report_oom();
+		pc_report_oom("a cached value");
 
 	if (!r->found)
 		count_read(PC_CTR_MISSES);
@@ -262,7 +235,7 @@ wait_for_key(const char *key, uint32 len, int64 wait_ms, bool details, PcRead *r
 			if (r->oom)
 			{
 				ConditionVariableCancelSleep();
-				report_oom();
+				pc_report_oom("a cached value");
 			}
 			if (r->state != PC_STATE_PENDING)
 				break;
@@ -732,7 +705,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 			keys = k2;
 			capacity *= 2;
 		}
-		keys[count] = copy_no_oom(pc_key_bytes(pc_area(), &entry->key),
+		keys[count] = pc_copy_no_oom(pc_key_bytes(pc_area(), &entry->key),
 								  entry->key.len, true, &oom);
 		copy_entry(entry, true, false, &rows[count]);
 		if (oom || rows[count].oom)
@@ -744,7 +717,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 	}
 	dshash_seq_term(&status);
 	if (oom)
-		report_oom();
+		pc_report_oom("a cached value");
 
 	now = pc_now_ms();
 	for (i = 0; i < count; i++)

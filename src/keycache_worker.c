@@ -123,31 +123,6 @@ worker_detach_latch(int code, Datum arg)
 	SpinLockRelease(&pc_shared->mutex);
 }
 
-/*
- * Copy bytes while a partition lock is held: no ERROR may be raised there,
- * so allocation failure returns NULL and the caller reports it afterwards.
- */
-static char *
-copy_under_lock(const char *src, Size len)
-{
-	char	   *dst = palloc_extended(len + 1, MCXT_ALLOC_NO_OOM);
-
-	if (dst != NULL)
-	{
-		memcpy(dst, src, len);
-		dst[len] = '\0';
-	}
-	return dst;
-}
-
-static void
-out_of_local_memory(void)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OUT_OF_MEMORY),
-			 errmsg("out of memory in the projcache scheduler")));
-}
-
 /* Mirror the private times of one key into its shared entry. */
 static void
 mirror_entry(SchedEntry *e)
@@ -285,7 +260,7 @@ keylist_add_under_lock(KeyList *list, const char *key, uint32 len)
 		list->lens = lens;
 		list->capacity = newcap;
 	}
-	copy = copy_under_lock(key, len);
+	copy = pc_copy_no_oom(key, len, true, NULL);
 	if (copy == NULL)
 	{
 		list->oom = true;
@@ -325,7 +300,7 @@ scan_requests(int64 now)
 	}
 	dshash_seq_term(&status);
 	if (list.oom)
-		out_of_local_memory();
+		pc_report_oom("the keys the scheduler needs");
 
 	for (i = 0; i < list.count; i++)
 		handle_request(list.keys[i], list.lens[i], now);
@@ -608,15 +583,14 @@ run_batch(SchedEntry **batch, int n, int64 now)
 
 				if (value->revision_len >= 0)
 				{
-					items[i].revision = copy_under_lock(value->data,
-														value->revision_len);
+					items[i].revision = pc_copy_no_oom(value->data, value->revision_len, true, NULL);
 					oom = items[i].revision == NULL;
 				}
 			}
 			dshash_release_lock(pc_keymap(), entry);
 		}
 		if (oom)
-			out_of_local_memory();
+			pc_report_oom("the keys the scheduler needs");
 	}
 
 	pc_fetch_batch(items, n);
@@ -695,7 +669,7 @@ rebuild_private_state(int64 now)
 	}
 	dshash_seq_term(&status);
 	if (list.oom)
-		out_of_local_memory();
+		pc_report_oom("the keys the scheduler needs");
 
 	for (i = 0; i < list.count; i++)
 	{

@@ -67,4 +67,10 @@ extern int64 pc_real_now_ms(void);
 extern TimestampTz pc_mono_to_timestamp(int64 mono_ms);
 extern Datum pc_interval_from_ms(int64 ms);
 
+/* ----------------------------------------------------------------
+ * User code in a subtransaction (subxact.c)
+ * ----------------------------------------------------------------
+ */
+extern ErrorData *pc_run_in_subxact(void (*body) (void *arg), void *arg);
+
 #endif							/* PROJCACHE_H */

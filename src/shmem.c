@@ -363,3 +363,36 @@ pc_memory_used(void)
 {
 	return (Size) pg_atomic_read_u64(&pc_shared->memory_used);
 }
+
+/*
+ * Copy bytes while a lock is held.  Nothing may raise an ERROR under a
+ * lock, so an allocation failure returns NULL (and sets *oom, if given);
+ * the caller reports it with pc_report_oom() once the lock is released.
+ */
+char *
+pc_copy_no_oom(const void *src, Size len, bool nul_terminate, bool *oom)
+{
+	char	   *dst = palloc_extended(len + (nul_terminate ? 1 : 0),
+									  MCXT_ALLOC_NO_OOM);
+
+	if (dst == NULL)
+	{
+		if (oom != NULL)
+			*oom = true;
+		return NULL;
+	}
+	memcpy(dst, src, len);
+	if (nul_terminate)
+		dst[len] = '\0';
+	return dst;
+}
+
+/* Report a copy that pc_copy_no_oom() could not make; what names it. */
+void
+pc_report_oom(const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("out of memory"),
+			 errdetail("Could not copy %s.", what)));
+}

@@ -122,5 +122,8 @@ extern Size pc_dsa_footprint(Size size);
 extern Size pc_memory_limit(void);
 extern Size pc_memory_bound(void);
 extern void pc_require_loaded(void);
+extern char *pc_copy_no_oom(const void *src, Size len, bool nul_terminate,
+							bool *oom);
+extern void pc_report_oom(const char *what) pg_attribute_noreturn();
 
 #endif							/* PROJCACHE_SHMEM_H */

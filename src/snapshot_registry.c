@@ -626,35 +626,35 @@ typedef struct DroppedSnapshot
 static List *dropped_snapshots = NIL;
 static bool drop_callback_registered = false;
 
+/*
+ * At the end of a transaction: free the slots of the snapshots it dropped,
+ * if it committed, and forget what it registered and dropped.  A prepared
+ * transaction would commit later, in another session, where nobody would
+ * free those slots: PREPARE is refused.
+ */
 static void
-forget_dropped_at_commit(XactEvent event, void *arg)
+snapshot_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
-	switch (event)
+	if (event == XACT_EVENT_PRE_PREPARE && dropped_snapshots != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
+	if (event == XACT_EVENT_COMMIT)
 	{
-		case XACT_EVENT_PRE_PREPARE:
-			if (dropped_snapshots != NIL)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
-			break;
-		case XACT_EVENT_COMMIT:
-			created_snapshots = NIL;
-			foreach(lc, dropped_snapshots)
-			{
-				DroppedSnapshot *d = (DroppedSnapshot *) lfirst(lc);
+		foreach(lc, dropped_snapshots)
+		{
+			DroppedSnapshot *d = (DroppedSnapshot *) lfirst(lc);
 
-				pc_snap_forget(MyDatabaseId, d->name, d->id, d->stamp);
-			}
-			dropped_snapshots = NIL;
-			break;
-		case XACT_EVENT_ABORT:
-			created_snapshots = NIL;
-			dropped_snapshots = NIL;
-			break;
-		default:
-			break;
+			pc_snap_forget(MyDatabaseId, d->name, d->id, d->stamp);
+		}
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+	{
+		/* Both lists lived in TopTransactionContext, gone now. */
+		created_snapshots = NIL;
+		dropped_snapshots = NIL;
 	}
 }
 
@@ -663,7 +663,7 @@ register_xact_callback(void)
 {
 	if (!drop_callback_registered)
 	{
-		RegisterXactCallback(forget_dropped_at_commit, NULL);
+		RegisterXactCallback(snapshot_xact_callback, NULL);
 		drop_callback_registered = true;
 	}
 }

@@ -541,6 +541,22 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* Bind one registration to a view, for pc_run_in_subxact(). */
+typedef struct BindArgs
+{
+	SnapReg    *reg;
+	Oid			view;
+} BindArgs;
+
+static void
+bind_registration(void *arg)
+{
+	BindArgs   *b = (BindArgs *) arg;
+
+	b->view = pc_snap_create_view(b->reg->id, b->reg->name, b->reg->query,
+								  "pg_catalog", b->reg->owner);
+}
+
 /*
  * projcache._bind_registrations(): used once, by the update script to
  * 1.0.1.  Each registration made under 1.0 gets its backing view, its query
@@ -552,39 +568,22 @@ Datum
 projcache_bind_registrations(PG_FUNCTION_ARGS)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
 	RoleSwitch	rs;
-	int64	   *ids;
 	char	  **names;
-	char	  **queries;
-	Oid		   *owners;
 	uint64		n;
 	uint64		i;
 
 	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute("SELECT id, name, query, owner::oid"
-					" FROM projcache.snapshot_registry WHERE view IS NULL",
-					true, 0) != SPI_OK_SELECT)
+	if (SPI_execute("SELECT name FROM projcache.snapshot_registry"
+					" WHERE view IS NULL", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read projcache.snapshot_registry");
 	n = SPI_processed;
-	MemoryContextSwitchTo(cxt);
-	ids = palloc(Max(n, 1) * sizeof(int64));
-	names = palloc(Max(n, 1) * sizeof(char *));
-	queries = palloc(Max(n, 1) * sizeof(char *));
-	owners = palloc(Max(n, 1) * sizeof(Oid));
+	names = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(char *));
 	for (i = 0; i < n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-
-		ids[i] = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		names[i] = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
-		queries[i] = TextDatumGetCString(SPI_getbinval(tup, desc, 3, &isnull));
-		owners[i] = DatumGetObjectId(SPI_getbinval(tup, desc, 4, &isnull));
-	}
+		names[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+														 SPI_tuptable->tupdesc, 1));
 	SPI_finish();
 	pc_role_restore(&rs);
 
@@ -593,41 +592,27 @@ projcache_bind_registrations(PG_FUNCTION_ARGS)
 		Oid			argtypes[3] = {INT8OID, OIDOID, TEXTOID};
 		Datum		args[3];
 		char		nulls[3] = {' ', ' ', 'n'};
+		BindArgs	bind;
+		ErrorData  *edata;
 
-		args[0] = Int64GetDatum(ids[i]);
-		args[1] = ObjectIdGetDatum(InvalidOid);
+		bind.reg = pc_registry_lookup(names[i], false);
+		bind.view = InvalidOid;
+		edata = pc_run_in_subxact(bind_registration, &bind);
+		args[0] = Int64GetDatum(bind.reg->id);
+		args[1] = ObjectIdGetDatum(bind.view);
 		args[2] = (Datum) 0;
-		BeginInternalSubTransaction(NULL);
-		MemoryContextSwitchTo(cxt);
-		PG_TRY();
+		if (edata != NULL)
 		{
-			args[1] = ObjectIdGetDatum(pc_snap_create_view(ids[i], names[i],
-														   queries[i],
-														   "pg_catalog",
-														   owners[i]));
-			nulls[1] = ' ';
-			ReleaseCurrentSubTransaction();
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
 			args[2] = CStringGetTextDatum(edata->message);
 			nulls[1] = 'n';
 			nulls[2] = ' ';
 			ereport(WARNING,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("projcache snapshot \"%s\" could not be bound to a view", names[i]),
+					 errmsg("projcache snapshot \"%s\" could not be bound to a view",
+							bind.reg->name),
 					 errdetail("%s", edata->message),
 					 errhint("Its reads fail until it is dropped and created again.")));
 		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
 
 		pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
 		if (SPI_connect() != SPI_OK_CONNECT)

@@ -418,10 +418,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 	LWLockRelease(slot_lock(ref.index));
 
 	if (oom)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory"),
-				 errdetail("Could not copy a projcache snapshot.")));
+		pc_report_oom("a snapshot");
 	return found;
 }
 
@@ -699,20 +696,14 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	{
 		const char *msg = dsa_get_address(pc_area(), s->last_error);
 
-		info->last_error = palloc_extended(strlen(msg) + 1, MCXT_ALLOC_NO_OOM);
-		if (info->last_error != NULL)
-			strcpy(info->last_error, msg);
-		else
-			oom = true;
+		info->last_error = pc_copy_no_oom(msg, strlen(msg), true, &oom);
 	}
 	unstored = s->error_unstored;
 	LWLockRelease(slot_lock(index));
 	LWLockRelease(pc_shared->snap_map_lock);
 
 	if (oom)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
+		pc_report_oom("a snapshot's last error");
 	if (info->last_error == NULL && unstored)
 		info->last_error = pstrdup(PC_UNSTORED_ERROR);
 	return true;
