@@ -38,6 +38,15 @@ PROVE_TESTS = test/t/*.pl
 
 PG_CPPFLAGS = -I$(srcdir)/src
 
+# PROJCACHE_ASSERTS=1 builds projcache's own code with assertions on (the
+# Assert()s of the server's headers and projcache's lock assertions), as a
+# server configured with --enable-cassert would.  PGXS cannot rebuild the
+# server; the extension's code is what this checks.  "make clean" first
+# when switching.
+ifeq ($(PROJCACHE_ASSERTS),1)
+PG_CPPFLAGS += -DUSE_ASSERT_CHECKING
+endif
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

@@ -10,6 +10,10 @@
 # each suite is run in turn, continuing after a failure:
 #
 #   unit        make unittest                          (cmocka, no server)
+#
+# and then, twice: built with PROJCACHE_ASSERTS=1 (assertions on, suites
+# labelled "+asserts"), then as released:
+#
 #   pg_regress  make installcheck ISOLATION= TAP_TESTS=
 #   isolation   make installcheck REGRESS= TAP_TESTS=  (if the Makefile has specs)
 #   TAP         make installcheck REGRESS= ISOLATION=  (if test/t/*.pl exist)
@@ -21,7 +25,7 @@
 # The temp dir is removed on success and kept (path printed) on failure.
 # No server is left running.
 #
-# Environment: PROJCACHE_TEST_BUDGET  overall time limit in seconds (780)
+# Environment: PROJCACHE_TEST_BUDGET  overall time limit in seconds (1200)
 #              PROJCACHE_KEEP=1       keep the temp dir even on success
 set -uo pipefail
 
@@ -30,7 +34,7 @@ set -uo pipefail
 # environment, so that they cannot leak into test instances.
 # shellcheck source=SCRIPTDIR/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-BUDGET=${PROJCACHE_TEST_BUDGET:-780}
+BUDGET=${PROJCACHE_TEST_BUDGET:-1200}
 START=$SECONDS
 
 PASSED=0
@@ -51,10 +55,10 @@ say() { printf '==> %s\n' "$*"; }
 summary_add() {
 	PASSED=$((PASSED + $2))
 	FAILED=$((FAILED + $3))
-	SUMMARY+=("$(printf '  %-11s %4d passed, %4d failed%s' "$1" "$2" "$3" "${4:+   ($4)}")")
+	SUMMARY+=("$(printf '  %-18s %4d passed, %4d failed%s' "$1" "$2" "$3" "${4:+   ($4)}")")
 }
 summary_skip() {
-	SUMMARY+=("$(printf '  %-11s skipped (%s)' "$1" "$2")")
+	SUMMARY+=("$(printf '  %-18s skipped (%s)' "$1" "$2")")
 }
 
 # stop_instances: stop every server started from the temp dir and kill any
@@ -237,63 +241,65 @@ cd "$SRC" || finish
 say "testing a copy in $SRC (as OS user $RUN_USER)"
 
 # ------------------------------------------------------------------ build
-built=0
-say "build: make"
-run_step "$LOGS/build.log" 300 "${AS_PG[@]}" make -j"$(nproc)" PG_CONFIG="$PG_CONFIG"
-rc=$?
-if [ "$rc" -eq 0 ]; then
-	say "build: make install"
-	run_step "$LOGS/install.log" 120 "${AS_ROOT[@]}" make install PG_CONFIG="$PG_CONFIG"
+# build LABEL MAKEARGS...: make clean, build and install with MAKEARGS;
+# sets "built".
+build() {
+	local label=$1 rc warnings
+	shift
+	built=0
+	say "$label: make clean; make $*"
+	"${AS_PG[@]}" make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null 2>&1
+	run_step "$LOGS/$label.log" 300 "${AS_PG[@]}" make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" "$@"
 	rc=$?
 	if [ "$rc" -eq 0 ]; then
-		built=1
-		warnings=$(grep -c 'warning:' "$LOGS/build.log")
-		summary_add "build" 0 0 "built and installed; $warnings compiler warning(s)"
+		say "$label: make install"
+		run_step "$LOGS/$label-install.log" 120 "${AS_ROOT[@]}" make install PG_CONFIG="$PG_CONFIG"
+		rc=$?
+		if [ "$rc" -eq 0 ]; then
+			built=1
+			warnings=$(grep -c 'warning:' "$LOGS/$label.log")
+			summary_add "$label" 0 0 "built and installed; $warnings compiler warning(s)"
+		else
+			summary_add "$label" 0 1 "make install failed (exit $rc)"
+		fi
+		# make install may have left root-owned files behind
+		[ "$RUN_USER" = postgres ] && chown -R postgres:postgres "$SRC"
 	else
-		summary_add "build" 0 1 "make install failed (exit $rc)"
+		summary_add "$label" 0 1 "make failed (exit $rc); server suites skipped"
 	fi
-	# make install may have left root-owned files behind
-	[ "$RUN_USER" = postgres ] && chown -R postgres:postgres "$SRC"
-else
-	summary_add "build" 0 1 "make failed (exit $rc); server suites skipped"
-fi
+}
 
-# ------------------------------------------------------------------ a. unit
-# cmocka prints "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s),
-# listed below:" per group.  They need no server, so they run even when the
-# extension does not build.
-say "unit: make unittest"
-run_step "$LOGS/unit.log" 180 "${AS_PG[@]}" make unittest PG_CONFIG="$PG_CONFIG"
-rc=$?
-read -r ok bad < <(awk '
-	/^\[  PASSED  \] [0-9]+ test\(s\)\./                 { p += $4 }
-	/^\[  FAILED  \] [0-9]+ test\(s\), listed below:/     { f += $4 }
-	END { print p + 0, f + 0 }' "$LOGS/unit.log")
-note=
-settle "$rc" "did not build or crashed (exit $rc)" "no cmocka result line in the output"
-summary_add "unit" "$ok" "$bad" "$note"
-
-if [ "$built" -eq 1 ]; then
+# ------------------------------------------------------------------ server suites
+# server_suites SUFFIX: pg_regress, isolation and TAP against the installed
+# build; SUFFIX tells the passes apart in the summary.
+server_suites() {
+	local sfx=$1 rc ok bad ign note tap_result failing_files f base
+	if [ "$built" -ne 1 ]; then
+		summary_skip "pg_regress$sfx" "no build"
+		summary_skip "isolation$sfx" "no build"
+		summary_skip "TAP$sfx" "no build"
+		return
+	fi
 	# -------------------------------------------------------------- b. pg_regress
 	if [ -n "$(make_var REGRESS)" ]; then
-		run_regress_suite "pg_regress" "$LOGS/regress.log" regression.diffs \
+		run_regress_suite "pg_regress$sfx" "$LOGS/regress$sfx.log" regression.diffs \
 			tmp_check/log/postmaster.log ISOLATION= TAP_TESTS=
 	else
-		summary_skip "pg_regress" "REGRESS is empty: no sql/*.sql"
+		summary_skip "pg_regress$sfx" "REGRESS is empty: no sql/*.sql"
 	fi
 
 	# -------------------------------------------------------------- c. isolation
 	if [ -n "$(make_var ISOLATION)" ]; then
-		run_regress_suite "isolation" "$LOGS/isolation.log" output_iso/regression.diffs \
+		run_regress_suite "isolation$sfx" "$LOGS/isolation$sfx.log" output_iso/regression.diffs \
 			tmp_check_iso/log/postmaster.log REGRESS= TAP_TESTS=
 	else
-		summary_skip "isolation" "the Makefile defines no ISOLATION specs"
+		summary_skip "isolation$sfx" "the Makefile defines no ISOLATION specs"
 	fi
 
 	# -------------------------------------------------------------- d. TAP
 	if compgen -G "test/t/*.pl" >/dev/null; then
 		say "TAP: make installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v"
-		run_step "$LOGS/tap.log" 600 "${AS_PG[@]}" make installcheck \
+		run_step "$LOGS/tap$sfx.log" 600 "${AS_PG[@]}" make installcheck \
 			PG_CONFIG="$PG_CONFIG" REGRESS= ISOLATION= PROVE_FLAGS=-v
 		rc=$?
 		# Count top-level "ok N" / "not ok N" lines (subtests are indented;
@@ -320,7 +326,7 @@ if [ "$built" -eq 1 ]; then
 				printf "%d %d", ok + 0, bad + 0
 				for (f in failing) printf " %s", f
 				print ""
-			}' "$LOGS/tap.log")
+			}' "$LOGS/tap$sfx.log")
 		read -r ok bad failing_files <<<"$tap_result"
 		note=
 		settle "$rc"
@@ -331,14 +337,34 @@ if [ "$built" -eq 1 ]; then
 			done
 			[ -n "$failing_files" ] || show_tail tmp_check/log/*
 		fi
-		summary_add "TAP" "$ok" "$bad" "$note"
+		summary_add "TAP$sfx" "$ok" "$bad" "$note"
 	else
-		summary_skip "TAP" "no test/t/*.pl"
+		summary_skip "TAP$sfx" "no test/t/*.pl"
 	fi
-else
-	summary_skip "pg_regress" "no build"
-	summary_skip "isolation" "no build"
-	summary_skip "TAP" "no build"
-fi
+}
+
+# ------------------------------------------------------------------ a. unit
+# cmocka prints "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s),
+# listed below:" per group.  They need no server, so they run even when the
+# extension does not build.
+say "unit: make unittest"
+run_step "$LOGS/unit.log" 180 "${AS_PG[@]}" make unittest PG_CONFIG="$PG_CONFIG"
+rc=$?
+read -r ok bad < <(awk '
+	/^\[  PASSED  \] [0-9]+ test\(s\)\./                 { p += $4 }
+	/^\[  FAILED  \] [0-9]+ test\(s\), listed below:/     { f += $4 }
+	END { print p + 0, f + 0 }' "$LOGS/unit.log")
+note=
+settle "$rc" "did not build or crashed (exit $rc)" "no cmocka result line in the output"
+summary_add "unit" "$ok" "$bad" "$note"
+
+# ------------------------------------------------------------------ passes
+# Twice: with projcache's assertions on (lock rules and the server headers'
+# Assert()s, PROJCACHE_ASSERTS=1), then as released, which leaves the
+# production build installed.
+build "build+asserts" PROJCACHE_ASSERTS=1
+server_suites "+asserts"
+build "build"
+server_suites ""
 
 finish

@@ -96,6 +96,16 @@ extern PcKey pc_search_key(const char *key, uint32 len);
 extern const char *pc_key_bytes(dsa_area *area, const PcKey *key);
 extern uint32 pc_key_hash(const char *key, uint32 len);
 extern ConditionVariable *pc_key_cv(const char *key, uint32 len);
+#ifdef USE_ASSERT_CHECKING
+extern int	pc_entry_locks_held;
+#define PC_ASSERT_ENTRY_LOCKED()	Assert(pc_entry_locks_held > 0)
+#else
+#define PC_ASSERT_ENTRY_LOCKED()	((void) 0)
+#endif
+extern PcEntry *pc_entry_find(const PcKey *search, bool exclusive);
+extern void pc_entry_release(PcEntry *entry);
+extern void pc_entry_scan_begin(dshash_seq_status *status, bool exclusive);
+extern void pc_entry_scan_end(dshash_seq_status *status);
 extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
 										 bool *created);
 extern void pc_keymap_delete(PcEntry *entry);

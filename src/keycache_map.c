@@ -155,7 +155,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	if (!DsaPointerIsValid(dp))
 	{
 		/* Someone may have created it meanwhile: no need for room then. */
-		entry = dshash_find(pc_keymap(), &search, true);
+		entry = pc_entry_find(&search, true);
 		if (entry != NULL)
 		{
 			*created = false;
@@ -180,6 +180,9 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held++;
+#endif
 	if (found)
 	{
 		/* Somebody else created it meanwhile. */
@@ -211,7 +214,63 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 }
 
 /*
- * Unlink a locked entry (worker only) and release its lock; then free its
+ * Entry locks.  dshash hands out entries locked (their partition's LWLock)
+ * and offers no way to ask whether this backend holds one, so every find,
+ * release and scan of the key map goes through these, which count, in
+ * assert-enabled builds, how many this backend holds: helpers that need a
+ * locked entry assert it with PC_ASSERT_ENTRY_LOCKED().  A scan counts as
+ * one lock from its start to its end.
+ */
+#ifdef USE_ASSERT_CHECKING
+int			pc_entry_locks_held = 0;
+#endif
+
+/* Find a key's entry, locked; NULL if it is not in the map. */
+PcEntry *
+pc_entry_find(const PcKey *search, bool exclusive)
+{
+	PcEntry    *entry = dshash_find(pc_keymap(), search, exclusive);
+
+#ifdef USE_ASSERT_CHECKING
+	if (entry != NULL)
+		pc_entry_locks_held++;
+#endif
+	return entry;
+}
+
+/* Release an entry found or created locked. */
+void
+pc_entry_release(PcEntry *entry)
+{
+	PC_ASSERT_ENTRY_LOCKED();
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held--;
+#endif
+	dshash_release_lock(pc_keymap(), entry);
+}
+
+/* Start a scan of the whole map; each entry it returns is locked. */
+void
+pc_entry_scan_begin(dshash_seq_status *status, bool exclusive)
+{
+	dshash_seq_init(status, pc_keymap(), exclusive);
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held++;
+#endif
+}
+
+void
+pc_entry_scan_end(dshash_seq_status *status)
+{
+	PC_ASSERT_ENTRY_LOCKED();
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held--;
+#endif
+	dshash_seq_term(status);
+}
+
+/*
+ * Unlink a locked entry (worker only; caller holds its lock) and release it; then free its
  * chunks, which no reader can reach any more.
  */
 void
@@ -224,12 +283,16 @@ pc_keymap_delete(PcEntry *entry)
 	Size		value_size = 0;
 	Size		error_size = 0;
 
+	PC_ASSERT_ENTRY_LOCKED();
 	if (DsaPointerIsValid(value))
 		value_size = pc_value_size(dsa_get_address(pc_area(), value));
 	if (DsaPointerIsValid(error))
 		error_size = strlen(dsa_get_address(pc_area(), error)) + 1;
 
 	dshash_delete_entry(pc_keymap(), entry);
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held--;
+#endif
 	pg_atomic_fetch_sub_u64(&pc_shared->nentries, 1);
 	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
 
@@ -247,8 +310,10 @@ pc_keymap_delete(PcEntry *entry)
 bool
 pc_request_mark(PcEntry *entry, uint32 bits)
 {
-	uint32		old = pg_atomic_fetch_or_u32(&entry->requests, bits);
+	uint32		old;
 
+	PC_ASSERT_ENTRY_LOCKED();
+	old = pg_atomic_fetch_or_u32(&entry->requests, bits);
 	return (old & bits) != bits;
 }
 

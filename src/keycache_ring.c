@@ -37,24 +37,30 @@ pc_ring_init(PcRequestRing *ring)
 	ring->capacity = PC_RING_BYTES;
 }
 
-/* Copy n bytes into the ring at logical position pos, wrapping around. */
+/*
+ * Copy n bytes into the ring at logical position pos, wrapping around.
+ * Caller holds ring_lock exclusively.
+ */
 static void
 ring_write(PcRequestRing *ring, uint64 pos, const void *src, Size n)
 {
 	Size		off = pos % ring->capacity;
 	Size		first = Min(n, ring->capacity - off);
 
+	Assert(LWLockHeldByMeInMode(pc_shared->ring_lock, LW_EXCLUSIVE));
 	memcpy(ring->data + off, src, first);
 	if (first < n)
 		memcpy(ring->data, (const char *) src + first, n - first);
 }
 
+/* Copy n bytes out of the ring; caller holds ring_lock exclusively. */
 static void
 ring_read(PcRequestRing *ring, uint64 pos, void *dst, Size n)
 {
 	Size		off = pos % ring->capacity;
 	Size		first = Min(n, ring->capacity - off);
 
+	Assert(LWLockHeldByMeInMode(pc_shared->ring_lock, LW_EXCLUSIVE));
 	memcpy(dst, ring->data + off, first);
 	if (first < n)
 		memcpy((char *) dst + first, ring->data, n - first);

@@ -67,12 +67,16 @@ typedef struct PcRead
 	bool		oom;			/* a copy failed under the lock */
 } PcRead;
 
-/* Copy what a reader needs from a locked entry. */
+/*
+ * Copy what a reader needs from an entry.  Caller holds the entry's lock;
+ * nothing here may raise an ERROR (failed copies set r->oom).
+ */
 static void
 copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 {
 	dsa_area   *area = pc_area();
 
+	PC_ASSERT_ENTRY_LOCKED();
 	r->state = entry->state;
 	r->fetch_state = entry->fetch_state;
 	r->invalidated = entry->invalidated;
@@ -175,13 +179,12 @@ count_read(PcCounter counter)
 static void
 read_key(const char *key, uint32 len, bool details, PcRead *r)
 {
-	dshash_table *map = pc_keymap();
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		send = false;
 	int64		now = pc_now_ms();
 
-	entry = dshash_find(map, &search, false);
+	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 	{
 		bool		created;
@@ -197,7 +200,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		(r->state == PC_STATE_PENDING ||
 		 read_freshness(r, now) != SCHED_FRESH))
 		send = pc_request_mark(entry, PC_REQ_FETCH);
-	dshash_release_lock(map, entry);
+	pc_entry_release(entry);
 
 	/* A request bit set must reach the worker, whatever happens next. */
 	if (send)
@@ -213,49 +216,73 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		count_read(PC_CTR_HITS);
 }
 
-/* Wait, up to wait_ms, until a pending key is no longer pending. */
-static void
-wait_for_key(const char *key, uint32 len, int64 wait_ms, bool details, PcRead *r)
+/*
+ * Sleep on a key's condition variable until done(key, len, arg) says so or
+ * wait_ms have passed; returns whether it did.  The worker broadcasts on it
+ * whenever it changes the key.  The timeout is per sleep, and other keys
+ * share the variable, so the deadline is checked on every wake-up.
+ */
+static bool
+wait_on_key(const char *key, uint32 len, int64 wait_ms,
+			bool (*done) (const char *key, uint32 len, void *arg), void *arg)
 {
 	ConditionVariable *cv = pc_key_cv(key, len);
 	int64		deadline = pc_real_now_ms() + wait_ms;
+	bool		result;
 
 	ConditionVariablePrepareToSleep(cv);
 	for (;;)
 	{
-		PcKey		search = pc_search_key(key, len);
-		PcEntry    *entry;
 		int64		remaining;
 
-		entry = dshash_find(pc_keymap(), &search, false);
-		if (entry != NULL)
-		{
-			copy_entry(entry, details, true, r);
-			dshash_release_lock(pc_keymap(), entry);
-			if (r->oom)
-			{
-				ConditionVariableCancelSleep();
-				pc_report_oom("a cached value");
-			}
-			if (r->state != PC_STATE_PENDING)
-				break;
-		}
-		else
-		{
-			/* Evicted meanwhile: read (and re-create) it as a reader would. */
-			read_key(key, len, details, r);
-			if (r->state != PC_STATE_PENDING)
-				break;
-		}
-
+		result = done(key, len, arg);
 		remaining = deadline - pc_real_now_ms();
-		if (remaining <= 0)
+		if (result || remaining <= 0)
 			break;
-		/* The timeout is per sleep: other keys share the variable. */
 		(void) ConditionVariableTimedSleep(cv, (long) remaining,
 										   PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
+	return result;
+}
+
+/* What wait_for_key() reads into. */
+typedef struct KeyWait
+{
+	bool		details;
+	PcRead	   *r;
+} KeyWait;
+
+/* For wait_on_key(): read the key; done once it is no longer pending. */
+static bool
+key_settled(const char *key, uint32 len, void *arg)
+{
+	KeyWait    *w = (KeyWait *) arg;
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+
+	entry = pc_entry_find(&search, false);
+	if (entry == NULL)
+	{
+		/* Evicted meanwhile: read (and re-create) it as a reader would. */
+		read_key(key, len, w->details, w->r);
+		return w->r->state != PC_STATE_PENDING;
+	}
+	copy_entry(entry, w->details, true, w->r);
+	pc_entry_release(entry);
+	/* A failed copy is reported once the sleep is over. */
+	return w->r->oom || w->r->state != PC_STATE_PENDING;
+}
+
+/* Wait, up to wait_ms, until a pending key is no longer pending. */
+static void
+wait_for_key(const char *key, uint32 len, int64 wait_ms, bool details, PcRead *r)
+{
+	KeyWait		w = {details, r};
+
+	(void) wait_on_key(key, len, wait_ms, key_settled, &w);
+	if (r->oom)
+		pc_report_oom("a cached value");
 }
 
 static int64
@@ -433,11 +460,11 @@ projcache_fetch(PG_FUNCTION_ARGS)
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
 	search = pc_search_key(key, len);
-	entry = dshash_find(pc_keymap(), &search, false);
+	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		entry = pc_keymap_find_or_create(key, len, &created);
 	send = pc_request_mark(entry, PC_REQ_FETCH);
-	dshash_release_lock(pc_keymap(), entry);
+	pc_entry_release(entry);
 	if (send)
 		pc_request_send(key, len);
 	PG_RETURN_VOID();
@@ -456,7 +483,7 @@ request_cached_key(const char *key, uint32 len, uint32 bits, uint64 *serial)
 	PcEntry    *entry;
 	bool		send;
 
-	entry = dshash_find(pc_keymap(), &search, invalidate);
+	entry = pc_entry_find(&search, invalidate);
 	if (entry == NULL)
 		return false;
 	if (invalidate && entry->state != PC_STATE_PENDING)
@@ -464,7 +491,7 @@ request_cached_key(const char *key, uint32 len, uint32 bits, uint64 *serial)
 	if (serial != NULL)
 		*serial = entry->serial;
 	send = pc_request_mark(entry, bits);
-	dshash_release_lock(pc_keymap(), entry);
+	pc_entry_release(entry);
 	if (send)
 		pc_request_send(key, len);
 	return true;
@@ -589,15 +616,31 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 	pc_check_key(arg, &key, &len);
 
 	search = pc_search_key(key, len);
-	entry = dshash_find(pc_keymap(), &search, true);
+	entry = pc_entry_find(&search, true);
 	if (entry == NULL)
 		PG_RETURN_BOOL(false);
 	if (entry->state != PC_STATE_PENDING)
 		entry->invalidated = true;
-	dshash_release_lock(pc_keymap(), entry);
+	pc_entry_release(entry);
 
 	invalidate_at_commit_add(arg);
 	PG_RETURN_BOOL(true);
+}
+
+/* For wait_on_key(): is the entry of that serial gone? */
+static bool
+entry_gone(const char *key, uint32 len, void *arg)
+{
+	uint64		serial = *(uint64 *) arg;
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	bool		gone;
+
+	entry = pc_entry_find(&search, false);
+	gone = entry == NULL || entry->serial != serial;
+	if (entry != NULL)
+		pc_entry_release(entry);
+	return gone;
 }
 
 /*
@@ -608,29 +651,7 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 static bool
 wait_for_eviction(const char *key, uint32 len, uint64 serial)
 {
-	ConditionVariable *cv = pc_key_cv(key, len);
-	int64		deadline = pc_real_now_ms() + PC_EVICT_WAIT_MS;
-	bool		done;
-
-	ConditionVariablePrepareToSleep(cv);
-	for (;;)
-	{
-		PcKey		search = pc_search_key(key, len);
-		PcEntry    *entry;
-		int64		remaining;
-
-		entry = dshash_find(pc_keymap(), &search, false);
-		done = entry == NULL || entry->serial != serial;
-		if (entry != NULL)
-			dshash_release_lock(pc_keymap(), entry);
-		remaining = deadline - pc_real_now_ms();
-		if (done || remaining <= 0)
-			break;
-		(void) ConditionVariableTimedSleep(cv, (long) remaining,
-										   PG_WAIT_EXTENSION);
-	}
-	ConditionVariableCancelSleep();
-	return done;
+	return wait_on_key(key, len, PC_EVICT_WAIT_MS, entry_gone, &serial);
 }
 
 /*
@@ -680,7 +701,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 	rows = palloc(capacity * sizeof(PcRead));
 	keys = palloc(capacity * sizeof(char *));
 
-	dshash_seq_init(&status, pc_keymap(), false);
+	pc_entry_scan_begin(&status, false);
 	while ((entry = dshash_seq_next(&status)) != NULL)
 	{
 		if (count == capacity)
@@ -715,7 +736,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 		}
 		count++;
 	}
-	dshash_seq_term(&status);
+	pc_entry_scan_end(&status);
 	if (oom)
 		pc_report_oom("a cached value");
 

@@ -130,7 +130,7 @@ mirror_entry(SchedEntry *e)
 	PcKey		search = pc_search_key(e->key, e->keylen);
 	PcEntry    *entry;
 
-	entry = dshash_find(pc_keymap(), &search, true);
+	entry = pc_entry_find(&search, true);
 	if (entry == NULL)
 		return;
 	switch (e->state)
@@ -151,7 +151,7 @@ mirror_entry(SchedEntry *e)
 	entry->has_refresh = e->heap_pos[SCHED_QUEUE_REFRESH] >= 0;
 	if (entry->has_refresh)
 		entry->refresh_at = e->heap_time[SCHED_QUEUE_REFRESH];
-	dshash_release_lock(pc_keymap(), entry);
+	pc_entry_release(entry);
 }
 
 /* Remove a key from the shared map, if it is there. */
@@ -161,7 +161,7 @@ delete_shared(const char *key, uint32 len)
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 
-	entry = dshash_find(pc_keymap(), &search, true);
+	entry = pc_entry_find(&search, true);
 	if (entry != NULL)
 	{
 		pc_keymap_delete(entry);
@@ -180,12 +180,12 @@ handle_request(const char *key, uint32 len, int64 now)
 	bool		invalidated;
 	SchedEntry *e = NULL;
 
-	entry = dshash_find(pc_keymap(), &search, false);
+	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return;
 	bits = pg_atomic_exchange_u32(&entry->requests, 0);
 	invalidated = entry->invalidated;
-	dshash_release_lock(pc_keymap(), entry);
+	pc_entry_release(entry);
 
 	/*
 	 * A reader asking for a key that invalidate() marked stale (and whose
@@ -230,11 +230,17 @@ typedef struct KeyList
 	bool		oom;
 } KeyList;
 
+/*
+ * Add a key to the list.  Caller holds the lock of the entry the key is
+ * read from (or scans the map), so nothing here may raise an ERROR: a
+ * failed allocation sets list->oom, reported once the lock is released.
+ */
 static void
 keylist_add_under_lock(KeyList *list, const char *key, uint32 len)
 {
 	char	   *copy;
 
+	PC_ASSERT_ENTRY_LOCKED();
 	if (list->oom)
 		return;
 	if (list->count == list->capacity)
@@ -291,14 +297,14 @@ scan_requests(int64 now)
 	int			i;
 
 	keylist_init(&list);
-	dshash_seq_init(&status, pc_keymap(), false);
+	pc_entry_scan_begin(&status, false);
 	while ((entry = dshash_seq_next(&status)) != NULL)
 	{
 		if (pg_atomic_read_u32(&entry->requests) != 0)
 			keylist_add_under_lock(&list, pc_key_bytes(pc_area(), &entry->key),
 								   entry->key.len);
 	}
-	dshash_seq_term(&status);
+	pc_entry_scan_end(&status);
 	if (list.oom)
 		pc_report_oom("the keys the scheduler needs");
 
@@ -332,19 +338,19 @@ evict_due(SchedEntry *e, int64 now)
 	PcKey		search = pc_search_key(e->key, e->keylen);
 	PcEntry    *entry;
 
-	entry = dshash_find(pc_keymap(), &search, true);
+	entry = pc_entry_find(&search, true);
 	if (entry != NULL &&
 		(pg_atomic_read_u32(&entry->requests) & PC_REQ_FETCH) != 0)
 	{
 		/* Read (and asked for) since it expired: fetch it instead. */
-		dshash_release_lock(pc_keymap(), entry);
+		pc_entry_release(entry);
 		if (sched_try_begin_fetch(sched, e->key, e->keylen, false, now))
 		{
 			mirror_entry(e);
 			return;
 		}
 		/* Fresh again under new settings: it still goes, on its schedule. */
-		entry = dshash_find(pc_keymap(), &search, true);
+		entry = pc_entry_find(&search, true);
 	}
 	if (entry != NULL)
 	{
@@ -425,11 +431,11 @@ shared_has_value(const char *key, uint32 len)
 	PcEntry    *entry;
 	bool		result = false;
 
-	entry = dshash_find(pc_keymap(), &search, false);
+	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
 		result = entry->state != PC_STATE_PENDING;
-		dshash_release_lock(pc_keymap(), entry);
+		pc_entry_release(entry);
 	}
 	return result;
 }
@@ -510,7 +516,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	}
 
 	search = pc_search_key(key, len);
-	entry = dshash_find(pc_keymap(), &search, true);
+	entry = pc_entry_find(&search, true);
 	if (entry == NULL)
 	{
 		/* Cannot happen: only this process deletes entries. */
@@ -539,7 +545,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	entry->last_error = new_error;
 	entry->error_unstored = item->answer == PC_ANSWER_ERROR &&
 		!DsaPointerIsValid(new_error);
-	dshash_release_lock(pc_keymap(), entry);
+	pc_entry_release(entry);
 
 	pc_free(old_value, old_value_size);
 	pc_free(old_error, old_error_size);
@@ -574,7 +580,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 		items[i].revision = NULL;
 
 		/* Pass the current revision, so the upstream can say not_modified. */
-		entry = dshash_find(pc_keymap(), &search, false);
+		entry = pc_entry_find(&search, false);
 		if (entry != NULL)
 		{
 			if (DsaPointerIsValid(entry->value))
@@ -587,7 +593,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 					oom = items[i].revision == NULL;
 				}
 			}
-			dshash_release_lock(pc_keymap(), entry);
+			pc_entry_release(entry);
 		}
 		if (oom)
 			pc_report_oom("the keys the scheduler needs");
@@ -638,7 +644,7 @@ rebuild_private_state(int64 now)
 
 	keylist_init(&list);
 	saved = palloc(capacity * sizeof(Saved));
-	dshash_seq_init(&status, pc_keymap(), false);
+	pc_entry_scan_begin(&status, false);
 	while ((entry = dshash_seq_next(&status)) != NULL)
 	{
 		if (list.count == capacity)
@@ -667,7 +673,7 @@ rebuild_private_state(int64 now)
 		saved[list.count - 1].expires_at = entry->expires_at;
 		saved[list.count - 1].refresh_at = entry->refresh_at;
 	}
-	dshash_seq_term(&status);
+	pc_entry_scan_end(&status);
 	if (list.oom)
 		pc_report_oom("the keys the scheduler needs");
 

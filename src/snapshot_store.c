@@ -134,6 +134,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 {
 	PcSnapSlot *s = &slots()[index];
 
+	Assert(LWLockHeldByMeInMode(pc_shared->snap_map_lock, LW_EXCLUSIVE));
 	LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
 	left->data = s->data;
 	left->data_bytes = s->data_bytes;
@@ -161,11 +162,13 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	LWLockRelease(slot_lock(index));
 }
 
+/* The slot caching snapshot (dbid, name), or -1.  Caller holds snap_map_lock. */
 static int
 find_slot(Oid dbid, const char *name)
 {
 	int			i;
 
+	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
 	for (i = 0; i < pc_shared->max_snapshots; i++)
 	{
 		PcSnapSlot *s = &slots()[i];
@@ -176,9 +179,11 @@ find_slot(Oid dbid, const char *name)
 	return -1;
 }
 
+/* Does the slot cache this registration?  Caller holds snap_map_lock. */
 static bool
 slot_is(PcSnapSlot *s, int64 reg_id, int64 reg_stamp)
 {
+	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
 	return s->reg_id == reg_id && s->reg_stamp == reg_stamp;
 }
 
@@ -196,6 +201,7 @@ free_slot(void)
 	int			n = pc_shared->max_snapshots;
 	int			i;
 
+	Assert(LWLockHeldByMeInMode(pc_shared->snap_map_lock, LW_EXCLUSIVE));
 	for (i = 0; i < n; i++)
 		if (!slots()[i].in_use)
 			return i;
