@@ -340,8 +340,8 @@ report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
 	}
 	ereport(WARNING,
 			(errcode(edata->sqlerrcode),
-			 errmsg_plural("projcache fetch function failed for %d key",
-						   "projcache fetch function failed for %d keys",
+			 errmsg_plural("fetch function failed for %d key",
+						   "fetch function failed for %d keys",
 						   nitems, nitems),
 			 errdetail("%s", edata->message)));
 	fail_batch(items, nitems, edata->message);

@@ -340,11 +340,11 @@ pc_check_key(text *key, const char **bytes, uint32 *len)
 	if (n == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("projcache key must not be empty")));
+				 errmsg("key must not be empty")));
 	if (n > PC_MAX_KEY_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("projcache key is too long"),
+				 errmsg("key is too long"),
 				 errdetail("The key is %zu bytes; the limit is %d bytes.",
 						   n, PC_MAX_KEY_BYTES)));
 	*bytes = VARDATA_ANY(key);

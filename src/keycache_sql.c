@@ -528,6 +528,12 @@ invalidated_key_match(const void *key1, const void *key2, Size keysize)
 	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), len);
 }
 
+/*
+ * At commit, request a refetch of every key this transaction invalidated:
+ * only then can the fetch function see the transaction's changes.  At
+ * abort, forget them (the keys stay marked stale; their next read asks).
+ * PREPARE is refused: the commit would come later, in another session.
+ */
 static void
 invalidate_at_commit(XactEvent event, void *arg)
 {

@@ -312,6 +312,7 @@ scan_requests(int64 now)
 		handle_request(list.keys[i], list.lens[i], now);
 }
 
+/* Act on the keys readers asked about: those in the ring, then a scan if it overflowed. */
 static void
 process_requests(int64 now)
 {
@@ -361,6 +362,7 @@ evict_due(SchedEntry *e, int64 now)
 	sched_evict(sched, e);
 }
 
+/* Act on every timer that is due: evictions, then refreshes. */
 static void
 process_timers(int64 now)
 {
@@ -556,6 +558,12 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	return breach;
 }
 
+/*
+ * Fetch one batch: hand the fetch function each key with the revision the
+ * map holds (so it may answer not_modified), then apply every answer to
+ * the scheduler and the shared map.  A call counts as one fetch error at
+ * most, whether the call failed or some rows broke the contract.
+ */
 static void
 run_batch(SchedEntry **batch, int n, int64 now)
 {
@@ -708,12 +716,20 @@ rebuild_private_state(int64 now)
 	}
 	if (list.count > 0)
 		ereport(LOG,
-				(errmsg_plural("projcache scheduler rebuilt the state of %d cached key",
-							   "projcache scheduler rebuilt the state of %d cached keys",
+				(errmsg_plural("scheduler rebuilt the state of %d cached key",
+							   "scheduler rebuilt the state of %d cached keys",
 							   list.count, list.count)));
 	pfree(saved);
 }
 
+/*
+ * Entry point of the "projcache scheduler" worker.  It connects to
+ * projcache.database, takes the worker's place in shared memory, rebuilds
+ * its private state from the shared map, and then loops: take requests,
+ * fire due timers, fetch a ready batch, else sleep on its latch until the
+ * next timer (or a reader's request) is due.  SIGTERM ends it through
+ * die(), also in the middle of a fetch; SIGHUP reloads the settings.
+ */
 void
 pc_worker_main(Datum main_arg)
 {

@@ -59,11 +59,12 @@ projcache_shmem_startup(void)
 	pc_shmem_startup();
 }
 
+/* Define every projcache.* setting (see the README's Settings table). */
 static void
 define_settings(void)
 {
 	DefineCustomStringVariable("projcache.database",
-							   "Database the scheduler worker connects to; the fetch function lives there.",
+							   "Sets the database the scheduler worker connects to, where the fetch function lives.",
 							   NULL,
 							   &pc_database,
 							   "postgres",
@@ -72,7 +73,7 @@ define_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomStringVariable("projcache.fetch_function",
-							   "Function the key cache calls to fetch keys: fn(keys text[], revisions text[]).",
+							   "Sets the function the key cache calls to fetch keys: fn(keys text[], revisions text[]).",
 							   "Empty: the key cache fetches nothing.",
 							   &pc_fetch_function,
 							   "",
@@ -81,7 +82,7 @@ define_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomStringVariable("projcache.fetch_role",
-							   "Role the fetch function runs as, through commit.",
+							   "Sets the role the fetch function runs as, through commit.",
 							   "Empty: the function's owner, as if it were SECURITY DEFINER.",
 							   &pc_fetch_role,
 							   "",
@@ -90,7 +91,7 @@ define_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.expiry",
-							"Age below which a cached key is fresh.",
+							"Sets the age below which a cached key is fresh.",
 							NULL,
 							&pc_expiry_ms,
 							300 * 1000, 1, INT_MAX / 4,
@@ -99,7 +100,7 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.grace_period",
-							"Time after expiry during which a stale key is still served before it expires.",
+							"Sets how long after expiry a stale key is still served before it expires.",
 							NULL,
 							&pc_grace_period_ms,
 							120 * 1000, 0, INT_MAX / 4,
@@ -108,8 +109,8 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.refresh_interval",
-							"Interval at which cached keys are refreshed in the background; 0 turns it off.",
-							"Honoured only when strictly between expiry and expiry + grace_period.",
+							"Sets the interval at which cached keys are refreshed in the background.",
+							"0 turns it off.  Honoured only when strictly between expiry and expiry + grace_period.",
 							&pc_refresh_interval_ms,
 							0, 0, INT_MAX / 4,
 							PGC_SIGHUP,
@@ -117,7 +118,7 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.max_retry_backoff",
-							"Longest wait between retries of a key whose fetch stays pending or fails.",
+							"Sets the longest wait between retries of a key whose fetch stays pending or fails.",
 							NULL,
 							&pc_max_retry_backoff_ms,
 							60 * 1000, 100, INT_MAX / 4,
@@ -126,7 +127,7 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.batch_size",
-							"Most keys passed to one call of the fetch function.",
+							"Sets the most keys passed to one call of the fetch function.",
 							NULL,
 							&pc_batch_size,
 							500, 1, 100000,
@@ -135,7 +136,7 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.batch_interval",
-							"Longest time due keys are gathered before a call of the fetch function.",
+							"Sets the longest time due keys are gathered before a call of the fetch function.",
 							NULL,
 							&pc_batch_interval_ms,
 							100, 0, 60 * 1000,
@@ -144,8 +145,8 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.fetch_timeout",
-							"Longest a call of the fetch function may run; 0 means no limit.",
-							NULL,
+							"Sets the longest a call of the fetch function may run.",
+							"0 means no limit.",
 							&pc_fetch_timeout_ms,
 							30 * 1000, 0, INT_MAX,
 							PGC_SIGHUP,
@@ -153,7 +154,7 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.max_memory",
-							"Shared memory for cached keys and snapshots, reserved at server start.",
+							"Sets the shared memory for cached keys and snapshots, reserved at server start.",
 							NULL,
 							&pc_max_memory_kb,
 							64 * 1024, 1024, INT_MAX / 2,
@@ -162,7 +163,7 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.max_snapshots",
-							"Most snapshots cached at once, over all databases.",
+							"Sets the most snapshots cached at once, over all databases.",
 							NULL,
 							&pc_max_snapshots,
 							64, 1, 10000,

@@ -423,6 +423,12 @@ entry_is_fresh(const Sched *s, const SchedEntry *e, SchedTime now)
 						   s->config.grace_period_ms) == SCHED_FRESH;
 }
 
+/*
+ * Begin a fetch of e unless one is in progress or its value is fresh: a
+ * second request while in progress does nothing, but a normal request
+ * upgrades an in-progress refresh.  Returns e if the caller must put it in
+ * a batch, else NULL.
+ */
 static SchedEntry *
 entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
 {
@@ -517,6 +523,12 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
 	return entry_try_begin_fetch(s, e, false, now);
 }
 
+/*
+ * A fetch of e ended with result.  A value (enabled or disabled) resets the
+ * backoff, schedules the eviction (unless it was a refresh, which does not
+ * push it) and the refresh; pending or an error keeps the value and retries
+ * after the backoff.  Says what the worker must publish.
+ */
 SchedCompletion
 sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result, SchedTime now)
 {
@@ -652,6 +664,12 @@ ensure_capacity(Sched *s, SchedEntry ***array, int *capacity, int needed)
 	*capacity = needed;
 }
 
+/*
+ * The batch to fetch now, if any: up to batch_size keys due for a fetch,
+ * gathered since the first of them came due; handed out once that was
+ * batch_interval_ms ago or the batch is full.  Returns the number of keys,
+ * with *batch pointing at them (they count as dispatched from then on).
+ */
 int
 sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 				  int64_t batch_interval_ms, SchedEntry ***batch)

@@ -346,7 +346,7 @@ pc_snapshot_load_main(Datum main_arg)
 	if (seg == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("projcache snapshot load: its task is gone")));
+				 errmsg("snapshot load task is gone")));
 	task = (LoadTask *) dsm_segment_address(seg);
 
 	/*

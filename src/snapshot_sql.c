@@ -135,6 +135,28 @@ report_revoked(SnapReg *reg, PcSnapRef ref, const char *error, int sqlerrcode)
 			 errhint("The snapshot's owner must be able to run its query; otherwise drop the snapshot.")));
 }
 
+/*
+ * A refresh failed and the last good rows keep serving: the one WARNING
+ * for it, from a read's refresh and from refresh_snapshot() alike.  age_ms
+ * is the age of those rows, or -1 if there are none.
+ */
+static void
+warn_refresh_failed(SnapReg *reg, const char *error, int64 age_ms)
+{
+	if (age_ms >= 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("refresh of snapshot \"%s\" failed, serving the last good snapshot (age %lld s)",
+						reg->name, (long long) (age_ms / 1000)),
+				 errdetail("%s", error)));
+	else
+		ereport(WARNING,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("refresh of snapshot \"%s\" failed, and it has no last good snapshot",
+						reg->name),
+				 errdetail("%s", error)));
+}
+
 /* ----------------------------------------------------------------
  * current(): the rows to serve, per the rules at the top of this file
  * ----------------------------------------------------------------
@@ -197,6 +219,13 @@ acquire_slot(SnapReg *reg)
 	return pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp, false);
 }
 
+/*
+ * The rows a read serves, per the rules at the top of this file: the fast
+ * path within the TTL; after a first success, one refresher (the lease
+ * holder) while everyone else is served the last good rows, which stay
+ * after a failing refresh but not after lost rights; before any success,
+ * one cold load per TTL window, and PC001 for the others.
+ */
 static void
 current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 {
@@ -238,16 +267,9 @@ current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 			if (status == PC_LOAD_REVOKED)
 				report_revoked(reg, ref, error, sqlerrcode);
 			if (status == PC_LOAD_FAILED)
-			{
-				int64		age = pc_snap_record_failure(ref, error,
-														 pc_now_ms(), false);
-
-				ereport(WARNING,
-						(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-						 errmsg("projcache snapshot \"%s\" refresh failed, serving the last good snapshot (age %lld s)",
-								reg->name, (long long) (age / 1000)),
-						 errdetail("%s", error)));
-			}
+				warn_refresh_failed(reg, error,
+									pc_snap_record_failure(ref, error,
+														   pc_now_ms(), false));
 		}
 		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 			return;
@@ -371,6 +393,10 @@ emit_rows(ReturnSetInfo *rsinfo, SnapReg *reg, const char *blob, Size size,
 	ExecDropSingleTupleTableSlot(slot);
 }
 
+/*
+ * Both forms of projcache.snapshot(): check the caller's grant and column
+ * list, get the rows to serve, and emit them.
+ */
 static Datum
 snapshot_srf(FunctionCallInfo fcinfo, bool typed)
 {
@@ -451,15 +477,10 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 		default:
 			break;
 	}
-	(void) pc_snap_record_failure(ref, error, pc_now_ms(), false);
-	ereport(WARNING,
-			(errmsg("projcache snapshot \"%s\" refresh failed; the last good snapshot stays",
-					reg->name),
-			 errdetail("%s", error)));
+	warn_refresh_failed(reg, error,
+						pc_snap_record_failure(ref, error, pc_now_ms(), false));
 	PG_RETURN_BOOL(false);
 }
-
-
 
 /* projcache.create_snapshot(name text, query text, ttl interval DEFAULT '60s') */
 Datum
@@ -608,7 +629,7 @@ projcache_bind_registrations(PG_FUNCTION_ARGS)
 			nulls[2] = ' ';
 			ereport(WARNING,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("projcache snapshot \"%s\" could not be bound to a view",
+					 errmsg("snapshot \"%s\" could not be bound to a view",
 							bind.reg->name),
 					 errdetail("%s", edata->message),
 					 errhint("Its reads fail until it is dropped and created again.")));

@@ -123,7 +123,7 @@ like(
 	$log,
 	qr/terminating background worker "projcache scheduler" due to administrator command/,
 	'the log shows the worker was terminated');
-$node->wait_for_log(qr/projcache scheduler rebuilt the state of 6 cached keys/,
+$node->wait_for_log(qr/scheduler rebuilt the state of 6 cached keys/,
 	$log_offset);
 pass('the log says the restarted worker rebuilt the state of 6 cached keys');
 
@@ -279,7 +279,7 @@ is( $node->safe_psql(
 
 my $third_pid = wait_for_worker($node, $new_pid);
 like($third_pid, qr/^\d+$/, 'the worker was restarted again');
-$node->wait_for_log(qr/projcache scheduler rebuilt the state of \d+ cached keys?/,
+$node->wait_for_log(qr/scheduler rebuilt the state of \d+ cached keys?/,
 	$log_offset);
 like($waiter->query_until(qr/done/, ''),
 	qr/^\{"mid": 1\}$/m,

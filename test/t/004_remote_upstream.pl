@@ -148,7 +148,7 @@ ok( $cache->poll_query_until(
 		"SELECT attempts >= 2 FROM projcache.entries WHERE key = 'a'"),
 	'the worker retries the failing fetch (attempts grow)');
 $cache->wait_for_log(
-	qr/WARNING:  projcache fetch function failed for \d+ keys?\n.*DETAIL:  could not establish connection/,
+	qr/WARNING:  fetch function failed for \d+ keys?\n.*DETAIL:  could not establish connection/,
 	$log_offset);
 pass('the worker logs the failed fetch as a WARNING');
 like(

@@ -171,7 +171,7 @@ foreach my $call (
 	isnt($ret, 0, "a 1025-byte key is an error: $call");
 	like(
 		$stderr,
-		qr/ERROR:  54000: projcache key is too long/,
+		qr/ERROR:  54000: key is too long/,
 		"... with SQLSTATE 54000 (program_limit_exceeded)");
 }
 my ($ret, $stdout, $stderr) =
@@ -189,7 +189,7 @@ is( $node->safe_psql(
   $node->psql('postgres', "SELECT projcache.get(repeat('é', 513))");
 like(
 	$stderr,
-	qr/projcache key is too long.*\n.*The key is 1026 bytes/,
+	qr/key is too long.*\n.*The key is 1026 bytes/,
 	'a key of 513 two-byte characters (1026 bytes) is refused');
 is( $node->safe_psql(
 		'postgres',

@@ -166,7 +166,7 @@ cmp_ok(stat_value($node, 'fetch_errors'), '>', $errors_before,
 	'stats.fetch_errors counts the cancelled fetch');
 like(
 	log_since($node, $offset),
-	qr/WARNING:  projcache fetch function failed for 1 key\n.*DETAIL:  canceling statement due to user request/,
+	qr/WARNING:  fetch function failed for 1 key\n.*DETAIL:  canceling statement due to user request/,
 	'the worker logs the cancelled fetch as a WARNING');
 ok( $node->poll_query_until(
 		'postgres',

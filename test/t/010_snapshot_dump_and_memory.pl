@@ -233,7 +233,7 @@ advance_clock($node, '11s');
 is($rc, 0, 'the read after the TTL succeeds') or diag($err);
 is($out, '10|55', 'it returns the last good rows (10 rows)');
 like($err,
-	qr/WARNING:  PC001: projcache snapshot "small" refresh failed, serving the last good snapshot/,
+	qr/WARNING:  PC001: refresh of snapshot "small" failed, serving the last good snapshot/,
 	'with a WARNING that the refresh failed');
 like($err, qr/\nDETAIL:  [^\n]*projcache\.max_memory/,
 	'whose DETAIL names projcache.max_memory');
