@@ -52,6 +52,11 @@ struct Sched
 	/* the batch handed out by the last sched_ready_batch() call */
 	SchedEntry **dispatched;
 	int			dispatched_capacity;
+
+	/* insertion order and the SIEVE hand (see sched_sieve_victim) */
+	SchedEntry *fifo_head;		/* newest */
+	SchedEntry *fifo_tail;		/* oldest */
+	SchedEntry *hand;			/* next to look at; NULL: start at the tail */
 };
 
 #define SCHED_INITIAL_BUCKETS 1024
@@ -206,6 +211,15 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	e->next = s->buckets[b];
 	s->buckets[b] = e;
 	s->nentries++;
+
+	/* The newest key heads the insertion order. */
+	e->fifo_older = s->fifo_head;
+	e->fifo_newer = NULL;
+	if (s->fifo_head != NULL)
+		s->fifo_head->fifo_newer = e;
+	s->fifo_head = e;
+	if (s->fifo_tail == NULL)
+		s->fifo_tail = e;
 	return e;
 }
 
@@ -218,6 +232,18 @@ sched_unlink(Sched *s, SchedEntry *entry)
 		link = &(*link)->next;
 	*link = entry->next;
 	s->nentries--;
+
+	/* Out of the insertion order; a hand on it moves on to the newer one. */
+	if (s->hand == entry)
+		s->hand = entry->fifo_newer;
+	if (entry->fifo_newer != NULL)
+		entry->fifo_newer->fifo_older = entry->fifo_older;
+	else
+		s->fifo_head = entry->fifo_older;
+	if (entry->fifo_older != NULL)
+		entry->fifo_older->fifo_newer = entry->fifo_newer;
+	else
+		s->fifo_tail = entry->fifo_newer;
 }
 
 /* ----------------------------------------------------------------
@@ -459,6 +485,7 @@ entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
 	e->state = SCHED_IN_PROGRESS;
 	e->is_refresh = is_refresh;
 	e->dispatched = false;
+	e->gathered = false;
 	e->has_fetch_when = has_when;
 	e->fetch_when = when;
 	e->fetch_initiated = initiated;
@@ -614,7 +641,7 @@ sched_evict(Sched *s, SchedEntry *e)
 
 	for (q = 0; q < SCHED_NUM_QUEUES; q++)
 		queue_remove(s, q, e);
-	for (i = 0; i < s->batch_count; i++)
+	for (i = 0; e->gathered && i < s->batch_count; i++)
 	{
 		if (s->batch[i] == e)
 		{
@@ -624,6 +651,40 @@ sched_evict(Sched *s, SchedEntry *e)
 	}
 	sched_unlink(s, e);
 	sched_free_entry(s, e);
+}
+
+/* May the key be evicted under memory pressure?  Not while its fetch is out. */
+bool
+sched_evictable(const SchedEntry *e)
+{
+	return !(e->state == SCHED_IN_PROGRESS && (e->dispatched || e->gathered));
+}
+
+/*
+ * The next victim of SIEVE (see scheduler.h).  Each key is looked at most
+ * twice per call: once to clear its mark, once more to take it; so a call
+ * ends even when every key was visited or none can be evicted.
+ */
+SchedEntry *
+sched_sieve_victim(Sched *s, SchedVisitedFn visited, void *arg)
+{
+	SchedEntry *e = s->hand != NULL ? s->hand : s->fifo_tail;
+	size_t		looks = 2 * s->nentries + 1;
+
+	while (e != NULL && looks-- > 0)
+	{
+		SchedEntry *next = e->fifo_newer != NULL ? e->fifo_newer : s->fifo_tail;
+
+		if (sched_evictable(e) && !visited(e, arg))
+		{
+			/* The hand stays on the next key; unlinking e keeps it there. */
+			s->hand = next == e ? NULL : next;
+			return e;
+		}
+		e = next;
+	}
+	s->hand = e;
+	return NULL;
 }
 
 SchedEvictReply
@@ -687,6 +748,7 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 	{
 		if (s->batch_count == 0)
 			s->batch_opened = now;
+		e->gathered = true;
 		s->batch[s->batch_count++] = e;
 	}
 
@@ -698,7 +760,10 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 	/* Only now is the fetch under way: until then it can still be dropped. */
 	n = s->batch_count;
 	for (i = 0; i < n; i++)
+	{
 		s->batch[i]->dispatched = true;
+		s->batch[i]->gathered = false;
+	}
 	ensure_capacity(s, &s->dispatched, &s->dispatched_capacity, n);
 	memcpy(s->dispatched, s->batch, n * sizeof(SchedEntry *));
 	s->batch_count = 0;

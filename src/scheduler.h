@@ -140,6 +140,16 @@ typedef struct SchedEntry
 	bool		refetch_after;	/* invalidated while its fetch ran: fetch again */
 	bool		evict_after;	/* evict when the running fetch completes */
 
+	/* IN_PROGRESS only: gathered into the open batch, not handed out yet */
+	bool		gathered;
+
+	/*
+	 * Insertion order, for eviction under memory pressure (SIEVE): the
+	 * newest key is the head, the oldest the tail.
+	 */
+	struct SchedEntry *fifo_newer;
+	struct SchedEntry *fifo_older;
+
 	/* timer queue bookkeeping: index in each heap, or -1 */
 	int			heap_pos[SCHED_NUM_QUEUES];
 	SchedTime	heap_time[SCHED_NUM_QUEUES];
@@ -194,6 +204,25 @@ extern SchedEntry *sched_pop_eviction(Sched *s, SchedTime now);
 extern SchedEntry *sched_pop_refresh(Sched *s, SchedTime now);
 extern void sched_evict(Sched *s, SchedEntry *entry);
 extern SchedEvictReply sched_request_evict(Sched *s, const char *key, size_t keylen);
+
+/*
+ * Eviction under memory pressure, by SIEVE (Zhang et al., NSDI 2024): keys
+ * sit in insertion order; a hand walks from the oldest toward the newest,
+ * wrapping around.  A key read since the hand last passed it ("visited",
+ * which the caller keeps, since readers set it) is spared and its mark
+ * cleared; the first unvisited key is the victim, and the hand stays on the
+ * next newer one.  A key whose fetch is dispatched or gathered into the
+ * open batch is passed over, untouched: it is never evicted.
+ *
+ * visited(entry, arg) says whether the key was visited and clears the mark.
+ * Returns the victim, which the caller removes (from the shared map, then
+ * with sched_evict()), or NULL if no key can be evicted.
+ */
+typedef bool (*SchedVisitedFn) (SchedEntry *entry, void *arg);
+
+extern SchedEntry *sched_sieve_victim(Sched *s, SchedVisitedFn visited,
+									  void *arg);
+extern bool sched_evictable(const SchedEntry *entry);
 
 /*
  * Batching: move due fetches into the open batch and say whether it should

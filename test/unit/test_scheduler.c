@@ -1667,6 +1667,237 @@ test_heap_stress(void **state)
 	store_free(&st);
 }
 
+/* ----------------------------------------------------------------
+ * Eviction under memory pressure: SIEVE
+ * ----------------------------------------------------------------
+ */
+
+/* The visited marks, kept by the caller as readers would set them. */
+typedef struct VisitedSet
+{
+	char		keys[16][8];
+	bool		marked[16];
+	int			n;
+	int			looks;			/* how many times the hand asked */
+} VisitedSet;
+
+static void
+visit(VisitedSet *v, const char *key)
+{
+	int			i;
+
+	for (i = 0; i < v->n; i++)
+		if (strcmp(v->keys[i], key) == 0)
+		{
+			v->marked[i] = true;
+			return;
+		}
+	strcpy(v->keys[v->n], key);
+	v->marked[v->n++] = true;
+}
+
+static bool
+test_and_clear(SchedEntry *e, void *arg)
+{
+	VisitedSet *v = (VisitedSet *) arg;
+	int			i;
+
+	v->looks++;
+	for (i = 0; i < v->n; i++)
+		if (strlen(v->keys[i]) == e->keylen &&
+			memcmp(v->keys[i], e->key, e->keylen) == 0)
+		{
+			bool		was = v->marked[i];
+
+			v->marked[i] = false;
+			return was;
+		}
+	return false;
+}
+
+/* A complete key, cached now, evicted by its timer only much later. */
+static SchedEntry *
+cached(Sched *s, const char *key)
+{
+	return sched_restore_complete(s, key, strlen(key), 0, 1000000, false, 0);
+}
+
+/* Evict SIEVE's next victim as the worker does; its key, or NULL. */
+static const char *
+sieve_evict(Sched *s, VisitedSet *v, char *buf)
+{
+	SchedEntry *e = sched_sieve_victim(s, test_and_clear, v);
+
+	if (e == NULL)
+		return NULL;
+	memcpy(buf, e->key, e->keylen);
+	buf[e->keylen] = '\0';
+	sched_evict(s, e);
+	return buf;
+}
+
+/* With nothing visited, keys go oldest first, as in a FIFO. */
+static void
+test_sieve_unvisited_fifo(void **state)
+{
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Sched	   *s = sched_create(&config, malloc, free);
+	VisitedSet	v = {0};
+	char		buf[8];
+
+	(void) state;
+	cached(s, "a");
+	cached(s, "b");
+	cached(s, "c");
+	assert_string_equal(sieve_evict(s, &v, buf), "a");
+	assert_string_equal(sieve_evict(s, &v, buf), "b");
+	assert_string_equal(sieve_evict(s, &v, buf), "c");
+	assert_null(sieve_evict(s, &v, buf));
+	assert_int_equal(sched_count(s), 0);
+	sched_destroy(s);
+}
+
+/*
+ * A visited key survives the hand once, its mark cleared; the hand stays
+ * where it stopped (it does not go back to the oldest key), so a survivor
+ * is taken only when the hand comes round again.
+ */
+static void
+test_sieve_visited_survive_one_pass(void **state)
+{
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Sched	   *s = sched_create(&config, malloc, free);
+	VisitedSet	v = {0};
+	char		buf[8];
+
+	(void) state;
+	cached(s, "a");
+	cached(s, "b");
+	cached(s, "c");
+	cached(s, "d");
+	visit(&v, "a");
+	visit(&v, "c");
+	/* a spared (mark cleared), b taken; the hand stops at c */
+	assert_string_equal(sieve_evict(s, &v, buf), "b");
+	/* c spared, d taken; the hand wraps to the oldest, a */
+	assert_string_equal(sieve_evict(s, &v, buf), "d");
+	/* a was not read again: taken now */
+	visit(&v, "c");
+	assert_string_equal(sieve_evict(s, &v, buf), "a");
+	/* c read again since: spared once more, and is the only key left */
+	assert_string_equal(sieve_evict(s, &v, buf), "c");
+	sched_destroy(s);
+}
+
+/* Every key visited: one pass clears all marks, then the oldest goes. */
+static void
+test_sieve_all_visited(void **state)
+{
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Sched	   *s = sched_create(&config, malloc, free);
+	VisitedSet	v = {0};
+	char		buf[8];
+
+	(void) state;
+	cached(s, "a");
+	cached(s, "b");
+	cached(s, "c");
+	visit(&v, "a");
+	visit(&v, "b");
+	visit(&v, "c");
+	assert_string_equal(sieve_evict(s, &v, buf), "a");
+	assert_int_equal(v.looks, 4);	/* a, b, c cleared; a again */
+	assert_string_equal(sieve_evict(s, &v, buf), "b");
+	sched_destroy(s);
+}
+
+/* New keys go in as the newest: they do not move the hand. */
+static void
+test_sieve_new_keys_behind_the_hand(void **state)
+{
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Sched	   *s = sched_create(&config, malloc, free);
+	VisitedSet	v = {0};
+	char		buf[8];
+
+	(void) state;
+	cached(s, "a");
+	cached(s, "b");
+	cached(s, "c");
+	visit(&v, "a");
+	assert_string_equal(sieve_evict(s, &v, buf), "b");	/* hand at c */
+	cached(s, "x");
+	visit(&v, "c");
+	/* c spared, then x, the newest, before wrapping to a */
+	assert_string_equal(sieve_evict(s, &v, buf), "x");
+	sched_destroy(s);
+}
+
+/*
+ * A key whose fetch is out (dispatched, or gathered into the open batch)
+ * is never a victim, visited or not; a pending key waiting out its backoff
+ * is.  With nothing evictable, there is no victim.
+ */
+static void
+test_sieve_spares_fetches(void **state)
+{
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Sched	   *s = sched_create(&config, malloc, free);
+	VisitedSet	v = {0};
+	SchedEntry **batch;
+	SchedEntry *p;
+	char		buf[8];
+
+	(void) state;
+	assert_non_null(sched_try_begin_fetch(s, "out", 3, false, 0));
+	assert_int_equal(sched_ready_batch(s, 0, 1, 0, &batch), 1);	/* dispatched */
+	assert_non_null(sched_try_begin_fetch(s, "gathered", 8, false, 0));
+	assert_int_equal(sched_ready_batch(s, 0, 10, 100, &batch), 0);	/* gathered */
+	assert_null(sieve_evict(s, &v, buf));
+	assert_int_equal(sched_count(s), 2);
+
+	/* A key answered pending, now backing off, is evictable. */
+	p = sched_try_begin_fetch(s, "later", 5, false, 0);
+	assert_non_null(p);
+	assert_int_equal(sched_ready_batch(s, 200, 10, 100, &batch), 2);
+	(void) sched_complete_fetch(s, p, SCHED_RESULT_PENDING, 300);
+	/* its retry is due, but not gathered yet: evictable */
+	assert_true(sched_evictable(p));
+	assert_string_equal(sieve_evict(s, &v, buf), "later");
+	assert_null(sieve_evict(s, &v, buf));
+	sched_destroy(s);
+}
+
+/*
+ * Other evictions (a key's timer, evict()) take keys out of the order
+ * wherever they are, the one under the hand included: the hand moves to
+ * the next newer key.
+ */
+static void
+test_sieve_other_evictions(void **state)
+{
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Sched	   *s = sched_create(&config, malloc, free);
+	VisitedSet	v = {0};
+	char		buf[8];
+
+	(void) state;
+	cached(s, "a");
+	cached(s, "b");
+	cached(s, "c");
+	cached(s, "d");
+	visit(&v, "a");
+	assert_string_equal(sieve_evict(s, &v, buf), "b");	/* hand at c */
+	assert_int_equal(sched_request_evict(s, "c", 1), SCHED_EVICT_NOW);	/* hand to d */
+	visit(&v, "d");
+	/* d spared, a (mark cleared before) taken */
+	assert_string_equal(sieve_evict(s, &v, buf), "a");
+	assert_int_equal(sched_request_evict(s, "d", 1), SCHED_EVICT_NOW);
+	assert_null(sieve_evict(s, &v, buf));
+	assert_int_equal(sched_count(s), 0);
+	sched_destroy(s);
+}
+
 int
 main(void)
 {
@@ -1692,6 +1923,12 @@ main(void)
 		cmocka_unit_test(test_pending_never_evicted),
 		cmocka_unit_test(test_refresh_unknown_key),
 		cmocka_unit_test(test_heap_stress),
+		cmocka_unit_test(test_sieve_unvisited_fifo),
+		cmocka_unit_test(test_sieve_visited_survive_one_pass),
+		cmocka_unit_test(test_sieve_all_visited),
+		cmocka_unit_test(test_sieve_new_keys_behind_the_hand),
+		cmocka_unit_test(test_sieve_spares_fetches),
+		cmocka_unit_test(test_sieve_other_evictions),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
