@@ -119,22 +119,12 @@ pc_value_size(const PcValue *value)
 	return offsetof(PcValue, data) + value->config_offset + value->config_len;
 }
 
-static void
-report_memory_full(void)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OUT_OF_MEMORY),
-			 errmsg("projcache shared memory is full"),
-			 errdetail("projcache.max_memory (%d kB) is used up by cached keys and snapshots.",
-					   pc_max_memory_kb),
-			 errhint("Raise projcache.max_memory, lower projcache.expiry, or evict keys.")));
-}
-
 /*
  * Look the key up, creating a pending entry if it is unknown.  Returns the
  * entry locked exclusively; *created says whether it is new.  The key's
- * bytes are copied to DSA before the lock is taken, so running out of
- * projcache.max_memory is an ERROR with no lock held.
+ * bytes are copied to DSA before the lock is taken.  With no room for a
+ * new key in projcache.max_memory, returns NULL: nothing is created, and
+ * the worker is woken to make room (reads never fail for lack of it).
  */
 PcEntry *
 pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
@@ -146,8 +136,8 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 
 	/*
 	 * dshash allocates the entry itself, and raises an ERROR if that fails.
-	 * Refuse new keys before that could happen, so a full cache is a clean
-	 * error here, with no lock held.
+	 * Refuse new keys before that could happen: with no room, the key is not
+	 * created (NULL), and the worker is asked to make room.
 	 */
 	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + pc_dsa_footprint(len) <=
 		pc_memory_bound())
@@ -161,7 +151,10 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 			*created = false;
 			return entry;
 		}
-		report_memory_full();
+		pg_atomic_write_u32(&pc_shared->room_wanted, 1);
+		pc_wake_worker();
+		*created = false;
+		return NULL;
 	}
 	memcpy(dsa_get_address(pc_area(), dp), key, len);
 
@@ -195,6 +188,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->key.local = NULL;
 		entry->serial = pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
 		pg_atomic_init_u32(&entry->requests, 0);
+		pg_atomic_init_u32(&entry->visited, 0);
 		entry->state = PC_STATE_PENDING;
 		entry->fetch_state = PC_FETCH_PENDING;
 		entry->invalidated = false;

@@ -190,10 +190,24 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		bool		created;
 
 		entry = pc_keymap_find_or_create(key, len, &created);
+		if (entry == NULL)
+		{
+			/* No room: read as a pending key; the worker makes room. */
+			memset(r, 0, sizeof(PcRead));
+			r->state = PC_STATE_PENDING;
+			r->fetch_state = PC_FETCH_PENDING;
+			pc_count(PC_CTR_REFUSED_READS, 1);
+			return;
+		}
 		r->found = !created;
 	}
 	else
+	{
 		r->found = true;
+		/* SIEVE: mark it read, writing only when it is not marked yet. */
+		if (pg_atomic_read_u32(&entry->visited) == 0)
+			pg_atomic_write_u32(&entry->visited, 1);
+	}
 
 	copy_entry(entry, details, true, r);
 	if (r->fetch_state != PC_FETCH_IN_PROGRESS &&
@@ -463,6 +477,8 @@ projcache_fetch(PG_FUNCTION_ARGS)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		entry = pc_keymap_find_or_create(key, len, &created);
+	if (entry == NULL)
+		PG_RETURN_VOID();		/* no room: the worker is making some */
 	send = pc_request_mark(entry, PC_REQ_FETCH);
 	pc_entry_release(entry);
 	if (send)

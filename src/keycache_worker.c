@@ -43,6 +43,17 @@
 /* Longest sleep, in case a wakeup is ever missed. */
 #define PC_MAX_SLEEP_MS		10000
 
+/*
+ * Eviction under memory pressure: once memory use crosses the high
+ * watermark, or a reader found no room for a new key, the worker evicts
+ * keys (SIEVE, see scheduler.h) until use is below the low watermark.  Both
+ * are shares of what projcache.max_memory leaves for data (pc_memory_bound);
+ * the gap between them is room for the keys and values that arrive while
+ * the worker is busy with a fetch.
+ */
+#define PC_EVICT_HIGH_PERCENT	90
+#define PC_EVICT_LOW_PERCENT	75
+
 static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
@@ -167,6 +178,52 @@ delete_shared(const char *key, uint32 len)
 		pc_keymap_delete(entry);
 		pc_count(PC_CTR_EVICTIONS, 1);
 		ConditionVariableBroadcast(pc_key_cv(key, len));
+	}
+}
+
+/* For SIEVE: was the key read since the hand last passed?  Clears the mark. */
+static bool
+take_visited(SchedEntry *e, void *arg)
+{
+	PcKey		search = pc_search_key(e->key, e->keylen);
+	PcEntry    *entry;
+	bool		visited = false;
+
+	entry = pc_entry_find(&search, false);
+	if (entry != NULL)
+	{
+		visited = pg_atomic_exchange_u32(&entry->visited, 0) != 0;
+		pc_entry_release(entry);
+	}
+	return visited;
+}
+
+/*
+ * Keep the key map under projcache.max_memory: past the high watermark, or
+ * when a reader found no room, evict SIEVE's victims until memory use is
+ * below the low watermark (or no key can be evicted: the rest are being
+ * fetched, or memory is taken by snapshots, which key pressure never
+ * evicts).
+ */
+static void
+evict_for_memory(void)
+{
+	Size		bound = pc_memory_bound();
+	Size		high = bound / 100 * PC_EVICT_HIGH_PERCENT;
+	Size		low = bound / 100 * PC_EVICT_LOW_PERCENT;
+	bool		wanted = pg_atomic_exchange_u32(&pc_shared->room_wanted, 0) != 0;
+
+	if (!wanted && pc_memory_used() <= high)
+		return;
+	while (pc_memory_used() > low)
+	{
+		SchedEntry *victim = sched_sieve_victim(sched, take_visited, NULL);
+
+		if (victim == NULL)
+			break;
+		delete_shared(victim->key, victim->keylen);
+		pc_count(PC_CTR_MEMORY_EVICTIONS, 1);
+		sched_evict(sched, victim);
 	}
 }
 
@@ -786,6 +843,7 @@ pc_worker_main(Datum main_arg)
 		now = pc_now_ms();
 		process_requests(now);
 		process_timers(now);
+		evict_for_memory();
 		n = sched_ready_batch(sched, now, pc_batch_size, pc_batch_interval_ms,
 							  &batch);
 		if (n > 0)

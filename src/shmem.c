@@ -110,6 +110,7 @@ pc_shmem_startup(void)
 		shared->snap_slot_locks = &(GetNamedLWLockTranche("projcache"))[2];
 		shared->max_snapshots = pc_max_snapshots;
 		pg_atomic_init_u32(&shared->ring_overflow, 0);
+		pg_atomic_init_u32(&shared->room_wanted, 0);
 		pg_atomic_init_u64(&shared->clock_offset_ms, 0);
 		pg_atomic_init_u64(&shared->config_generation, 0);
 		pg_atomic_init_u64(&shared->memory_used, 0);

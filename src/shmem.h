@@ -40,6 +40,8 @@ typedef enum PcCounter
 	PC_CTR_DELAY_LTE1800S,
 	PC_CTR_DELAY_LTE3600S,
 	PC_CTR_DELAY_GT3600S,
+	PC_CTR_MEMORY_EVICTIONS,	/* keys the worker evicted to make room */
+	PC_CTR_REFUSED_READS,		/* reads of new keys that found no room */
 	PC_NUM_COUNTERS
 } PcCounter;
 
@@ -78,6 +80,7 @@ typedef struct PcShared
 
 	LWLock	   *ring_lock;
 	pg_atomic_uint32 ring_overflow; /* a request did not fit in the ring */
+	pg_atomic_uint32 room_wanted;	/* a reader found no room for a new key */
 
 	pg_atomic_uint64 clock_offset_ms;	/* projcache.debug_clock */
 	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads

@@ -9,11 +9,13 @@
 #    last_error is the cancel (not a fetch_timeout message), the old value
 #    keeps serving, the worker lives on and retries.  A real timeout is
 #    reported as "ran longer than projcache.fetch_timeout".
-# c. With projcache.max_memory at its minimum (1MB): values that do not fit
-#    are refused (last_error names projcache.max_memory, the key stays
-#    pending) while the cached ones keep serving; new keys are created
-#    until the key map is full, then projcache.get() of a new key fails
-#    cleanly with SQLSTATE 53200; evicting keys gives the memory back.
+# c. With projcache.max_memory at its minimum (1MB), a full cache evicts and
+#    never fails: 100 values of 20 kB (twice the memory) are all fetched
+#    and served while five hot keys, read in between, stay cached (SIEVE);
+#    a flood of 100,000 new keys gets no ERROR; memory_used never exceeds
+#    memory_limit (sampled); a value that can never fit is refused with a
+#    last_error naming projcache.max_memory, the key stays pending, and the
+#    rest keeps serving.
 
 use strict;
 use warnings;
@@ -241,170 +243,126 @@ my $big_bytes = $mem->safe_psql('postgres',
 my $limit = stat_value($mem, 'memory_limit');
 is($limit, 1024 * 1024, 'stats.memory_limit is projcache.max_memory (1MB)');
 
-# Fetch the big keys one at a time until one is refused.
-my ($fitted, $refused) = split /\|/, $mem->safe_psql(
+# Five small hot keys, read between every step below: SIEVE keeps them.
+$mem->safe_psql(
 	'postgres', q{
-CREATE TEMP TABLE fit_result (fitted int, refused text);
+INSERT INTO public.upstream (key, revision, config)
+SELECT 'hot-' || i, 'r1', jsonb_build_object('hot', i) FROM generate_series(1, 5) AS i;
+CREATE FUNCTION public.read_hot() RETURNS int LANGUAGE sql AS $$
+	SELECT count(*)::int FROM generate_series(1, 5) AS i
+	 WHERE projcache.get('hot-' || i, '10s') IS NOT NULL $$;
+});
+is($mem->safe_psql('postgres', 'SELECT public.read_hot()'), '5',
+	'the five hot keys are cached');
+
+# Fetch the 100 big keys (about twice projcache.max_memory) one at a time,
+# reading the hot keys in between: every one is fetched and served, since
+# the worker evicts the least useful keys to make room; memory_used never
+# exceeds memory_limit (sampled after every key).
+my ($served, $max_used, $hot_misses) = split /\|/, $mem->safe_psql(
+	'postgres', q{
+CREATE TEMP TABLE fit_result (served int, max_used bigint, hot_misses int);
 DO $$
 DECLARE
-	n int := 0;
+	served int := 0;
+	max_used bigint := 0;
+	hot_misses int := 0;
 	st text;
 BEGIN
 	FOR i IN 1..100 LOOP
-		SELECT l.state INTO st FROM projcache.lookup('big-' || i, '500ms') AS l;
-		IF st <> 'enabled' THEN
-			INSERT INTO fit_result VALUES (n, 'big-' || i);
-			RETURN;
+		SELECT l.state INTO st FROM projcache.lookup('big-' || i, '10s') AS l;
+		IF st = 'enabled' THEN
+			served := served + 1;
 		END IF;
-		n := n + 1;
+		hot_misses := hot_misses + 5 - public.read_hot();
+		max_used := greatest(max_used, (SELECT memory_used FROM projcache.stats));
 	END LOOP;
-	INSERT INTO fit_result VALUES (n, NULL);
+	INSERT INTO fit_result VALUES (served, max_used, hot_misses);
 END
 $$;
-SELECT fitted || '|' || coalesce(refused, '') FROM fit_result;
-}), 2;
-ok($refused, "values are refused once memory is used up ($fitted fitted)");
-$refused ||= 'big-100';
-my $used_values = stat_value($mem, 'memory_used');
-ok( poll_briefly(
-		$mem,
-		"SELECT last_error IS NOT NULL FROM projcache.entries WHERE key = '$refused'",
-		3),
-	'the refused key records an error');
-like(
-	$mem->safe_psql(
-		'postgres', "SELECT last_error FROM projcache.entries WHERE key = '$refused'"),
-	qr/^projcache\.max_memory is used up: could not store a value of \d+ bytes$/,
-	'its last_error says projcache.max_memory is used up');
-is( $mem->safe_psql(
-		'postgres', "SELECT state, config IS NULL FROM projcache.lookup('$refused')"),
-	'pending|t',
-	'it stays pending, with no value');
-is( $mem->safe_psql(
-		'postgres',
-		"SELECT count(*) FROM generate_series(1, $fitted) AS i JOIN public.upstream AS u "
-		  . "ON u.key = 'big-' || i WHERE projcache.get('big-' || i) = u.config"),
-	$fitted,
-	'every earlier key still serves its value');
+SELECT served || '|' || max_used || '|' || hot_misses FROM fit_result;
+});
+is($served, 100, 'all 100 big keys were fetched and served, twice max_memory in all');
+cmp_ok($max_used, '<=', $limit,
+	"memory_used stayed within memory_limit (at most $max_used of $limit)");
+is($hot_misses, 0, 'the hot keys, read after every big key, were never missing');
+my $big_cached = $mem->safe_psql('postgres',
+	"SELECT count(*) FROM projcache.entries WHERE key LIKE 'big-%'");
+cmp_ok($big_cached, '<', 100, "older big keys were evicted ($big_cached still cached)");
+is($mem->safe_psql('postgres', "SELECT count(*) FROM projcache.entries WHERE key LIKE 'hot-%'"),
+	'5', 'the hot keys are still cached');
 
-# New keys (unknown upstream: cached as disabled) until the map is full.
-my $fill = $mem->safe_psql(
+# A flood of 100,000 new keys (unknown upstream: cached as disabled),
+# hot keys read every 1,000: no read fails, memory_used stays within the
+# limit, the hot keys keep being served.
+my $flood = $mem->safe_psql(
 	'postgres', q{
-CREATE TEMP TABLE fill_result (n int, sqlstate text, message text);
+CREATE TEMP TABLE flood_result (errors int, max_used bigint, hot_misses int);
 DO $$
 DECLARE
-	n int := 0;
-	st text;
-	msg text;
+	errors int := 0;
+	max_used bigint := 0;
+	hot_misses int := 0;
 BEGIN
-	LOOP
+	FOR n IN 1..100000 LOOP
 		BEGIN
 			PERFORM projcache.get('fill-' || n);
 		EXCEPTION WHEN others THEN
-			GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-			EXIT;
+			errors := errors + 1;
 		END;
-		n := n + 1;
-		EXIT WHEN n >= 100000;
+		IF n % 1000 = 0 THEN
+			hot_misses := hot_misses + 5 - public.read_hot();
+			max_used := greatest(max_used, (SELECT memory_used FROM projcache.stats));
+		END IF;
 	END LOOP;
-	INSERT INTO fill_result VALUES (n, st, msg);
+	INSERT INTO flood_result VALUES (errors, max_used, hot_misses);
 END
 $$;
-SELECT n || '|' || coalesce(sqlstate, '') || '|' || coalesce(message, '') FROM fill_result;
+SELECT errors || '|' || max_used || '|' || hot_misses FROM flood_result;
 });
-my ($nfill, $fill_state, $fill_msg) = split /\|/, $fill, 3;
-cmp_ok($nfill, '>', 0, "new keys were created while memory lasted ($nfill)");
-is($fill_state, '53200', 'then creating a key fails with SQLSTATE 53200');
-is($fill_msg, 'projcache shared memory is full',
-	'"projcache shared memory is full"');
+my ($flood_errors, $flood_used, $flood_hot) = split /\|/, $flood;
+is($flood_errors, 0, 'none of 100,000 reads of new keys failed');
+cmp_ok($flood_used, '<=', $limit,
+	"memory_used stayed within memory_limit during the flood (at most $flood_used)");
+is($flood_hot, 0, 'the hot keys kept being served during the flood');
 
-# The key that failed, again and again: a clean refusal, nothing leaks.
-my $used_before = stat_value($mem, 'memory_used');
-my $clean = 0;
-foreach (1 .. 5)
-{
-	($rc, $out, $err) = psql_verbose($mem, "SELECT projcache.get('fill-$nfill')");
-	$clean++ if $err =~ /ERROR:  53200: projcache shared memory is full\n/;
-}
-is($clean, 5, "the key that did not fit (fill-$nfill), read 5 more times: the same clean ERROR")
-  or diag($err);
-is(stat_value($mem, 'memory_used'), $used_before,
-	'and stats.memory_used did not move (no leak from the failed attempts)');
-
-($rc, $out, $err) = psql_verbose($mem, "SELECT projcache.get('one-more')");
-like($err, qr/ERROR:  53200: projcache shared memory is full\n/,
-	'a new key in a new session: the same clean ERROR');
-like($err, qr/DETAIL:  projcache\.max_memory \(1024 kB\) is used up/,
-	'with a DETAIL naming projcache.max_memory');
+# A new key read while memory is short reads as pending, never as an ERROR;
+# with a wait, it is fetched once the worker has made room.
 ($rc, $out, $err) = psql_verbose($mem,
-	"SELECT * FROM projcache.lookup('one-more-lookup')");
-like($err, qr/ERROR:  53200: projcache shared memory is full\n/,
-	'lookup() of a new key fails the same way');
+	"SELECT state FROM projcache.lookup('after-flood', '10s')");
+is($out, 'disabled', 'a new key after the flood is created and fetched');
+unlike($err, qr/ERROR/, 'without an ERROR');
 
+# A value that can never fit is refused and recorded; it does not evict the
+# cache for itself, and the other keys keep serving.
+$mem->safe_psql(
+	'postgres', q{
+INSERT INTO public.upstream (key, revision, config)
+SELECT 'huge', 'r1', jsonb_build_object('pad',
+	(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 70000)));
+});
+$mem->safe_psql('postgres', "SELECT projcache.get('huge')");
+ok( $mem->poll_query_until(
+		'postgres',
+		"SELECT last_error LIKE 'projcache.max_memory is used up%' FROM projcache.entries WHERE key = 'huge'"),
+	'a value larger than projcache.max_memory is refused, and says why');
+is( $mem->safe_psql('postgres', "SELECT state, config IS NULL FROM projcache.lookup('huge')"),
+	'pending|t', 'that key stays pending, with no value');
+is($mem->safe_psql('postgres', 'SELECT public.read_hot()'), '5',
+	'the hot keys still serve');
+
+# evict() still removes what it is asked to.
 is( $mem->safe_psql(
 		'postgres',
-		"SELECT projcache.get('big-1') = config FROM public.upstream WHERE key = 'big-1'"
-	),
+		"SELECT bool_and(projcache.evict('hot-' || i)) FROM generate_series(1, 5) AS i"),
 	't',
-	'a cached value still serves while memory is full');
-is($mem->safe_psql('postgres', "SELECT state FROM projcache.lookup('$refused')"),
-	'pending', 'the refused key is still pending');
-# Small keys fetched while memory lasted are disabled; any whose answer
-# did not fit either is pending and says why.
-is( $mem->safe_psql(
-		'postgres', q{
-SELECT count(*) FROM projcache.entries
-WHERE key LIKE 'fill-%'
-  AND NOT (state = 'disabled'
-           OR (state = 'pending' AND last_error LIKE '%projcache.max_memory%'))}),
-	'0',
-	'every small key is disabled, or pending with a last_error naming projcache.max_memory'
-);
-
-my $entries_full = stat_value($mem, 'entries');
-my $used_full = stat_value($mem, 'memory_used');
-my $msg =
-	"max_memory 1MB: memory_limit $limit bytes; values of $big_bytes bytes: "
-  . "$fitted fitted (memory_used $used_values), then $nfill small keys; "
-  . "full at $entries_full entries, memory_used $used_full";
-note($msg);
-diag($msg);
-cmp_ok($used_full, '<=', $limit, 'memory_used stays within memory_limit');
+	'the hot keys can be evicted by hand');
+is($mem->safe_psql('postgres', "SELECT count(*) FROM projcache.entries WHERE key LIKE 'hot-%'"),
+	'0', 'and are gone');
 
 is(worker_pid($mem), $mpid, 'the worker kept its pid');
 unlike(slurp_file($mem->logfile), $crash,
 	'the server log shows no PANIC, TRAP, crash or worker exit');
-
-# Evict five big keys: the memory comes back and new keys work again.
-is( $mem->safe_psql(
-		'postgres',
-		"SELECT bool_and(projcache.evict('big-' || i)) FROM generate_series(1, 5) AS i"),
-	't',
-	'five big keys evicted');
-my $used_evicted = stat_value($mem, 'memory_used');
-cmp_ok($used_evicted, '<', $used_full - 2 * $big_bytes,
-	"stats.memory_used goes down ($used_full -> $used_evicted)");
-note("after evicting 5 big keys: memory_used $used_evicted");
-is($mem->safe_psql('postgres', "SELECT projcache.get('after-evict') IS NULL"),
-	't', 'a new key can be created again');
-is($mem->safe_psql('postgres', "SELECT state FROM projcache.lookup('after-evict', '2s')"),
-	'disabled', 'and it is fetched');
-ok( poll_briefly(
-		$mem, "SELECT state = 'enabled' FROM projcache.lookup('$refused')", 5),
-	'the refused key gets its value at a retry');
-is( $mem->safe_psql(
-		'postgres',
-		"SELECT projcache.get('$refused') = config FROM public.upstream WHERE key = '$refused'"
-	),
-	't',
-	'and serves it');
-is( $mem->safe_psql(
-		'postgres',
-		"SELECT last_error IS NULL FROM projcache.entries WHERE key = '$refused'"),
-	't',
-	'its last_error is cleared');
-is(worker_pid($mem), $mpid, 'the worker still has its pid');
-unlike(slurp_file($mem->logfile), $crash, 'the log shows no crash');
 
 $mem->stop;
 done_testing();
