@@ -21,3 +21,16 @@ SELECT entries = (SELECT count(*) FROM projcache.entries) AS entries_match,
 SELECT projcache.reset_stats();
 SELECT count(projcache.get('stats-1')) AS hits_served FROM generate_series(1, 100);
 SELECT hits, fetch_requests, request_overflows FROM projcache.stats;
+
+-- Evictions by cause and the hit ratio (since 1.1); a read marks the key
+-- visited for the eviction hand.
+SELECT projcache.reset_stats();
+SELECT hit_ratio IS NULL AS no_reads_yet, evictions_requested, refused_reads
+  FROM projcache.stats;
+SELECT projcache.get('stats-1') IS NOT NULL AS hit;
+SELECT visited FROM projcache.entries WHERE key = 'stats-1';
+SELECT projcache.get('stats-gone', '10s') IS NULL AS disabled;
+SELECT projcache.evict('stats-gone');
+SELECT evictions, evictions_requested, evictions_memory, evictions_expired,
+	   round(hit_ratio::numeric, 2) AS hit_ratio
+  FROM projcache.stats;

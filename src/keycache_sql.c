@@ -64,6 +64,7 @@ typedef struct PcRead
 	Jsonb	   *config;			/* NULL unless enabled */
 	char	   *revision;		/* details only */
 	char	   *last_error;		/* details only */
+	bool		visited;		/* read since the eviction hand passed */
 	bool		oom;			/* a copy failed under the lock */
 } PcRead;
 
@@ -77,6 +78,7 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 	dsa_area   *area = pc_area();
 
 	PC_ASSERT_ENTRY_LOCKED();
+	r->visited = pg_atomic_read_u32(&entry->visited) != 0;
 	r->state = entry->state;
 	r->fetch_state = entry->fetch_state;
 	r->invalidated = entry->invalidated;
@@ -766,8 +768,8 @@ projcache_entries(PG_FUNCTION_ARGS)
 	for (i = 0; i < count; i++)
 	{
 		PcRead	   *r = &rows[i];
-		Datum		values[12];
-		bool		nulls[12];
+		Datum		values[13];
+		bool		nulls[13];
 
 		memset(nulls, true, sizeof(nulls));
 		values[0] = CStringGetTextDatum(keys[i]);
@@ -809,6 +811,9 @@ projcache_entries(PG_FUNCTION_ARGS)
 			values[11] = CStringGetTextDatum(r->last_error);
 			nulls[11] = false;
 		}
+		/* Since 1.1 (the 1.0 SQL declares the columns above only). */
+		values[12] = BoolGetDatum(r->visited);
+		nulls[12] = false;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -829,7 +834,7 @@ projcache_stats(PG_FUNCTION_ARGS)
 		PC_CTR_EVICTIONS, PC_CTR_REFRESHES, PC_CTR_REQUEST_OVERFLOWS
 	};
 	TupleDesc	tupdesc;
-	Datum		values[3 + lengthof(columns) + 4];
+	Datum		values[3 + lengthof(columns) + 4 + 5];
 	bool		nulls[lengthof(values)];
 	StringInfoData histogram;
 	int			col = 0;
@@ -866,6 +871,23 @@ projcache_stats(PG_FUNCTION_ARGS)
 	nulls[col++] = worker_pid == 0;
 	values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->config_generation));
 	values[col++] = TimestampTzGetDatum(reset);
+
+	/* Since 1.1 (the 1.0 SQL declares the columns above only). */
+	if (tupdesc->natts > col)
+	{
+		uint64		hits = pg_atomic_read_u64(&pc_shared->counters[PC_CTR_HITS]);
+		uint64		reads = hits +
+			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_MISSES]) +
+			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_PENDING_READS]) +
+			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REFUSED_READS]);
+
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_EXPIRY_EVICTIONS]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_MEMORY_EVICTIONS]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REQUESTED_EVICTIONS]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REFUSED_READS]));
+		values[col] = Float8GetDatum(reads > 0 ? (double) hits / (double) reads : 0.0);
+		nulls[col++] = reads == 0;
+	}
 
 	Assert(col == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

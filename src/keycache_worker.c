@@ -165,9 +165,9 @@ mirror_entry(SchedEntry *e)
 	pc_entry_release(entry);
 }
 
-/* Remove a key from the shared map, if it is there. */
+/* Remove a key from the shared map, if it is there, counting why. */
 static void
-delete_shared(const char *key, uint32 len)
+delete_shared(const char *key, uint32 len, PcCounter cause)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
@@ -177,6 +177,7 @@ delete_shared(const char *key, uint32 len)
 	{
 		pc_keymap_delete(entry);
 		pc_count(PC_CTR_EVICTIONS, 1);
+		pc_count(cause, 1);
 		ConditionVariableBroadcast(pc_key_cv(key, len));
 	}
 }
@@ -221,8 +222,7 @@ evict_for_memory(void)
 
 		if (victim == NULL)
 			break;
-		delete_shared(victim->key, victim->keylen);
-		pc_count(PC_CTR_MEMORY_EVICTIONS, 1);
+		delete_shared(victim->key, victim->keylen, PC_CTR_MEMORY_EVICTIONS);
 		sched_evict(sched, victim);
 	}
 }
@@ -262,7 +262,7 @@ handle_request(const char *key, uint32 len, int64 now)
 		 * running now: the eviction is never deferred here.
 		 */
 		if (sched_request_evict(sched, key, len) == SCHED_EVICT_NOW)
-			delete_shared(key, len);
+			delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
 		return;
 	}
 	if (bits & PC_REQ_INVALIDATE)
@@ -414,6 +414,7 @@ evict_due(SchedEntry *e, int64 now)
 	{
 		pc_keymap_delete(entry);
 		pc_count(PC_CTR_EVICTIONS, 1);
+		pc_count(PC_CTR_EXPIRY_EVICTIONS, 1);
 		ConditionVariableBroadcast(pc_key_cv(e->key, e->keylen));
 	}
 	sched_evict(sched, e);
@@ -570,7 +571,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	{
 		pc_free(new_value, new_value_size);
 		pc_free(new_error, new_error_size);
-		delete_shared(key, len);
+		delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
 		return breach;
 	}
 

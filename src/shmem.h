@@ -41,6 +41,8 @@ typedef enum PcCounter
 	PC_CTR_DELAY_LTE3600S,
 	PC_CTR_DELAY_GT3600S,
 	PC_CTR_MEMORY_EVICTIONS,	/* keys the worker evicted to make room */
+	PC_CTR_EXPIRY_EVICTIONS,	/* keys evicted at expiry + grace period */
+	PC_CTR_REQUESTED_EVICTIONS, /* keys evicted by projcache.evict() */
 	PC_CTR_REFUSED_READS,		/* reads of new keys that found no room */
 	PC_NUM_COUNTERS
 } PcCounter;

@@ -1,7 +1,7 @@
 # Copyright (c) 2026, projcache developers
 #
 # Upgrading from 1.0: CREATE EXTENSION projcache VERSION '1.0', then
-# ALTER EXTENSION projcache UPDATE.
+# ALTER EXTENSION projcache UPDATE (1.0 -> 1.0.1 -> 1.1).
 #
 # - The newest library serves a database whose SQL is still 1.0: a snapshot
 #   registered and read there loads.
@@ -10,7 +10,9 @@
 #   was dropped, which 1.0 allowed) keeps why, and its reads fail with that.
 # - Afterwards the extension's objects, their ACLs and the registry's
 #   columns equal a fresh install's, a registration equals one made on a
-#   fresh install, and the grants a DBA made on the 1.0 objects survive.
+#   fresh install, and the grants a DBA made on the 1.0 objects survive,
+#   also on stats() and entries(), which 1.1 drops and creates again with
+#   new columns.
 
 use strict;
 use warnings;
@@ -43,6 +45,8 @@ GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.snapshot(text)
 	TO app;
 GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval),
 	projcache.snapshot(text) TO snap_owner;
+GRANT EXECUTE ON FUNCTION projcache.stats(), projcache.entries() TO app;
+GRANT SELECT ON projcache.stats, projcache.entries TO app;
 };
 
 # ---------------------------------------------------------------------------
@@ -81,7 +85,7 @@ like($err, qr/snapshot "gone" could not be bound to a view/,
 	'the registration that cannot be bound is reported');
 is($node->safe_psql('old_db',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.0.1', 'old_db is at 1.0.1');
+	'1.1', 'old_db is at 1.1');
 
 is( $node->safe_psql(
 		'old_db', q{
@@ -104,6 +108,13 @@ SET ROLE app;
 SELECT projcache.get('nothing') IS NULL}),
 	't',
 	'the DBA grant on get() survives the update');
+is( $node->safe_psql(
+		'old_db', q{
+SET ROLE app;
+SELECT refused_reads >= 0 AND evictions_memory >= 0 FROM projcache.stats;
+SELECT count(*) >= 0 FROM projcache.entries WHERE visited OR NOT visited}),
+	"t\nt",
+	'the DBA grants on stats and entries survive their new columns');
 
 # The bound snapshot still serves; its table is now protected.
 is( $node->safe_psql(
@@ -123,6 +134,14 @@ SET ROLE snap_owner;
 SELECT * FROM projcache.snapshot('gone') AS g(x int)});
 like($err, qr/PC001.*\n.*could not be bound to a view when projcache was updated to 1\.0\.1/,
 	'reading the unbound snapshot fails with PC001 and says why');
+
+# pg_dump still tells the DBA's grants from the extension's own.
+my ($dump, $dump_err) = run_command(
+	[ 'pg_dump', '--schema-only', '-d', $node->connstr('old_db') ]);
+like($dump, qr/GRANT ALL ON FUNCTION projcache\.stats\(OUT entries bigint.*hit_ratio double precision\) TO app;/,
+	'pg_dump keeps the grant on stats() made before the update');
+like($dump, qr/GRANT SELECT ON TABLE projcache\.entries TO app;/,
+	'and the one on the entries view');
 
 # ---------------------------------------------------------------------------
 # Equal to a fresh install.
@@ -145,7 +164,7 @@ SELECT pg_describe_object(classid, objid, objsubid)
  ORDER BY 1},
 	'function ACLs' => q{
 SELECT p.oid::regprocedure, p.proacl FROM pg_proc p
- WHERE p.pronamespace = 'projcache'::regnamespace ORDER BY 1::text},
+ WHERE p.pronamespace = 'projcache'::regnamespace ORDER BY p.oid::regprocedure::text},
 	'relation ACLs' => q{
 SELECT c.relname, c.relkind, c.relacl FROM pg_class c
  WHERE c.relnamespace = 'projcache'::regnamespace

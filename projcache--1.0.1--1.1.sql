@@ -1,0 +1,85 @@
+/* projcache--1.0.1--1.1.sql */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION projcache UPDATE TO '1.1'" to load this file. \quit
+
+------------------------------------------------------------------------
+-- Eviction under memory pressure: stats() gains evictions by cause,
+-- refused reads and the hit ratio; entries() gains visited.  New output
+-- columns mean dropping and creating the functions (and their views).
+-- The privileges granted on them since they were created are carried
+-- over: they are saved first and put back as they were, so that pg_dump
+-- still tells them from the extension's own.
+------------------------------------------------------------------------
+CREATE TEMPORARY TABLE projcache_saved_acls (object text, acl aclitem[]);
+INSERT INTO projcache_saved_acls
+	SELECT 'stats()', proacl FROM pg_catalog.pg_proc
+	 WHERE oid = 'projcache.stats()'::pg_catalog.regprocedure
+	UNION ALL
+	SELECT 'entries()', proacl FROM pg_catalog.pg_proc
+	 WHERE oid = 'projcache.entries()'::pg_catalog.regprocedure
+	UNION ALL
+	SELECT 'stats', relacl FROM pg_catalog.pg_class
+	 WHERE oid = 'projcache.stats'::pg_catalog.regclass
+	UNION ALL
+	SELECT 'entries', relacl FROM pg_catalog.pg_class
+	 WHERE oid = 'projcache.entries'::pg_catalog.regclass;
+
+DROP VIEW projcache.entries;
+DROP FUNCTION projcache.entries();
+DROP VIEW projcache.stats;
+DROP FUNCTION projcache.stats();
+
+CREATE FUNCTION projcache.entries(
+	OUT key text, OUT state text, OUT freshness text, OUT fetch_state text,
+	OUT revision text, OUT value_bytes bigint, OUT fetched_at timestamptz,
+	OUT age interval, OUT expires_in interval, OUT refresh_in interval,
+	OUT attempts integer, OUT last_error text, OUT visited boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'projcache_entries'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+CREATE VIEW projcache.entries AS
+	SELECT * FROM projcache.entries();
+
+COMMENT ON VIEW projcache.entries IS 'One row per cached key';
+
+CREATE FUNCTION projcache.stats(
+	OUT entries bigint, OUT memory_used bigint, OUT memory_limit bigint,
+	OUT hits bigint, OUT misses bigint, OUT pending_reads bigint,
+	OUT fetch_requests bigint, OUT fetch_calls bigint, OUT fetched_keys bigint,
+	OUT not_modified bigint, OUT pending_results bigint,
+	OUT fetch_errors bigint, OUT evictions bigint, OUT refreshes bigint,
+	OUT request_overflows bigint, OUT fetch_delay_histogram jsonb,
+	OUT worker_pid integer, OUT config_generation bigint,
+	OUT stats_reset timestamptz,
+	OUT evictions_expired bigint, OUT evictions_memory bigint,
+	OUT evictions_requested bigint, OUT refused_reads bigint,
+	OUT hit_ratio double precision)
+RETURNS record
+AS 'MODULE_PATHNAME', 'projcache_stats'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+CREATE VIEW projcache.stats AS
+	SELECT * FROM projcache.stats();
+
+COMMENT ON VIEW projcache.stats IS 'Counters of the key cache since start or reset_stats()';
+
+-- The extension's own privileges: nothing for PUBLIC.
+REVOKE ALL ON FUNCTION projcache.entries() FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.stats() FROM PUBLIC;
+REVOKE ALL ON projcache.entries FROM PUBLIC;
+REVOKE ALL ON projcache.stats FROM PUBLIC;
+
+-- What was granted since, back as it was.
+UPDATE pg_catalog.pg_proc p SET proacl = s.acl
+  FROM projcache_saved_acls s
+ WHERE s.acl IS NOT NULL
+   AND ((s.object = 'stats()' AND p.oid = 'projcache.stats()'::pg_catalog.regprocedure)
+     OR (s.object = 'entries()' AND p.oid = 'projcache.entries()'::pg_catalog.regprocedure));
+UPDATE pg_catalog.pg_class c SET relacl = s.acl
+  FROM projcache_saved_acls s
+ WHERE s.acl IS NOT NULL
+   AND ((s.object = 'stats' AND c.oid = 'projcache.stats'::pg_catalog.regclass)
+     OR (s.object = 'entries' AND c.oid = 'projcache.entries'::pg_catalog.regclass));
+DROP TABLE projcache_saved_acls;
