@@ -129,6 +129,7 @@ pc_value_size(const PcValue *value)
 PcEntry *
 pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 {
+	MemoryContext callercxt = CurrentMemoryContext;
 	dsa_pointer dp = InvalidDsaPointer;
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
@@ -159,20 +160,42 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	memcpy(dsa_get_address(pc_area(), dp), key, len);
 
 	/*
-	 * Should dshash still fail to allocate (the slack is used up), free the
-	 * key's copy; its out-of-memory ERROR (SQLSTATE 53200) goes on, and the
-	 * partition lock dshash holds then is released by the abort.
+	 * dshash may still fail to allocate the entry (or a larger bucket
+	 * array) when the area's pages are fragmented, although the count above
+	 * said there was room.  That failure is an out-of-memory ERROR raised
+	 * with dshash's partition locks held, and before dshash changed
+	 * anything.  A read must not fail for lack of room: it is caught, the
+	 * locks dshash took are released (this backend holds no other LWLock
+	 * here: callers take none before), and the key reads as one with no
+	 * room.  Any other ERROR goes on.
 	 */
+	Assert(!LWLockHeldByMe(pc_shared->snap_map_lock));
 	PG_TRY();
 	{
 		entry = dshash_find_or_insert(pc_keymap(), &search, &found);
 	}
 	PG_CATCH();
 	{
+		ErrorData  *edata;
+
 		pc_free(dp, len);
-		PG_RE_THROW();
+		MemoryContextSwitchTo(callercxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		LWLockReleaseAll();
+		entry = NULL;
 	}
 	PG_END_TRY();
+	if (entry == NULL)
+	{
+		pg_atomic_write_u32(&pc_shared->room_wanted, 1);
+		pc_wake_worker();
+		*created = false;
+		return NULL;
+	}
 #ifdef USE_ASSERT_CHECKING
 	pc_entry_locks_held++;
 #endif

@@ -52,7 +52,7 @@
  * the worker is busy with a fetch.
  */
 #define PC_EVICT_HIGH_PERCENT	90
-#define PC_EVICT_LOW_PERCENT	75
+#define PC_EVICT_LOW_PERCENT	80
 
 static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */

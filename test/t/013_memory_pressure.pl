@@ -1,0 +1,239 @@
+# Copyright (c) 2026, projcache developers
+#
+# A full cache evicts, never fails (SIEVE under projcache.max_memory).
+#
+# a. The working-set scenario: projcache.max_memory = 8MB, an upstream of
+#    50,000 keys with configs of about 1 kB, rounds of 5,000 get() calls of
+#    which 80 % go to 5,000 hot keys, then the hot set moves to 5,000 other
+#    keys.  In every round no read fails, and memory_used never exceeds
+#    memory_limit (sampled every 500 reads); the hit ratio climbs once the
+#    cache is warm, and again after the shift.  The hit ratio of each round
+#    (projcache.stats, reset per round) is reported: the targets of the
+#    eviction issue (77 % from the 4th round, 70 % within 3 rounds of the
+#    shift) are not met yet, and are not asserted here.
+# b. A flood: a role that may only call get() reads 100,000 distinct keys,
+#    which the upstream answers "pending".  Meanwhile another role's hot
+#    keys keep being served, its new keys are created and fetched, and no
+#    read gets an ERROR.
+# c. Room does not wait for the worker to be between fetches: while the
+#    fetch function sleeps, new keys read as pending (no ERROR); once it
+#    returns, they are created and fetched.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use ProjcacheTest;
+use Test::More;
+
+my $node = projcache_node(
+	'pressure',
+	conf => "projcache.max_memory = '8MB'\n"
+	  . "projcache.max_retry_backoff = '1s'\n"
+	  . "projcache.batch_interval = '10ms'\n");
+create_local_upstream($node);
+set_fetch_function($node, 'public.fetch');
+my $pid = wait_for_worker($node);
+my $limit = stat_value($node, 'memory_limit');
+
+# 50,000 keys of about 1 kB (random text: not compressible).
+$node->safe_psql(
+	'postgres', q{
+INSERT INTO public.upstream (key, revision, config)
+SELECT 'k' || i, 'r1',
+       jsonb_build_object('i', i, 'pad',
+           (SELECT string_agg(md5(i::text || '-' || j::text), '') FROM generate_series(1, 30) AS j))
+FROM generate_series(1, 50000) AS i;
+-- One round: 5,000 reads, 80 % on the hot set [hot_from, hot_from + 5000),
+-- 20 % spread over all 50,000 keys.  Returns failed reads, the hit ratio
+-- of the round and the most memory_used seen.
+CREATE FUNCTION public.round(hot_from int, seed float8,
+	OUT failed int, OUT hit_ratio float8, OUT max_used bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+	k int;
+BEGIN
+	failed := 0;
+	max_used := 0;
+	PERFORM setseed(seed);
+	PERFORM projcache.reset_stats();
+	FOR n IN 1..5000 LOOP
+		IF random() < 0.8 THEN
+			k := hot_from + floor(random() * 5000)::int;
+		ELSE
+			k := 1 + floor(random() * 50000)::int;
+		END IF;
+		BEGIN
+			PERFORM projcache.get('k' || k);
+		EXCEPTION WHEN others THEN
+			failed := failed + 1;
+		END;
+		IF n % 500 = 0 THEN
+			max_used := greatest(max_used, (SELECT s.memory_used FROM projcache.stats s));
+		END IF;
+	END LOOP;
+	SELECT s.hit_ratio INTO hit_ratio FROM projcache.stats s;
+END
+$$;
+});
+
+# Runs one round in its own session, then lets the worker catch up for a
+# second (the rounds of the scenario are a second apart).
+sub run_round
+{
+	my ($hot_from, $seed) = @_;
+	my ($failed, $ratio, $used) = split /\|/, $node->safe_psql('postgres',
+		"SELECT failed, hit_ratio, max_used FROM public.round($hot_from, $seed)");
+	$node->safe_psql('postgres', 'SELECT pg_sleep(1)');
+	return ($failed, $ratio, $used);
+}
+
+# ---------------------------------------------------------------------------
+# a. The working set, then a shift of the hot set.
+# ---------------------------------------------------------------------------
+my @ratios;
+my $max_used = 0;
+my $failed = 0;
+foreach my $round (1 .. 8)
+{
+	my ($f, $r, $u) = run_round(1, $round / 100);
+	push @ratios, $r;
+	$failed += $f;
+	$max_used = $u if $u > $max_used;
+}
+my @shifted;
+foreach my $round (1 .. 5)
+{
+	my ($f, $r, $u) = run_round(25001, 0.5 + $round / 100);
+	push @shifted, $r;
+	$failed += $f;
+	$max_used = $u if $u > $max_used;
+}
+my $report = sprintf(
+	"hit ratio per round: %s; after the shift: %s; most memory_used %d of %d",
+	join(' ', map { sprintf('%.3f', $_) } @ratios),
+	join(' ', map { sprintf('%.3f', $_) } @shifted),
+	$max_used, $limit);
+note($report);
+diag($report);
+
+is($failed, 0, 'no read failed in any round');
+cmp_ok($ratios[-1], '>', $ratios[1],
+	'the hit ratio climbs as the cache warms up');
+cmp_ok($shifted[-1], '>', $shifted[0],
+	'and again after the hot set moved');
+cmp_ok($max_used, '<=', $limit, 'memory_used never exceeded memory_limit');
+cmp_ok(stat_value($node, 'evictions_memory'), '>', 0,
+	'the worker evicted keys to make room');
+
+# ---------------------------------------------------------------------------
+# b. A get()-only role floods the cache with keys the upstream answers
+#    "pending"; another role's hot and new keys keep working.
+# ---------------------------------------------------------------------------
+$node->safe_psql(
+	'postgres', q{
+INSERT INTO public.upstream (key, state) SELECT 'flood-' || i, 'pending' FROM generate_series(1, 100000) AS i;
+CREATE ROLE flooder LOGIN;
+CREATE ROLE app LOGIN;
+GRANT USAGE ON SCHEMA projcache TO flooder, app;
+GRANT EXECUTE ON FUNCTION projcache.get(text) TO flooder;
+GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval),
+	projcache.lookup(text, interval) TO app;
+});
+my $flood = start_session(
+	$node, 'flooder', q{
+SET ROLE flooder;
+DO $$
+BEGIN
+	FOR i IN 1..100000 LOOP
+		PERFORM projcache.get('flood-' || i);
+	END LOOP;
+END $$;
+});
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) > 1000 FROM projcache.entries WHERE key LIKE 'flood-%'"),
+	'the flood is under way');
+
+# While it runs: the app's hot keys serve, its new keys are fetched.
+my $app_ok = $node->safe_psql(
+	'postgres', q{
+SET ROLE app;
+SELECT count(*) FILTER (WHERE projcache.get('k' || i, '10s') IS NOT NULL)
+  FROM generate_series(1, 200) AS i;
+});
+is($app_ok, '200', 'during the flood, 200 of the hot keys are served to another role');
+is( $node->safe_psql(
+		'postgres', q{
+SET ROLE app;
+SELECT state FROM projcache.lookup('k49999', '10s')}),
+	'enabled',
+	'and a key new to the cache is created and fetched');
+my ($flood_rc, $flood_out, $flood_err) = wait_session($flood);
+is($flood_rc, 0, 'the flooding role got no ERROR in 100,000 reads')
+  or diag($flood_err);
+is($node->safe_psql('postgres', "SELECT count(*) FROM projcache.entries WHERE key LIKE 'flood-%'")
+	  < 100000 ? 'bounded' : 'unbounded',
+	'bounded', 'the flood did not keep all its 100,000 pending keys');
+is( $node->safe_psql(
+		'postgres', q{
+SET ROLE app;
+SELECT count(*) FILTER (WHERE projcache.get('k' || i, '10s') IS NOT NULL)
+  FROM generate_series(1, 200) AS i;
+}),
+	'200',
+	'after the flood, the hot keys are served');
+cmp_ok(stat_value($node, 'memory_used'), '<=', $limit,
+	'memory_used is within memory_limit');
+
+# ---------------------------------------------------------------------------
+# c. A fetch that sleeps: new keys read as pending meanwhile, never as an
+#    ERROR, and are fetched once it returns.
+# ---------------------------------------------------------------------------
+$node->safe_psql(
+	'postgres', q{
+CREATE FUNCTION public.slow_fetch(p_keys text[], p_revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF 'sleepy' = ANY (p_keys) THEN
+		PERFORM pg_sleep(3);
+	END IF;
+	RETURN QUERY SELECT * FROM public.fetch(p_keys, p_revisions);
+END $$;
+INSERT INTO public.upstream (key, revision, config) VALUES ('sleepy', 'r1', '{"s": 1}');
+});
+set_fetch_function($node, 'public.slow_fetch');
+$node->safe_psql('postgres', "SELECT projcache.get('sleepy')");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT fetch_state = 'in_progress' FROM projcache.entries WHERE key = 'sleepy'"),
+	'the sleepy fetch is under way');
+my ($rc, $out, $err) = psql_verbose(
+	$node, q{
+SELECT count(projcache.get('k' || i)) FROM generate_series(30001, 36000) AS i;
+SELECT fetch_state FROM projcache.entries WHERE key = 'sleepy';
+});
+is($rc, 0, '6,000 new keys read during the long fetch, without an ERROR')
+  or diag($err);
+like($out, qr/in_progress$/, 'all while the sleepy fetch was still under way');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FILTER (WHERE projcache.get('k' || i, '20s') IS NOT NULL) FROM generate_series(35991, 36000) AS i"
+	),
+	'10',
+	'once the fetch returned, new keys are created and fetched');
+cmp_ok(stat_value($node, 'memory_used'), '<=', $limit,
+	'memory_used is within memory_limit');
+
+is(worker_pid($node), $pid, 'the worker kept its pid');
+unlike(
+	slurp_file($node->logfile),
+	qr/PANIC|TRAP:|terminated by signal|server process .* exited with exit code/i,
+	'the log shows no crash');
+$node->stop;
+done_testing();
