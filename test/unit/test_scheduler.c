@@ -1682,7 +1682,7 @@ typedef struct VisitedSet
 } VisitedSet;
 
 static void
-visit(VisitedSet *v, const char *key)
+visit_set(VisitedSet *v, const char *key)
 {
 	int			i;
 
@@ -1715,46 +1715,79 @@ test_and_clear(SchedEntry *e, void *arg)
 	return false;
 }
 
-/* A complete key, cached now, evicted by its timer only much later. */
-static SchedEntry *
-cached(Sched *s, const char *key)
+
+/* Each SIEVE test gets a scheduler of default settings and empty marks. */
+typedef struct SieveFixture
 {
-	return sched_restore_complete(s, key, strlen(key), 0, 1000000, false, 0);
+	Sched	   *s;
+	VisitedSet	v;
+	char		buf[8];
+} SieveFixture;
+
+static int
+sieve_setup(void **state)
+{
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	SieveFixture *f = calloc(1, sizeof(SieveFixture));
+
+	f->s = sched_create(&config, malloc, free);
+	*state = f;
+	return 0;
+}
+
+static int
+sieve_teardown(void **state)
+{
+	SieveFixture *f = *state;
+
+	sched_destroy(f->s);
+	free(f);
+	return 0;
+}
+
+
+/* Cache one complete key per letter of keys, oldest first. */
+static void
+cached(SieveFixture *f, const char *keys)
+{
+	for (; *keys; keys++)
+		assert_non_null(sched_restore_complete(f->s, keys, 1, 0, 1000000,
+											   false, 0));
+}
+
+/* A reader reads the key: it is marked visited. */
+static void
+visit(SieveFixture *f, const char *key)
+{
+	visit_set(&f->v, key);
 }
 
 /* Evict SIEVE's next victim as the worker does; its key, or NULL. */
 static const char *
-sieve_evict(Sched *s, VisitedSet *v, char *buf)
+sieve_evict(SieveFixture *f)
 {
-	SchedEntry *e = sched_sieve_victim(s, test_and_clear, v);
+	SchedEntry *e = sched_sieve_victim(f->s, test_and_clear, &f->v);
 
 	if (e == NULL)
 		return NULL;
-	memcpy(buf, e->key, e->keylen);
-	buf[e->keylen] = '\0';
-	sched_evict(s, e);
-	return buf;
+	memcpy(f->buf, e->key, e->keylen);
+	f->buf[e->keylen] = '\0';
+	sched_evict(f->s, e);
+	return f->buf;
 }
 
 /* With nothing visited, keys go oldest first, as in a FIFO. */
 static void
 test_sieve_unvisited_fifo(void **state)
 {
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	Sched	   *s = sched_create(&config, malloc, free);
-	VisitedSet	v = {0};
-	char		buf[8];
+	SieveFixture *f = *state;
 
-	(void) state;
-	cached(s, "a");
-	cached(s, "b");
-	cached(s, "c");
-	assert_string_equal(sieve_evict(s, &v, buf), "a");
-	assert_string_equal(sieve_evict(s, &v, buf), "b");
-	assert_string_equal(sieve_evict(s, &v, buf), "c");
-	assert_null(sieve_evict(s, &v, buf));
-	assert_int_equal(sched_count(s), 0);
-	sched_destroy(s);
+	cached(f, "abc");
+	assert_string_equal(sieve_evict(f), "a");
+	assert_string_equal(sieve_evict(f), "b");
+	assert_string_equal(sieve_evict(f), "c");
+	assert_null(sieve_evict(f));
+	assert_int_equal(sched_count(f->s), 0);
 }
 
 /*
@@ -1765,72 +1798,50 @@ test_sieve_unvisited_fifo(void **state)
 static void
 test_sieve_visited_survive_one_pass(void **state)
 {
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	Sched	   *s = sched_create(&config, malloc, free);
-	VisitedSet	v = {0};
-	char		buf[8];
+	SieveFixture *f = *state;
 
-	(void) state;
-	cached(s, "a");
-	cached(s, "b");
-	cached(s, "c");
-	cached(s, "d");
-	visit(&v, "a");
-	visit(&v, "c");
+	cached(f, "abcd");
+	visit(f, "a");
+	visit(f, "c");
 	/* a spared (mark cleared), b taken; the hand stops at c */
-	assert_string_equal(sieve_evict(s, &v, buf), "b");
+	assert_string_equal(sieve_evict(f), "b");
 	/* c spared, d taken; the hand wraps to the oldest, a */
-	assert_string_equal(sieve_evict(s, &v, buf), "d");
+	assert_string_equal(sieve_evict(f), "d");
 	/* a was not read again: taken now */
-	visit(&v, "c");
-	assert_string_equal(sieve_evict(s, &v, buf), "a");
+	visit(f, "c");
+	assert_string_equal(sieve_evict(f), "a");
 	/* c read again since: spared once more, and is the only key left */
-	assert_string_equal(sieve_evict(s, &v, buf), "c");
-	sched_destroy(s);
+	assert_string_equal(sieve_evict(f), "c");
 }
 
 /* Every key visited: one pass clears all marks, then the oldest goes. */
 static void
 test_sieve_all_visited(void **state)
 {
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	Sched	   *s = sched_create(&config, malloc, free);
-	VisitedSet	v = {0};
-	char		buf[8];
+	SieveFixture *f = *state;
 
-	(void) state;
-	cached(s, "a");
-	cached(s, "b");
-	cached(s, "c");
-	visit(&v, "a");
-	visit(&v, "b");
-	visit(&v, "c");
-	assert_string_equal(sieve_evict(s, &v, buf), "a");
-	assert_int_equal(v.looks, 4);	/* a, b, c cleared; a again */
-	assert_string_equal(sieve_evict(s, &v, buf), "b");
-	sched_destroy(s);
+	cached(f, "abc");
+	visit(f, "a");
+	visit(f, "b");
+	visit(f, "c");
+	assert_string_equal(sieve_evict(f), "a");
+	assert_int_equal(f->v.looks, 4);	/* a, b, c cleared; a again */
+	assert_string_equal(sieve_evict(f), "b");
 }
 
 /* New keys go in as the newest: they do not move the hand. */
 static void
 test_sieve_new_keys_behind_the_hand(void **state)
 {
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	Sched	   *s = sched_create(&config, malloc, free);
-	VisitedSet	v = {0};
-	char		buf[8];
+	SieveFixture *f = *state;
 
-	(void) state;
-	cached(s, "a");
-	cached(s, "b");
-	cached(s, "c");
-	visit(&v, "a");
-	assert_string_equal(sieve_evict(s, &v, buf), "b");	/* hand at c */
-	cached(s, "x");
-	visit(&v, "c");
+	cached(f, "abc");
+	visit(f, "a");
+	assert_string_equal(sieve_evict(f), "b");	/* hand at c */
+	cached(f, "x");
+	visit(f, "c");
 	/* c spared, then x, the newest, before wrapping to a */
-	assert_string_equal(sieve_evict(s, &v, buf), "x");
-	sched_destroy(s);
+	assert_string_equal(sieve_evict(f), "x");
 }
 
 /*
@@ -1841,20 +1852,17 @@ test_sieve_new_keys_behind_the_hand(void **state)
 static void
 test_sieve_spares_fetches(void **state)
 {
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	Sched	   *s = sched_create(&config, malloc, free);
-	VisitedSet	v = {0};
+	SieveFixture *f = *state;
+	Sched	   *s = f->s;
 	SchedEntry **batch;
 	SchedEntry *p;
-	char		buf[8];
 
-	(void) state;
 	assert_non_null(sched_try_begin_fetch(s, "out", 3, false, 0));
 	assert_int_equal(sched_ready_batch(s, 0, 1, 0, &batch), 1);	/* dispatched */
 	assert_non_null(sched_try_begin_fetch(s, "gathered", 8, false, 0));
 	assert_int_equal(sched_ready_batch(s, 0, 10, 100, &batch), 0);	/* gathered */
-	assert_null(sieve_evict(s, &v, buf));
-	assert_int_equal(sched_count(s), 2);
+	assert_null(sieve_evict(f));
+	assert_int_equal(sched_count(f->s), 2);
 
 	/* A key answered pending, now backing off, is evictable. */
 	p = sched_try_begin_fetch(s, "later", 5, false, 0);
@@ -1863,9 +1871,8 @@ test_sieve_spares_fetches(void **state)
 	(void) sched_complete_fetch(s, p, SCHED_RESULT_PENDING, 300);
 	/* its retry is due, but not gathered yet: evictable */
 	assert_true(sched_evictable(p));
-	assert_string_equal(sieve_evict(s, &v, buf), "later");
-	assert_null(sieve_evict(s, &v, buf));
-	sched_destroy(s);
+	assert_string_equal(sieve_evict(f), "later");
+	assert_null(sieve_evict(f));
 }
 
 /*
@@ -1876,26 +1883,18 @@ test_sieve_spares_fetches(void **state)
 static void
 test_sieve_other_evictions(void **state)
 {
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	Sched	   *s = sched_create(&config, malloc, free);
-	VisitedSet	v = {0};
-	char		buf[8];
+	SieveFixture *f = *state;
 
-	(void) state;
-	cached(s, "a");
-	cached(s, "b");
-	cached(s, "c");
-	cached(s, "d");
-	visit(&v, "a");
-	assert_string_equal(sieve_evict(s, &v, buf), "b");	/* hand at c */
-	assert_int_equal(sched_request_evict(s, "c", 1), SCHED_EVICT_NOW);	/* hand to d */
-	visit(&v, "d");
+	cached(f, "abcd");
+	visit(f, "a");
+	assert_string_equal(sieve_evict(f), "b");	/* hand at c */
+	assert_int_equal(sched_request_evict(f->s, "c", 1), SCHED_EVICT_NOW);	/* hand to d */
+	visit(f, "d");
 	/* d spared, a (mark cleared before) taken */
-	assert_string_equal(sieve_evict(s, &v, buf), "a");
-	assert_int_equal(sched_request_evict(s, "d", 1), SCHED_EVICT_NOW);
-	assert_null(sieve_evict(s, &v, buf));
-	assert_int_equal(sched_count(s), 0);
-	sched_destroy(s);
+	assert_string_equal(sieve_evict(f), "a");
+	assert_int_equal(sched_request_evict(f->s, "d", 1), SCHED_EVICT_NOW);
+	assert_null(sieve_evict(f));
+	assert_int_equal(sched_count(f->s), 0);
 }
 
 int
@@ -1923,12 +1922,12 @@ main(void)
 		cmocka_unit_test(test_pending_never_evicted),
 		cmocka_unit_test(test_refresh_unknown_key),
 		cmocka_unit_test(test_heap_stress),
-		cmocka_unit_test(test_sieve_unvisited_fifo),
-		cmocka_unit_test(test_sieve_visited_survive_one_pass),
-		cmocka_unit_test(test_sieve_all_visited),
-		cmocka_unit_test(test_sieve_new_keys_behind_the_hand),
-		cmocka_unit_test(test_sieve_spares_fetches),
-		cmocka_unit_test(test_sieve_other_evictions),
+		cmocka_unit_test_setup_teardown(test_sieve_unvisited_fifo, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_sieve_visited_survive_one_pass, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_sieve_all_visited, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_sieve_new_keys_behind_the_hand, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_sieve_spares_fetches, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_sieve_other_evictions, sieve_setup, sieve_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
