@@ -25,7 +25,7 @@
 # The temp dir is removed on success and kept (path printed) on failure.
 # No server is left running.
 #
-# Environment: PROJCACHE_TEST_BUDGET  overall time limit in seconds (1200)
+# Environment: PROJCACHE_TEST_BUDGET  overall time limit in seconds (1800)
 #              PROJCACHE_KEEP=1       keep the temp dir even on success
 set -uo pipefail
 
@@ -34,7 +34,7 @@ set -uo pipefail
 # environment, so that they cannot leak into test instances.
 # shellcheck source=SCRIPTDIR/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-BUDGET=${PROJCACHE_TEST_BUDGET:-1200}
+BUDGET=${PROJCACHE_TEST_BUDGET:-1800}
 START=$SECONDS
 
 PASSED=0
@@ -299,7 +299,7 @@ server_suites() {
 	# -------------------------------------------------------------- d. TAP
 	if compgen -G "test/t/*.pl" >/dev/null; then
 		say "TAP: make installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v"
-		run_step "$LOGS/tap$sfx.log" 600 "${AS_PG[@]}" make installcheck \
+		run_step "$LOGS/tap$sfx.log" 900 "${AS_PG[@]}" make installcheck \
 			PG_CONFIG="$PG_CONFIG" REGRESS= ISOLATION= PROVE_FLAGS=-v
 		rc=$?
 		# Count top-level "ok N" / "not ok N" lines (subtests are indented;
