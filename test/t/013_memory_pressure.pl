@@ -205,10 +205,13 @@ END $$;
 INSERT INTO public.upstream (key, revision, config) VALUES ('sleepy', 'r1', '{"s": 1}');
 });
 set_fetch_function($node, 'public.slow_fetch');
-$node->safe_psql('postgres', "SELECT projcache.get('sleepy')");
+# Asked for until its fetch is under way (a read that finds no room for
+# the key creates nothing: it is asked for again).
 ok( $node->poll_query_until(
-		'postgres',
-		"SELECT fetch_state = 'in_progress' FROM projcache.entries WHERE key = 'sleepy'"),
+		'postgres', q{
+SELECT count(projcache.get('sleepy')) >= 0
+   AND EXISTS (SELECT 1 FROM projcache.entries
+                WHERE key = 'sleepy' AND fetch_state = 'in_progress')}),
 	'the sleepy fetch is under way');
 my ($rc, $out, $err) = psql_verbose(
 	$node, q{
