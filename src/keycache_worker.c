@@ -51,8 +51,17 @@
  * the gap between them is room for the keys and values that arrive while
  * the worker is busy with a fetch.
  */
-#define PC_EVICT_HIGH_PERCENT	90
-#define PC_EVICT_LOW_PERCENT	80
+#define PC_EVICT_HIGH_PERCENT	95
+#define PC_EVICT_LOW_PERCENT	85
+
+/*
+ * The largest value stored, as a share of the same: a larger one would evict
+ * a good part of the cache for itself, so it is refused (and retried with
+ * the usual backoff: the upstream's value may shrink).  It is less than the
+ * gap between the low watermark and the whole, so a value within it always
+ * fits once the worker has evicted down to the low watermark.
+ */
+#define PC_MAX_VALUE_DIVISOR	8
 
 static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
@@ -157,6 +166,12 @@ mirror_entry(SchedEntry *e)
 			break;
 	}
 	entry->attempts = e->attempts;
+	if (e->returning)
+	{
+		/* evicted lately and read again: spare it once (sched_evict_victim) */
+		pg_atomic_write_u32(&entry->visited, 1);
+		e->returning = false;
+	}
 	if (e->has_expiry)
 		entry->expires_at = e->expiry;
 	entry->has_refresh = e->heap_pos[SCHED_QUEUE_REFRESH] >= 0;
@@ -223,7 +238,7 @@ evict_for_memory(void)
 		if (victim == NULL)
 			break;
 		delete_shared(victim->key, victim->keylen, PC_CTR_MEMORY_EVICTIONS);
-		sched_evict(sched, victim);
+		sched_evict_victim(sched, victim);
 	}
 }
 
@@ -458,7 +473,10 @@ count_delay(SchedEntry *e)
 	pc_count(PC_CTR_DELAY_GT3600S, 1);
 }
 
-/* Build a DSA chunk for a new value; InvalidDsaPointer if memory is full. */
+/*
+ * Build a DSA chunk for a new value; InvalidDsaPointer if it is too large
+ * (PC_MAX_VALUE_DIVISOR) or memory is full.
+ */
 static dsa_pointer
 make_value(PcFetchItem *item, Size *size)
 {
@@ -469,6 +487,8 @@ make_value(PcFetchItem *item, Size *size)
 	PcValue    *value;
 
 	*size = offsetof(PcValue, data) + config_offset + config_len;
+	if (*size > pc_memory_bound() / PC_MAX_VALUE_DIVISOR)
+		return InvalidDsaPointer;
 	dp = pc_alloc(*size);
 	if (!DsaPointerIsValid(dp))
 		return dp;
@@ -537,8 +557,17 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		if (!DsaPointerIsValid(new_value))
 		{
 			item->answer = PC_ANSWER_ERROR;
-			item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
-								   new_value_size);
+			if (new_value_size > pc_memory_bound() / PC_MAX_VALUE_DIVISOR)
+				item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
+									   new_value_size,
+									   pc_memory_bound() / PC_MAX_VALUE_DIVISOR);
+			else
+			{
+				item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
+									   new_value_size);
+				/* evict down to the low watermark, where it fits */
+				pg_atomic_write_u32(&pc_shared->room_wanted, 1);
+			}
 			pc_count(PC_CTR_FETCH_ERRORS, 1);
 		}
 	}

@@ -57,7 +57,16 @@ struct Sched
 	SchedEntry *fifo_head;		/* newest */
 	SchedEntry *fifo_tail;		/* oldest */
 	SchedEntry *hand;			/* next to look at; NULL: start at the tail */
+
+	/*
+	 * Hashes of keys SIEVE evicted lately (see sched_evict_victim): slot
+	 * hash & (nevicted - 1) holds the hash with its low bit set, 0 if empty.
+	 */
+	uint32_t   *evicted;
+	size_t		nevicted;		/* power of two, or 0 before the first */
 };
+
+#define SCHED_MIN_EVICTED_SLOTS 1024
 
 #define SCHED_INITIAL_BUCKETS 1024
 
@@ -211,6 +220,14 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	e->next = s->buckets[b];
 	s->buckets[b] = e;
 	s->nentries++;
+
+	/* Back soon after SIEVE evicted it? */
+	if (s->nevicted > 0 &&
+		s->evicted[e->hash & (s->nevicted - 1)] == (e->hash | 1))
+	{
+		s->evicted[e->hash & (s->nevicted - 1)] = 0;
+		e->returning = true;
+	}
 
 	/* The newest key heads the insertion order. */
 	e->fifo_older = s->fifo_head;
@@ -409,6 +426,8 @@ sched_destroy(Sched *s)
 		}
 	}
 	s->free_fn(s->buckets);
+	if (s->evicted != NULL)
+		s->free_fn(s->evicted);
 	for (q = 0; q < SCHED_NUM_QUEUES; q++)
 		if (s->heaps[q].items)
 			s->free_fn(s->heaps[q].items);
@@ -685,6 +704,25 @@ sched_sieve_victim(Sched *s, SchedVisitedFn visited, void *arg)
 	}
 	s->hand = e;
 	return NULL;
+}
+
+void
+sched_evict_victim(Sched *s, SchedEntry *victim)
+{
+	/* Room for about twice as many hashes as keys; growing forgets them. */
+	if (s->nevicted < 2 * s->nentries || s->nevicted == 0)
+	{
+		size_t		n = SCHED_MIN_EVICTED_SLOTS;
+
+		while (n < 2 * s->nentries)
+			n *= 2;
+		if (s->evicted != NULL)
+			s->free_fn(s->evicted);
+		s->evicted = sched_alloc0(s, n * sizeof(uint32_t));
+		s->nevicted = n;
+	}
+	s->evicted[victim->hash & (s->nevicted - 1)] = victim->hash | 1;
+	sched_evict(s, victim);
 }
 
 SchedEvictReply

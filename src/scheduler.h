@@ -144,6 +144,12 @@ typedef struct SchedEntry
 	bool		gathered;
 
 	/*
+	 * Created again soon after SIEVE evicted it: the caller marks it visited
+	 * (see sched_evict_victim), then clears this.
+	 */
+	bool		returning;
+
+	/*
 	 * Insertion order, for eviction under memory pressure (SIEVE): the
 	 * newest key is the head, the oldest the tail.
 	 */
@@ -222,6 +228,20 @@ typedef bool (*SchedVisitedFn) (SchedEntry *entry, void *arg);
 
 extern SchedEntry *sched_sieve_victim(Sched *s, SchedVisitedFn visited,
 									  void *arg);
+
+/*
+ * Evict a victim of sched_sieve_victim(), remembering that it was evicted.
+ * SIEVE demotes new keys quickly: one that is not read again before the
+ * hand reaches it goes first.  That is right for keys read once, but a key
+ * read every few seconds can be evicted each time it comes back, while keys
+ * no longer read keep their marks for a whole turn of the hand.  So the
+ * scheduler remembers the hashes of about twice as many evicted keys as it
+ * holds (in a table where a newer hash may overwrite an older one), and a
+ * key created again while remembered starts "returning": the caller marks
+ * it visited, so it survives the hand's next pass.  Keys evicted by
+ * expiry or by request are not remembered.
+ */
+extern void sched_evict_victim(Sched *s, SchedEntry *victim);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*

@@ -333,21 +333,30 @@ is($flood_hot, 0, 'the hot keys kept being served during the flood');
 is($out, 'disabled', 'a new key after the flood is created and fetched');
 unlike($err, qr/ERROR/, 'without an ERROR');
 
-# A value that can never fit is refused and recorded; it does not evict the
-# cache for itself, and the other keys keep serving.
+# A value larger than an eighth of max_memory is refused and recorded; it
+# does not evict the cache for itself, the key's old value keeps serving,
+# and the other keys keep serving.
 $mem->safe_psql(
 	'postgres', q{
 INSERT INTO public.upstream (key, revision, config)
-SELECT 'huge', 'r1', jsonb_build_object('pad',
-	(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 70000)));
+VALUES ('huge', 'r1', '{"small": true}');
 });
-$mem->safe_psql('postgres', "SELECT projcache.get('huge')");
+is($mem->safe_psql('postgres', "SELECT state FROM projcache.lookup('huge', '10s')"),
+	'enabled', 'the key that will grow is cached while small');
+$mem->safe_psql(
+	'postgres', q{
+UPDATE public.upstream SET revision = 'r2', config = jsonb_build_object('pad',
+	(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 5000)))
+ WHERE key = 'huge';
+SELECT projcache.invalidate('huge');
+});
 ok( $mem->poll_query_until(
 		'postgres',
-		"SELECT last_error LIKE 'projcache.max_memory is used up%' FROM projcache.entries WHERE key = 'huge'"),
-	'a value larger than projcache.max_memory is refused, and says why');
-is( $mem->safe_psql('postgres', "SELECT state, config IS NULL FROM projcache.lookup('huge')"),
-	'pending|t', 'that key stays pending, with no value');
+		"SELECT last_error LIKE 'value of % bytes is larger than an eighth of projcache.max_memory (% bytes)' FROM projcache.entries WHERE key = 'huge'"),
+	'a value larger than an eighth of projcache.max_memory is refused, and says why');
+is( $mem->safe_psql('postgres', "SELECT revision, config->>'small' FROM projcache.lookup('huge')"),
+	'r1|true', 'the old value keeps serving');
+cmp_ok(stat_value($mem, 'memory_used'), '<=', $limit, 'memory_used is within memory_limit');
 is($mem->safe_psql('postgres', 'SELECT public.read_hot()'), '5',
 	'the hot keys still serve');
 

@@ -1772,8 +1772,28 @@ sieve_evict(SieveFixture *f)
 		return NULL;
 	memcpy(f->buf, e->key, e->keylen);
 	f->buf[e->keylen] = '\0';
-	sched_evict(f->s, e);
+	sched_evict_victim(f->s, e);
 	return f->buf;
+}
+
+/*
+ * A reader asks for a key the cache does not hold: the worker creates it,
+ * and marks it visited if it is returning.  Says whether it was.
+ */
+static bool
+asked_for(SieveFixture *f, const char *key)
+{
+	SchedEntry *e = sched_try_begin_fetch(f->s, key, strlen(key), false, 0);
+	bool		returning;
+
+	assert_non_null(e);
+	returning = e->returning;
+	if (returning)
+	{
+		visit(f, key);
+		e->returning = false;
+	}
+	return returning;
 }
 
 /* With nothing visited, keys go oldest first, as in a FIFO. */
@@ -1897,6 +1917,37 @@ test_sieve_other_evictions(void **state)
 	assert_int_equal(sched_count(f->s), 0);
 }
 
+/*
+ * A key SIEVE evicted that is asked for again comes back marked visited,
+ * so the hand spares it once; keys evicted otherwise (a timer, evict())
+ * come back as new keys.  Each return is one eviction's worth: the key is
+ * remembered again only when SIEVE evicts it again.
+ */
+static void
+test_sieve_returning_keys(void **state)
+{
+	SieveFixture *f = *state;
+
+	cached(f, "abcd");
+	assert_string_equal(sieve_evict(f), "a");
+	assert_int_equal(sched_request_evict(f->s, "b", 1), SCHED_EVICT_NOW);
+	assert_true(asked_for(f, "a"));
+	assert_false(asked_for(f, "b"));
+	/* oldest first: c, d, a (visited), b */
+	assert_string_equal(sieve_evict(f), "c");
+	assert_string_equal(sieve_evict(f), "d");
+	assert_string_equal(sieve_evict(f), "b");	/* a spared, its mark cleared */
+	assert_string_equal(sieve_evict(f), "a");
+	assert_int_equal(sched_count(f->s), 0);
+
+	/* a again: SIEVE evicted it a second time, so it returns again */
+	assert_true(asked_for(f, "a"));
+	cached(f, "e");
+	assert_string_equal(sieve_evict(f), "e");	/* a spared */
+	assert_int_equal(sched_request_evict(f->s, "a", 1), SCHED_EVICT_NOW);
+	assert_false(asked_for(f, "a"));
+}
+
 int
 main(void)
 {
@@ -1928,6 +1979,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_sieve_new_keys_behind_the_hand, sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_sieve_spares_fetches, sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_sieve_other_evictions, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_sieve_returning_keys, sieve_setup, sieve_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
