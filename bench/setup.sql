@@ -71,6 +71,38 @@ BEGIN
     us_per_call := extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
 END $$;
 
+-- The same two loops with the key built as 'key-' || n on each call (no
+-- array): what one get() hit costs in the backend, by difference.
+CREATE FUNCTION bench.loop_built_key(n int, OUT us_per_call float8, OUT nonnull int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v    text;
+    t0   timestamptz;
+BEGIN
+    nonnull := 0;
+    t0 := clock_timestamp();
+    FOR i IN 1..n LOOP
+        v := 'key-' || (1 + i % 1000);
+        IF v IS NOT NULL THEN nonnull := nonnull + 1; END IF;
+    END LOOP;
+    us_per_call := extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
+END $$;
+
+CREATE FUNCTION bench.loop_get_built_key(n int, OUT us_per_call float8, OUT nonnull int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v    jsonb;
+    t0   timestamptz;
+BEGIN
+    nonnull := 0;
+    t0 := clock_timestamp();
+    FOR i IN 1..n LOOP
+        v := projcache.get('key-' || (1 + i % 1000));
+        IF v IS NOT NULL THEN nonnull := nonnull + 1; END IF;
+    END LOOP;
+    us_per_call := extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
+END $$;
+
 CREATE FUNCTION bench.loop_table(n int, OUT us_per_call float8, OUT nonnull int)
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# bench/hit_path.sh - what a key cache hit costs, this tree beside a baseline,
+# and the working-set scenario of eviction under memory pressure.
+#
+#     sudo bash bench/hit_path.sh             # baseline d02c6b5
+#     sudo bash bench/hit_path.sh <commit>    # another baseline
+#     sudo BENCH_SECONDS=5 BENCH_PASSES=3 bash bench/hit_path.sh
+#
+# d02c6b5 is the tree just before eviction under memory pressure (SIEVE)
+# came in: the comparison says what the visited bit costs a hit.
+#
+# Part 1 builds both trees.  Then, for each pass, for the baseline and then
+# this tree: installs it, starts a throwaway cluster (port 54340, unix
+# socket only, run by the unprivileged "postgres" OS user), caches 1,000
+# keys, and measures with pgbench -M prepared, at -c 1 and -c 8, SELECT 1
+# and a get() hit of a random key, and in one backend the ns a get() hit
+# costs.  The ratios (get() TPS / SELECT 1 TPS) are taken within one
+# cluster, minutes apart at most, so that the machine's drift cancels out.
+#
+# Part 2 runs the working-set scenario (bench/working_set.sql) on this tree
+# with projcache.max_memory = 8MB: 8 rounds of 5,000 reads, 80 % on 5,000
+# hot keys, then 5 rounds after the hot set moved; it reports each round's
+# hit ratio, failed reads and most memory_used.
+#
+# It asserts nothing about speed or hit ratios: it reports what it
+# measured.  Servers are stopped and the temp dir removed on exit, error or
+# Ctrl-C; this tree is installed last, so it stays installed.
+set -euo pipefail
+
+# shellcheck source=SCRIPTDIR/../scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+NAME=hit_path
+BASELINE=${1:-d02c6b5}
+PORT=54340
+DURATION=${BENCH_SECONDS:-10}
+PASSES=${BENCH_PASSES:-2}
+LOOP_CALLS=200000
+WORK=
+DATA=
+SOCK=
+
+case $DURATION$PASSES in
+'' | *[!0-9]*) echo "BENCH_SECONDS and BENCH_PASSES must be whole numbers" >&2; exit 2 ;;
+esac
+
+cleanup_on_exit
+bash "$REPO/scripts/install-deps.sh"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-hitpath.XXXXXX")
+SOCK=$WORK/sock
+mkdir -p "$WORK/head" "$WORK/base" "$SOCK"
+copy_tree "$WORK/head"
+GIT=(git -C "$REPO" -c safe.directory='*')
+"${GIT[@]}" archive "$BASELINE" | tar -C "$WORK/base" -xf -
+BASE_DESC=$("${GIT[@]}" log -1 --format='%h %s' "$BASELINE" | cut -c1-70)
+HEAD_DESC=$("${GIT[@]}" log -1 --format='%h %s' HEAD | cut -c1-70)
+[ -z "$("${GIT[@]}" status --porcelain --untracked-files=no 2>/dev/null)" ] ||
+	HEAD_DESC="$HEAD_DESC (+ uncommitted changes)"
+own_work
+
+for tree in base head; do
+	if ! (cd "$WORK/$tree" && "${AS_PG[@]}" make -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG") \
+		>"$WORK/build-$tree.log" 2>&1; then
+		cat "$WORK/build-$tree.log"
+		echo "$NAME: $tree does not build" >&2
+		exit 1
+	fi
+done
+echo "built $BASE_DESC and $HEAD_DESC"
+
+# use_tree TREE [CONF]: install TREE, start a fresh cluster with projcache
+# preloaded (and CONF appended), create the bench schema.
+use_tree() {
+	local tree=$1 conf=${2:-}
+	(cd "$WORK/$tree" && "${AS_ROOT[@]}" make -s install PG_CONFIG="$PG_CONFIG" >/dev/null)
+	DATA=$WORK/data
+	rm -rf "$DATA"
+	start_cluster <<EOF
+listen_addresses = ''
+fsync = off
+shared_preload_libraries = 'projcache'
+projcache.database = 'postgres'
+projcache.fetch_function = 'public.fetch_project_configs'
+$conf
+EOF
+	pgrun -f "$WORK/head/bench/setup.sql"
+}
+
+# tps SCRIPT CLIENTS: pgbench -M prepared TPS (over the unix socket).
+tps() {
+	local jobs=$(($2 < $(nproc) ? $2 : $(nproc)))
+	"${AS_PG[@]}" "$PGBIN/pgbench" -n -M prepared -f "$WORK/head/bench/$1" -c "$2" -j "$jobs" \
+		-T "$DURATION" -h "$SOCK" -p "$PORT" postgres 2>&1 |
+		awk '/^tps = /{print $3; exit}'
+}
+
+ratio() { LC_ALL=C awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.3f", a / b; else print "?" }'; }
+
+REPORT=()
+for pass in $(seq 1 "$PASSES"); do
+	for tree in base head; do
+		echo "=== pass $pass: $tree"
+		use_tree $tree
+		pgvalue "SELECT count(projcache.fetch('key-' || g)) FROM generate_series(1, 1000) g" >/dev/null
+		pgvalue "SELECT count(projcache.get('key-' || g, '5s')) FROM generate_series(1, 1000) g" >/dev/null
+		line="pass $pass $(printf '%-4s' $tree)"
+		for c in 1 8; do
+			s1=$(tps select_1.sql $c)
+			get=$(tps get_hit.sql $c)
+			line="$line | -c$c: SELECT 1 $(printf '%7.0f' "$s1") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$s1")"
+		done
+		ns=$(pgvalue "SELECT bench.loop_get_built_key(20000), bench.loop_built_key(20000);
+		              SELECT round(((g.us_per_call - b.us_per_call) * 1000)::numeric), g.nonnull
+		                FROM bench.loop_get_built_key($LOOP_CALLS) g, bench.loop_built_key($LOOP_CALLS) b" | tail -n 1)
+		line="$line | in-backend ns/hit ${ns%|*} (${ns#*|} of $LOOP_CALLS non-NULL)"
+		hits=$(pgvalue "SELECT hits || ' hits, ' || misses + pending_reads || ' other reads' FROM projcache.stats")
+		REPORT+=("$line | $hits")
+		stop_cluster
+	done
+done
+
+echo "=== working set: this tree, max_memory 8MB"
+use_tree head "projcache.max_memory = '8MB'
+projcache.batch_interval = '10ms'
+projcache.fetch_function = 'public.fetch'"
+pgrun <<'EOF'
+CREATE TABLE public.upstream (key text PRIMARY KEY, state text NOT NULL DEFAULT 'enabled',
+                              revision text, config jsonb);
+CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE sql STABLE AS $$
+    SELECT u.key, u.state, u.revision, u.config FROM public.upstream u WHERE u.key = ANY (p_keys)
+$$;
+EOF
+pgrun -f "$WORK/head/bench/working_set.sql"
+WS=()
+for round in $(seq 1 13); do
+	if [ "$round" -le 8 ]; then hot=1; seed=$(ratio "$round" 100); label="round $round"
+	else hot=25001; seed=$(ratio $((round + 42)) 100); label="shift $((round - 8))"; fi
+	WS+=("$label: $(pgvalue "SELECT 'hit ratio ' || round(hit_ratio::numeric, 3) || ', failed ' || failed || ', most memory_used ' || max_used FROM public.round($hot, $seed)")")
+	sleep 1
+done
+LIMIT=$(pgvalue "SELECT memory_limit FROM projcache.stats")
+EVICT=$(pgvalue "SELECT evictions_memory || ' memory evictions, ' || refused_reads || ' refused reads (last round)' FROM projcache.stats")
+stop_cluster
+
+echo
+echo "projcache hit path and working set, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "base: $BASE_DESC"
+echo "head: $HEAD_DESC"
+echo "pgbench -n -M prepared -T $DURATION; ratio = get() hit TPS / SELECT 1 TPS in the same cluster"
+printf '%s\n' "${REPORT[@]}"
+echo "working set (head, memory_limit $LIMIT; 5,000 reads a round, 80 % on 5,000 hot keys of 50,000):"
+printf '  %s\n' "${WS[@]}"
+echo "  $EVICT"
