@@ -20,7 +20,8 @@ OBJS = \
 	src/snapshot_store.o \
 	src/snapshot_load.o \
 	src/snapshot_registry.o \
-	src/snapshot_sql.o
+	src/snapshot_sql.o \
+	src/snapshot_fdw.o
 
 EXTENSION = projcache
 DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql projcache--1.0.1--1.1.sql

@@ -83,3 +83,35 @@ UPDATE pg_catalog.pg_class c SET relacl = s.acl
    AND ((s.object = 'stats' AND c.oid = 'projcache.stats'::pg_catalog.regclass)
      OR (s.object = 'entries' AND c.oid = 'projcache.entries'::pg_catalog.regclass));
 DROP TABLE projcache_saved_acls;
+
+------------------------------------------------------------------------
+-- Snapshots as foreign tables (src/snapshot_fdw.c):
+--   CREATE FOREIGN TABLE t (...) SERVER projcache OPTIONS (snapshot 'name');
+--   IMPORT FOREIGN SCHEMA projcache FROM SERVER projcache INTO s;
+-- Creating a foreign table takes USAGE on the server, which the DBA
+-- grants; reading one takes the snapshot's grant, as snapshot() does.
+------------------------------------------------------------------------
+CREATE FUNCTION projcache.fdw_handler()
+RETURNS fdw_handler
+AS 'MODULE_PATHNAME', 'projcache_fdw_handler'
+LANGUAGE C STRICT;
+
+CREATE FUNCTION projcache.fdw_validator(options text[], catalog oid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'projcache_fdw_validator'
+LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER projcache
+	HANDLER projcache.fdw_handler
+	VALIDATOR projcache.fdw_validator;
+
+COMMENT ON FOREIGN DATA WRAPPER projcache IS
+'Snapshots read as foreign tables (OPTIONS (snapshot ''name''))';
+
+CREATE SERVER projcache FOREIGN DATA WRAPPER projcache;
+
+COMMENT ON SERVER projcache IS
+'The snapshots of this database; IMPORT FOREIGN SCHEMA projcache imports them';
+
+REVOKE ALL ON FUNCTION projcache.fdw_handler() FROM PUBLIC;
+REVOKE ALL ON FUNCTION projcache.fdw_validator(text[], oid) FROM PUBLIC;

@@ -74,6 +74,8 @@ extern PcClaim pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
 extern void pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at,
 								 int64 prev_attempt);
 extern void pc_snap_trim_local_copy(void);
+extern void pc_snap_pin_copy(const char *blob);
+extern void pc_snap_unpin_copy(const char *blob);
 extern bool pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms);
 extern void pc_snap_lease_drop(PcSnapRef ref);
 extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
@@ -159,6 +161,17 @@ extern char *pc_snap_creator_search_path(void);
 extern Oid	pc_snap_create_view(int64 id, const char *name, const char *query,
 								const char *search_path, Oid owner);
 extern void pc_snap_remember_created(int64 id);
+
+/* ----------------------------------------------------------------
+ * Reading (snapshot_sql.c), shared with the foreign tables (snapshot_fdw.c)
+ * ----------------------------------------------------------------
+ */
+
+/* "snapshot unavailable": clients retry on this one code. */
+#define ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE	MAKE_SQLSTATE('P','C','0','0','1')
+
+extern void pc_snap_current_rows(SnapReg *reg, char **blob, Size *size,
+								 int64 *nrows);
 extern void pc_snap_forget_at_commit(SnapReg *reg);
 
 #endif							/* PROJCACHE_SNAPSHOT_H */

@@ -70,9 +70,6 @@
 
 #include "snapshot.h"
 
-/* "snapshot unavailable": clients retry on this one code. */
-#define ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE	MAKE_SQLSTATE('P','C','0','0','1')
-
 
 PG_FUNCTION_INFO_V1(projcache_create_snapshot);
 PG_FUNCTION_INFO_V1(projcache_drop_snapshot);
@@ -226,8 +223,8 @@ acquire_slot(SnapReg *reg)
  * after a failing refresh but not after lost rights; before any success,
  * one cold load per TTL window, and PC001 for the others.
  */
-static void
-current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
+void
+pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 {
 	PcSnapRef	ref = acquire_slot(reg);
 	int64		now = pc_now_ms();
@@ -426,7 +423,7 @@ snapshot_srf(FunctionCallInfo fcinfo, bool typed)
 				 errdetail("Snapshot \"%s\" returns %s.", name,
 						   pc_snap_describe_columns(reg))));
 
-	current_rows(reg, &blob, &size, &nrows);
+	pc_snap_current_rows(reg, &blob, &size, &nrows);
 	emit_rows(rsinfo, reg, blob, size, nrows);
 	pc_snap_trim_local_copy();
 	return (Datum) 0;

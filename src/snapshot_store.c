@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
 #include "utils/memutils.h"
@@ -358,9 +359,11 @@ typedef struct LocalCopy
 	Size		capacity;
 	Size		size;
 	int64		rows;
+	int			pins;			/* scans reading buf (pc_snap_pin_copy) */
 } LocalCopy;
 
 static LocalCopy local_copy = {.index = -1};
+static bool pin_callback_registered = false;
 
 /* Larger copies are given back after each read. */
 #define PC_LOCAL_COPY_KEEP_BYTES	((Size) 8 * 1024 * 1024)
@@ -369,7 +372,10 @@ static LocalCopy local_copy = {.index = -1};
  * Copy the rows out, if the slot holds a snapshot (and, with only_fresh,
  * one fetched within ttl_ms).  The copy is made under the slot's shared
  * lock with an allocation that cannot raise an ERROR; the caller returns
- * rows from it holding no lock.  *blob stays valid until the next call.
+ * rows from it holding no lock.  *blob stays valid until the next call,
+ * or, if the caller pins it (pc_snap_pin_copy), until it is unpinned: while
+ * the backend's copy is pinned, a read that needs other rows gets a copy of
+ * its own in CurrentMemoryContext.
  */
 bool
 pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
@@ -387,7 +393,26 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 		bool		current = lc->index == ref.index &&
 			lc->generation == ref.generation && lc->version == s->version;
 
-		if (!current && lc->capacity < s->data_bytes)
+		if (!current && lc->pins > 0)
+		{
+			/* A scan still reads the backend's copy: this one is separate. */
+			char	   *own = MemoryContextAllocExtended(CurrentMemoryContext,
+														 Max(s->data_bytes, 1),
+														 MCXT_ALLOC_HUGE |
+														 MCXT_ALLOC_NO_OOM);
+
+			if (own == NULL)
+				oom = true;
+			else
+			{
+				memcpy(own, dsa_get_address(pc_area(), s->data), s->data_bytes);
+				*blob = own;
+				*size = s->data_bytes;
+				*rows = s->rows;
+				found = true;
+			}
+		}
+		else if (!current && lc->capacity < s->data_bytes)
 		{
 			char	   *grown = MemoryContextAllocExtended(TopMemoryContext,
 														   s->data_bytes,
@@ -404,7 +429,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 				lc->capacity = s->data_bytes;
 			}
 		}
-		if (!current && !oom)
+		if (!current && !oom && !found)
 		{
 			memcpy(lc->buf, dsa_get_address(pc_area(), s->data), s->data_bytes);
 			lc->index = ref.index;
@@ -413,7 +438,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 			lc->size = s->data_bytes;
 			lc->rows = s->rows;
 		}
-		if (!oom)
+		if (!oom && !found)
 		{
 			*blob = lc->buf;
 			*size = lc->size;
@@ -428,11 +453,47 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 	return found;
 }
 
+/* Pins end with the transaction: a scan that failed never unpinned. */
+static void
+unpin_at_xact_end(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		local_copy.pins = 0;
+}
+
+/*
+ * A scan that returns rows straight from the blob pc_snap_copy() gave it
+ * pins it for as long as it reads; blobs other than the backend's copy
+ * (see pc_snap_copy) need no pin, and pinning them does nothing.
+ */
+void
+pc_snap_pin_copy(const char *blob)
+{
+	if (blob != local_copy.buf || blob == NULL)
+		return;
+	if (!pin_callback_registered)
+	{
+		RegisterXactCallback(unpin_at_xact_end, NULL);
+		pin_callback_registered = true;
+	}
+	local_copy.pins++;
+}
+
+void
+pc_snap_unpin_copy(const char *blob)
+{
+	if (blob == local_copy.buf && blob != NULL && local_copy.pins > 0)
+		local_copy.pins--;
+}
+
 /* Give back this backend's copy if it is large; small ones are kept. */
 void
 pc_snap_trim_local_copy(void)
 {
-	if (local_copy.capacity > PC_LOCAL_COPY_KEEP_BYTES)
+	if (local_copy.pins == 0 &&
+		local_copy.capacity > PC_LOCAL_COPY_KEEP_BYTES)
 	{
 		pfree(local_copy.buf);
 		local_copy.buf = NULL;

@@ -1,0 +1,215 @@
+--
+-- Snapshots as foreign tables: the projcache foreign-data wrapper reads a
+-- snapshot by the rules of snapshot() (fast path, last-good after a failing
+-- refresh, cold-start throttle with PC001, the reader's grant), checks the
+-- foreign table's columns against the recorded ones, refuses writes and
+-- system columns, and imports one table per snapshot the caller may read.
+--
+CREATE SCHEMA snap_fdw;
+SET search_path = snap_fdw, public;
+
+CREATE TABLE src (id int PRIMARY KEY, label text NOT NULL);
+INSERT INTO src SELECT g, 'label-' || g FROM generate_series(1, 50) g;
+CREATE TABLE ctl (fail boolean NOT NULL);
+INSERT INTO ctl VALUES (false);
+CREATE SEQUENCE calls_seq;
+CREATE FUNCTION source() RETURNS SETOF src LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_catalog.nextval('snap_fdw.calls_seq');
+	IF (SELECT c.fail FROM snap_fdw.ctl c) THEN
+		RAISE EXCEPTION 'source is down';
+	END IF;
+	RETURN QUERY SELECT s.id, s.label FROM snap_fdw.src s ORDER BY s.id;
+END $$;
+CREATE FUNCTION calls() RETURNS bigint LANGUAGE sql AS $$
+	SELECT CASE WHEN is_called THEN last_value ELSE 0 END
+	  FROM snap_fdw.calls_seq $$;
+-- The planner's row estimate of a query.
+CREATE FUNCTION estimated_rows(query text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	plan json;
+BEGIN
+	EXECUTE 'EXPLAIN (FORMAT JSON) ' || query INTO plan;
+	RETURN (plan -> 0 -> 'Plan' ->> 'Plan Rows')::bigint;
+END $$;
+
+SELECT projcache.create_snapshot('labels', 'SELECT * FROM snap_fdw.source()', '60s');
+CREATE FOREIGN TABLE labels_ft (id int, label text)
+	SERVER projcache OPTIONS (snapshot 'labels');
+
+-- A cold read loads it (one query); then reads are served from memory.
+SELECT count(*), min(id), max(id) FROM labels_ft;
+SELECT * FROM labels_ft WHERE id = 7;
+SELECT label FROM labels_ft ORDER BY id LIMIT 3;
+SELECT calls();
+-- The same rows as snapshot(), the same query count.
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM labels_ft
+	 EXCEPT ALL SELECT * FROM projcache.snapshot('labels') AS t(id int, label text))
+	UNION ALL
+	(SELECT * FROM projcache.snapshot('labels') AS t(id int, label text)
+	 EXCEPT ALL SELECT * FROM labels_ft)) d;
+SELECT calls();
+
+-- The planner's estimate is the snapshot's row count; EXPLAIN names it.
+SELECT estimated_rows('SELECT * FROM snap_fdw.labels_ft');
+EXPLAIN (COSTS OFF) SELECT * FROM labels_ft WHERE id = 7;
+
+-- Joins, and a self-join (two scans of one copy).
+SELECT a.id, b.label FROM labels_ft a JOIN labels_ft b ON b.id = a.id + 1
+ WHERE a.id < 3 ORDER BY a.id;
+SELECT s.id, f.label FROM src s JOIN labels_ft f USING (id) WHERE s.id IN (4, 5) ORDER BY 1;
+-- A scan of another snapshot in the same query.
+SELECT projcache.create_snapshot('ones', 'SELECT 1 AS one UNION ALL SELECT 1', '60s');
+CREATE FOREIGN TABLE ones_ft (one int) SERVER projcache OPTIONS (snapshot 'ones');
+SELECT count(*) FROM labels_ft, ones_ft;
+
+--
+-- Last-good through the foreign table: a failing refresh WARNs and serves
+-- the old rows; a TTL after that failure, one more attempt.
+--
+UPDATE ctl SET fail = true;
+UPDATE src SET label = 'new' WHERE id = 1;
+SELECT projcache.debug_advance_clock('61s');
+SELECT label FROM labels_ft WHERE id = 1;
+SELECT label FROM labels_ft WHERE id = 1;
+SELECT calls();
+SELECT refresh_errors, status FROM projcache.snapshots WHERE name = 'labels';
+UPDATE ctl SET fail = false;
+SELECT projcache.debug_advance_clock('61s');
+SELECT label FROM labels_ft WHERE id = 1;
+SELECT calls();
+
+--
+-- Cold start against a failing source: PC001, then throttled for a TTL.
+--
+UPDATE ctl SET fail = true;
+SELECT projcache.create_snapshot('cold', 'SELECT * FROM snap_fdw.source()', '60s');
+CREATE FOREIGN TABLE cold_ft (id int, label text) SERVER projcache OPTIONS (snapshot 'cold');
+\set VERBOSITY sqlstate
+SELECT count(*) FROM cold_ft;
+SELECT count(*) FROM cold_ft;
+\set VERBOSITY default
+SELECT count(*) FROM cold_ft;
+SELECT calls();
+UPDATE ctl SET fail = false;
+SELECT projcache.debug_advance_clock('61s');
+SELECT count(*) FROM cold_ft;
+
+--
+-- Columns: checked against the recorded types when the scan starts.
+--
+CREATE FOREIGN TABLE wrong_ft (id text, label text) SERVER projcache OPTIONS (snapshot 'labels');
+SELECT * FROM wrong_ft;
+CREATE FOREIGN TABLE short_ft (id int) SERVER projcache OPTIONS (snapshot 'labels');
+SELECT * FROM short_ft;
+-- A dropped column is skipped, a later one takes its place.
+CREATE FOREIGN TABLE moved_ft (id int, old text, label text) SERVER projcache OPTIONS (snapshot 'labels');
+ALTER FOREIGN TABLE moved_ft DROP COLUMN old;
+SELECT * FROM moved_ft ORDER BY id LIMIT 2;
+-- Only tableoid among the system columns.
+SELECT tableoid::regclass, id FROM labels_ft ORDER BY id LIMIT 1;
+SELECT ctid FROM labels_ft;
+SELECT xmin FROM labels_ft;
+
+--
+-- Writes are refused.
+--
+INSERT INTO labels_ft VALUES (100, 'x');
+UPDATE labels_ft SET label = 'x';
+DELETE FROM labels_ft;
+TRUNCATE labels_ft;
+SELECT is_insertable_into FROM information_schema.tables
+ WHERE table_schema = 'snap_fdw' AND table_name = 'labels_ft';
+
+--
+-- Options: a foreign table needs the snapshot option, and takes no other;
+-- the server and wrapper take none.
+--
+CREATE FOREIGN TABLE noopt_ft (id int) SERVER projcache;
+CREATE FOREIGN TABLE badopt_ft (id int) SERVER projcache OPTIONS (snapshot 'labels', mode 'x');
+CREATE FOREIGN TABLE empty_ft (id int) SERVER projcache OPTIONS (snapshot '');
+ALTER SERVER projcache OPTIONS (host 'x');
+ALTER FOREIGN TABLE labels_ft OPTIONS (DROP snapshot);
+
+--
+-- A snapshot that does not exist (never, or dropped under the table).
+--
+CREATE FOREIGN TABLE nothing_ft (id int) SERVER projcache OPTIONS (snapshot 'nothing');
+SELECT * FROM nothing_ft;
+EXPLAIN (COSTS OFF) SELECT * FROM nothing_ft;
+SELECT projcache.drop_snapshot('ones');
+SELECT * FROM ones_ft;
+-- Registered again, with other columns: the table is checked against them.
+SELECT projcache.create_snapshot('ones', $$SELECT 'x'::text AS one$$, '60s');
+SELECT * FROM ones_ft;
+
+--
+-- IMPORT FOREIGN SCHEMA: one table per snapshot, with its columns.
+--
+CREATE SCHEMA snap_fdw_imp;
+IMPORT FOREIGN SCHEMA projcache LIMIT TO (labels, nothing) FROM SERVER projcache INTO snap_fdw_imp;
+SELECT foreign_table_name FROM information_schema.foreign_tables
+ WHERE foreign_table_schema = 'snap_fdw_imp' ORDER BY 1;
+\d snap_fdw_imp.labels
+SELECT count(*) FROM snap_fdw_imp.labels;
+IMPORT FOREIGN SCHEMA projcache EXCEPT (labels) FROM SERVER projcache INTO snap_fdw_imp;
+SELECT foreign_table_name FROM information_schema.foreign_tables
+ WHERE foreign_table_schema = 'snap_fdw_imp' ORDER BY 1;
+IMPORT FOREIGN SCHEMA public FROM SERVER projcache INTO snap_fdw_imp;
+
+--
+-- Privileges: the reader's grant, checked at every scan; a view reads as
+-- its owner.
+--
+CREATE ROLE regress_fdw_reader;
+CREATE ROLE regress_fdw_other;
+CREATE ROLE regress_fdw_viewer;
+GRANT USAGE ON SCHEMA snap_fdw, snap_fdw_imp TO regress_fdw_reader, regress_fdw_other, regress_fdw_viewer;
+GRANT SELECT ON labels_ft TO regress_fdw_reader, regress_fdw_other;
+CREATE VIEW labels_v AS SELECT id, label FROM labels_ft;
+GRANT SELECT ON labels_v TO regress_fdw_viewer;
+
+SET ROLE regress_fdw_reader;
+SELECT count(*) FROM labels_ft;
+RESET ROLE;
+SELECT projcache.grant_snapshot('labels', 'regress_fdw_reader');
+SET ROLE regress_fdw_reader;
+SELECT count(*) FROM labels_ft;
+-- SET ROLE to a role without the grant, in the same session.
+SET ROLE regress_fdw_other;
+SELECT count(*) FROM labels_ft;
+SET ROLE regress_fdw_reader;
+SELECT count(*) FROM labels_ft;
+RESET ROLE;
+-- A revoke takes effect at once.
+SELECT projcache.revoke_snapshot('labels', 'regress_fdw_reader');
+SET ROLE regress_fdw_reader;
+SELECT count(*) FROM labels_ft;
+RESET ROLE;
+-- Through a view, the view's owner (a superuser here) reads it.
+SET ROLE regress_fdw_viewer;
+SELECT count(*) FROM labels_v;
+RESET ROLE;
+ALTER VIEW labels_v OWNER TO regress_fdw_other;
+GRANT SELECT ON labels_ft TO regress_fdw_other;
+SET ROLE regress_fdw_viewer;
+SELECT count(*) FROM labels_v;
+RESET ROLE;
+-- IMPORT brings only the snapshots the caller may read.
+GRANT USAGE ON FOREIGN SERVER projcache TO regress_fdw_reader;
+SELECT projcache.grant_snapshot('cold', 'regress_fdw_reader');
+CREATE SCHEMA snap_fdw_mine AUTHORIZATION regress_fdw_reader;
+SET ROLE regress_fdw_reader;
+IMPORT FOREIGN SCHEMA projcache FROM SERVER projcache INTO snap_fdw_mine;
+SELECT foreign_table_name FROM information_schema.foreign_tables
+ WHERE foreign_table_schema = 'snap_fdw_mine' ORDER BY 1;
+RESET ROLE;
+
+SELECT projcache.drop_snapshot(name) FROM projcache.snapshot_registry
+ WHERE name IN ('labels', 'ones', 'cold') ORDER BY name;
+DROP SCHEMA snap_fdw_mine CASCADE;
+DROP SCHEMA snap_fdw_imp CASCADE;
+DROP SCHEMA snap_fdw CASCADE;
+REVOKE ALL ON FOREIGN SERVER projcache FROM regress_fdw_reader;
+DROP ROLE regress_fdw_reader, regress_fdw_other, regress_fdw_viewer;
