@@ -113,6 +113,7 @@ pc_shmem_startup(void)
 		pg_atomic_init_u32(&shared->room_wanted, 0);
 		pg_atomic_init_u64(&shared->clock_offset_ms, 0);
 		pg_atomic_init_u64(&shared->config_generation, 0);
+		pg_atomic_init_u64(&shared->registry_generation, 0);
 		pg_atomic_init_u64(&shared->memory_used, 0);
 		pg_atomic_init_u64(&shared->nentries, 0);
 		pg_atomic_init_u64(&shared->entry_serial, 0);

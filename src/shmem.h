@@ -63,7 +63,7 @@ typedef enum PcCounter
  * - the DSA's own lock: its allocator.
  * - counters, memory_used (DSA bytes taken, as pc_dsa_footprint counts
  *	 them), clock_offset_ms, ring_overflow,
- *	 config_generation: atomics.
+ *	 config_generation, registry_generation: atomics.
  * ----------------------------------------------------------------
  */
 typedef struct PcRequestRing
@@ -87,6 +87,9 @@ typedef struct PcShared
 	pg_atomic_uint64 clock_offset_ms;	/* projcache.debug_clock */
 	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads
 										 * its settings */
+	pg_atomic_uint64 registry_generation;	/* bumped after a transaction
+											 * that changed a snapshot
+											 * registry commits */
 	/* written often: keep off the line of the fields above */
 	char		pad[PG_CACHE_LINE_SIZE];
 	pg_atomic_uint64 counters[PC_NUM_COUNTERS];

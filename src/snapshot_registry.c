@@ -1,16 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot_registry.c
- *	  The snapshot registry: reading and changing registrations, checking
- *	  their arguments, creating the view behind each snapshot, and what a
- *	  transaction registered or dropped.
+ *	  The snapshot registry: reading and changing registrations, each
+ *	  backend's cache of them for readers, checking their arguments,
+ *	  creating the view behind each snapshot, and what a transaction
+ *	  registered or dropped.
  *
  * Registrations live in projcache.snapshot_registry, one table per
  * database, not readable by PUBLIC: it is read and written here as the
  * bootstrap superuser, and callers check the caller's own rights against
  * what it returns.  Each registration is backed by a view,
  * projcache.snapshot_<id>, owned by the snapshot's owner (see
- * pc_snap_create_view).
+ * pc_snap_create_view).  Reads go through a per-backend cache of
+ * registrations and of who may read them, kept right by a shared
+ * generation and catalog invalidations (see "The readers' cache").
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -37,12 +40,15 @@
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
+#include "port/atomics.h"
 #include "storage/ipc.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
@@ -152,27 +158,67 @@ oid_array(Datum d, int *n)
 	return oids;
 }
 
+/* Registrations made by the current transaction (TopTransactionContext). */
+static List *created_snapshots = NIL;
+
+/* Did the current transaction change the registry?  See the readers' cache. */
+static bool registry_changed = false;
+
+static void register_xact_callback(void);
+static void regcache_set_callbacks(void);
+
+/* pc_registry_has_views()'s answer, until an invalidation (see below) */
+static bool has_views_known = false;
+static bool has_views;
+static Oid	registry_relid = InvalidOid;	/* what it was computed for */
+
+/* Bumped by every invalidation callback of the readers' cache (below). */
+static uint64 regcache_invals = 0;
+
 /*
  * Does this database's registry have the columns of the 1.0.1 SQL?  The
- * library also serves a database whose extension is still at 1.0.
+ * library also serves a database whose extension is still at 1.0.  The
+ * answer is kept until a relcache invalidation of the registry (ALTER
+ * EXTENSION UPDATE alters it), as the readers' cache below is.
  */
 bool
 pc_registry_has_views(void)
 {
-	Oid			nsp = get_namespace_oid("projcache", true);
-	Oid			rel;
+	uint64		invals;
+	Oid			nsp;
+	bool		answer;
 
-	if (!OidIsValid(nsp))
-		return false;
-	rel = get_relname_relid("snapshot_registry", nsp);
-	return OidIsValid(rel) && get_attnum(rel, "view") != InvalidAttrNumber;
+	regcache_set_callbacks();
+	if (has_views_known)
+		return has_views;
+	invals = regcache_invals;
+	nsp = get_namespace_oid("projcache", true);
+	registry_relid = OidIsValid(nsp) ?
+		get_relname_relid("snapshot_registry", nsp) : InvalidOid;
+	answer = OidIsValid(registry_relid) &&
+		get_attnum(registry_relid, "view") != InvalidAttrNumber;
+	/* An invalidation taken in meanwhile may have made it stale. */
+	if (regcache_invals == invals)
+	{
+		has_views = answer;
+		has_views_known = true;
+	}
+	return answer;
 }
 
 /* Planned once per backend, per registry shape: every snapshot() runs it. */
 static SPIPlanPtr registry_lookup_plans[2];
 
-/* Registrations made by the current transaction (TopTransactionContext). */
-static List *created_snapshots = NIL;
+static bool
+created_by_this_xact(int64 id)
+{
+	ListCell   *lc;
+
+	foreach(lc, created_snapshots)
+		if (*(int64 *) lfirst(lc) == id)
+			return true;
+	return false;
+}
 
 /*
  * Read a registration.  The registry is not readable by PUBLIC, so this
@@ -243,7 +289,6 @@ pc_registry_lookup(const char *name, bool missing_ok)
 		Datum		d;
 		int			n;
 		int			i;
-		ListCell   *lc;
 
 		reg = palloc0(sizeof(SnapReg));
 		reg->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
@@ -266,9 +311,7 @@ pc_registry_lookup(const char *name, bool missing_ok)
 		reg->view = isnull ? InvalidOid : DatumGetObjectId(d);
 		d = SPI_getbinval(tup, desc, 10, &isnull);
 		reg->bind_error = isnull ? NULL : TextDatumGetCString(d);
-		foreach(lc, created_snapshots)
-			if (*(int64 *) lfirst(lc) == reg->id)
-				reg->created_here = true;
+		reg->created_here = created_by_this_xact(reg->id);
 		MemoryContextSwitchTo(oldcxt);
 	}
 	PopActiveSnapshot();
@@ -284,7 +327,8 @@ pc_registry_lookup(const char *name, bool missing_ok)
 
 /*
  * Run a statement on the registry as the bootstrap superuser.  Returns the
- * number of rows it affected.
+ * number of rows it affected.  The transaction counts as having changed
+ * the registry (pc_registry_changed), even if the statement fails.
  */
 uint64
 pc_registry_modify(const char *sql, int nargs, Oid *argtypes, Datum *args)
@@ -293,6 +337,7 @@ pc_registry_modify(const char *sql, int nargs, Oid *argtypes, Datum *args)
 	int			ret;
 	uint64		nrows;
 
+	pc_registry_changed();
 	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -330,6 +375,355 @@ pc_snap_check_reader(SnapReg *reg)
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for snapshot \"%s\"", reg->name),
 			 errhint("The snapshot's owner can allow it with projcache.grant_snapshot().")));
+}
+
+/* ----------------------------------------------------------------
+ * The readers' cache of registrations
+ *
+ * Each projcache.snapshot() call needs its registration and the verdict
+ * "may the current user read it".  Asking the registry (an SPI query as
+ * the bootstrap superuser) and has_privs_of_role() for each reader every
+ * time costs more than serving a small snapshot, so each backend keeps
+ * both: the registration by name, and the users it found allowed to read
+ * it.  What an entry depends on, and what drops it:
+ *
+ *	 - The registry row.  Rows change by DML, which sends no invalidation,
+ *	   so every function that changes the registry marks its transaction
+ *	   (pc_registry_changed), and such a transaction bumps
+ *	   PcShared.registry_generation once it has committed.  A read that
+ *	   finds the generation moved drops the whole cache.  The generation is
+ *	   read before the registry is, so an entry read from a state older
+ *	   than a commit carries the generation before that commit's bump, and
+ *	   goes at the next read.  A transaction that changed the registry
+ *	   neither uses nor fills the cache: what it sees is not committed, and
+ *	   may be rolled back, also to a savepoint.  It drops the cache when it
+ *	   changes the registry and when it ends.  A prepared one sends a
+ *	   relcache invalidation of the registry instead: COMMIT PREPARED,
+ *	   wherever it runs, delivers it to every backend.
+ *	 - The owner, the owner of the backing view: a relcache invalidation of
+ *	   the view (ALTER VIEW OWNER, REASSIGN OWNED, DROP ... CASCADE) drops
+ *	   the entry.
+ *	 - The verdicts: role memberships and role attributes (superuser,
+ *	   inherit).  Any pg_auth_members or pg_authid invalidation forgets all
+ *	   verdicts.  They are kept per user id (GetUserId()), so SET ROLE and
+ *	   SECURITY DEFINER functions are checked for their own user.
+ *	 - The registry's shape: a relcache invalidation of the registry table
+ *	   (ALTER EXTENSION UPDATE's ALTER TABLE, DROP EXTENSION) or of every
+ *	   relation (InvalidOid, after an invalidation queue overflow) drops
+ *	   everything, pc_registry_has_views() included.
+ *
+ * Each read takes in pending invalidations first (AcceptInvalidationMessages),
+ * so what another backend committed is seen by the next read, as when each
+ * read asked the registry.  "Not found" is never cached: a registration
+ * that pg_restore inserts directly is found at once.  An UPDATE or DELETE
+ * of projcache.snapshot_registry by hand is not seen by the caches of other
+ * backends until their next invalidation.
+ *
+ * Callbacks only set flags: entries are freed at the start of a read, never
+ * under a caller.  An entry or verdict is stored only if no invalidation
+ * came in while it was worked out (catalog reads take invalidations in);
+ * otherwise the next read works it out again.  Callers get a copy in their
+ * own memory context, which outlives any later drop of the entry.
+ * ----------------------------------------------------------------
+ */
+
+/* Users found allowed to read one registration, at most this many. */
+#define REGCACHE_VERDICTS	8
+
+typedef struct RegCacheEntry
+{
+	char		name[NAMEDATALEN];	/* hash key */
+	bool		valid;			/* false once an invalidation hit it */
+	SnapReg    *reg;			/* one chunk in regcache_cxt */
+	Size		reg_size;
+	uint64		verdict_epoch;	/* allowed[] holds while this is current */
+	int			nallowed;
+	int			next_allowed;	/* the slot to reuse once all are taken */
+	Oid			allowed[REGCACHE_VERDICTS];
+} RegCacheEntry;
+
+static MemoryContext regcache_cxt = NULL;	/* under CacheMemoryContext */
+static HTAB *regcache = NULL;	/* in regcache_cxt */
+static bool regcache_callbacks_set = false;
+static bool regcache_reset_pending = false;
+static uint64 regcache_generation = 0;	/* the registry_generation read */
+static uint64 regcache_verdict_epoch = 0;
+
+/*
+ * A relcache invalidation: of the registry, or of all relations, drops
+ * everything; of a backing view, that snapshot's entry.
+ */
+static void
+regcache_relcache_cb(Datum arg, Oid relid)
+{
+	regcache_invals++;
+	if (!OidIsValid(relid) || relid == registry_relid ||
+		!OidIsValid(registry_relid))
+		has_views_known = false;
+	if (!OidIsValid(relid) || relid == registry_relid)
+		regcache_reset_pending = true;
+	else if (regcache != NULL)
+	{
+		HASH_SEQ_STATUS seq;
+		RegCacheEntry *e;
+
+		hash_seq_init(&seq, regcache);
+		while ((e = (RegCacheEntry *) hash_seq_search(&seq)) != NULL)
+			if (e->reg->view == relid)
+				e->valid = false;
+	}
+}
+
+/* A role or a role membership changed: forget every verdict. */
+static void
+regcache_role_cb(Datum arg, int cacheid, uint32 hashvalue)
+{
+	regcache_invals++;
+	regcache_verdict_epoch++;
+}
+
+static void
+regcache_set_callbacks(void)
+{
+	if (regcache_callbacks_set)
+		return;
+	CacheRegisterRelcacheCallback(regcache_relcache_cb, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, regcache_role_cb, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHOID, regcache_role_cb, (Datum) 0);
+	regcache_callbacks_set = true;
+}
+
+static void
+regcache_reset(void)
+{
+	if (regcache_cxt != NULL)
+		MemoryContextReset(regcache_cxt);
+	regcache = NULL;
+	regcache_reset_pending = false;
+}
+
+static HTAB *
+regcache_table(void)
+{
+	if (regcache_cxt == NULL)
+		regcache_cxt = AllocSetContextCreate(CacheMemoryContext,
+											 "projcache registry cache",
+											 ALLOCSET_SMALL_SIZES);
+	if (regcache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(RegCacheEntry);
+		ctl.hcxt = regcache_cxt;
+		regcache = hash_create("projcache registry cache", 16, &ctl,
+							   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	return regcache;
+}
+
+/*
+ * A SnapReg and all it points to, copied into one chunk of cxt: one pfree
+ * frees it, one memcpy copies it (snapreg_copy).
+ */
+static SnapReg *
+snapreg_flatten(MemoryContext cxt, const SnapReg *src, Size *size)
+{
+	Size		len;
+	SnapReg    *dst;
+	char	   *p;
+	int			i;
+
+	len = MAXALIGN(sizeof(SnapReg)) +
+		MAXALIGN(Max(src->natts, 1) * sizeof(char *)) +
+		MAXALIGN(Max(src->natts, 1) * sizeof(Oid)) +
+		MAXALIGN(Max(src->nreaders, 1) * sizeof(Oid)) +
+		strlen(src->name) + 1 + strlen(src->query) + 1;
+	for (i = 0; i < src->natts; i++)
+		len += strlen(src->colnames[i]) + 1;
+	if (src->bind_error != NULL)
+		len += strlen(src->bind_error) + 1;
+
+	dst = (SnapReg *) MemoryContextAlloc(cxt, len);
+	memcpy(dst, src, sizeof(SnapReg));
+	p = (char *) dst + MAXALIGN(sizeof(SnapReg));
+	dst->colnames = (char **) p;
+	p += MAXALIGN(Max(src->natts, 1) * sizeof(char *));
+	dst->coltypes = (Oid *) p;
+	memcpy(dst->coltypes, src->coltypes, src->natts * sizeof(Oid));
+	p += MAXALIGN(Max(src->natts, 1) * sizeof(Oid));
+	dst->readers = (Oid *) p;
+	memcpy(dst->readers, src->readers, src->nreaders * sizeof(Oid));
+	p += MAXALIGN(Max(src->nreaders, 1) * sizeof(Oid));
+	dst->name = strcpy(p, src->name);
+	p += strlen(p) + 1;
+	dst->query = strcpy(p, src->query);
+	p += strlen(p) + 1;
+	for (i = 0; i < src->natts; i++)
+	{
+		dst->colnames[i] = strcpy(p, src->colnames[i]);
+		p += strlen(p) + 1;
+	}
+	if (src->bind_error != NULL)
+		dst->bind_error = strcpy(p, src->bind_error);
+	*size = len;
+	return dst;
+}
+
+/* The caller's own copy of a flattened SnapReg. */
+static SnapReg *
+snapreg_copy(const SnapReg *flat, Size size)
+{
+	char	   *copy = palloc(size);
+	SnapReg    *reg = (SnapReg *) copy;
+	int			i;
+
+#define REBASE(ptr) (copy + ((const char *) (ptr) - (const char *) flat))
+	memcpy(copy, flat, size);
+	reg->colnames = (char **) REBASE(flat->colnames);
+	for (i = 0; i < flat->natts; i++)
+		reg->colnames[i] = REBASE(flat->colnames[i]);
+	reg->coltypes = (Oid *) REBASE(flat->coltypes);
+	reg->readers = (Oid *) REBASE(flat->readers);
+	reg->name = REBASE(flat->name);
+	reg->query = REBASE(flat->query);
+	if (flat->bind_error != NULL)
+		reg->bind_error = REBASE(flat->bind_error);
+#undef REBASE
+	reg->created_here = created_by_this_xact(reg->id);
+	return reg;
+}
+
+/* Cache a registration; nothing is left behind if this fails. */
+static RegCacheEntry *
+regcache_store(const SnapReg *reg)
+{
+	Size		size;
+	SnapReg    *flat = snapreg_flatten(regcache_cxt, reg, &size);
+	RegCacheEntry *e;
+	bool		found;
+
+	PG_TRY();
+	{
+		e = (RegCacheEntry *) hash_search(regcache, reg->name, HASH_ENTER,
+										  &found);
+	}
+	PG_CATCH();
+	{
+		pfree(flat);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (found)
+		pfree(e->reg);
+	e->valid = true;
+	e->reg = flat;
+	e->reg_size = size;
+	e->verdict_epoch = regcache_verdict_epoch;
+	e->nallowed = 0;
+	e->next_allowed = 0;
+	return e;
+}
+
+/*
+ * The registration of a snapshot that the current user may read: what
+ * pc_registry_lookup() and pc_snap_check_reader() give, with the same
+ * errors, from this backend's cache when it can (see above).  With
+ * missing_ok, NULL if there is no such snapshot.  The result is the
+ * caller's, in its memory context.
+ */
+SnapReg *
+pc_registry_lookup_for_read(const char *name, bool missing_ok)
+{
+	Oid			me = GetUserId();
+	RegCacheEntry *e;
+	SnapReg    *reg;
+	uint64		generation;
+	uint64		invals;
+	int			i;
+
+	/*
+	 * A transaction that changed the registry reads it (and its own
+	 * changes) every time.  A name too long for the cache's key is no
+	 * snapshot's.
+	 */
+	if (registry_changed || pc_shared == NULL || strlen(name) >= NAMEDATALEN)
+	{
+		reg = pc_registry_lookup(name, missing_ok);
+		if (reg != NULL)
+			pc_snap_check_reader(reg);
+		return reg;
+	}
+
+	regcache_set_callbacks();
+	AcceptInvalidationMessages();
+	generation = pg_atomic_read_u64(&pc_shared->registry_generation);
+	if (regcache_reset_pending || generation != regcache_generation)
+	{
+		regcache_reset();
+		regcache_generation = generation;
+	}
+	/* The generation is read before the registry: see above. */
+	pg_read_barrier();
+	invals = regcache_invals;
+
+	e = (RegCacheEntry *) hash_search(regcache_table(), name, HASH_FIND, NULL);
+	if (e != NULL && !e->valid)
+	{
+		pfree(e->reg);
+		(void) hash_search(regcache, name, HASH_REMOVE, NULL);
+		e = NULL;
+	}
+	if (e != NULL)
+		reg = snapreg_copy(e->reg, e->reg_size);
+	else
+	{
+		reg = pc_registry_lookup(name, missing_ok);
+		if (reg == NULL)
+			return NULL;
+		if (regcache_invals == invals)
+			e = regcache_store(reg);
+	}
+
+	if (e != NULL && e->verdict_epoch == regcache_verdict_epoch)
+	{
+		for (i = 0; i < e->nallowed; i++)
+			if (e->allowed[i] == me)
+				return reg;
+	}
+	invals = regcache_invals;
+	pc_snap_check_reader(reg);
+	/* Allowed; remember it unless an invalidation came in meanwhile. */
+	if (e != NULL && regcache_invals == invals)
+	{
+		if (e->verdict_epoch != regcache_verdict_epoch)
+		{
+			e->verdict_epoch = regcache_verdict_epoch;
+			e->nallowed = 0;
+			e->next_allowed = 0;
+		}
+		if (e->nallowed < REGCACHE_VERDICTS)
+			e->allowed[e->nallowed++] = me;
+		else
+		{
+			e->allowed[e->next_allowed] = me;
+			e->next_allowed = (e->next_allowed + 1) % REGCACHE_VERDICTS;
+		}
+	}
+	return reg;
+}
+
+/*
+ * Note that the current transaction is about to change the registry: it
+ * bypasses the readers' cache from now on, drops it now and when it ends,
+ * and moves the shared generation once it has committed.
+ */
+void
+pc_registry_changed(void)
+{
+	register_xact_callback();
+	registry_changed = true;
+	regcache_reset_pending = true;
 }
 
 TupleDesc
@@ -631,6 +1025,12 @@ static bool drop_callback_registered = false;
  * if it committed, and forget what it registered and dropped.  A prepared
  * transaction would commit later, in another session, where nobody would
  * free those slots: PREPARE is refused.
+ *
+ * If it changed the registry, drop this backend's readers' cache, and
+ * once it has committed (its rows are visible by now) move the shared
+ * generation, so that every backend drops its own.  COMMIT PREPARED runs
+ * no callback of ours: a prepared transaction sends a relcache
+ * invalidation of the registry, which that commit delivers.
  */
 static void
 snapshot_xact_callback(XactEvent event, void *arg)
@@ -641,6 +1041,15 @@ snapshot_xact_callback(XactEvent event, void *arg)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
+	if (event == XACT_EVENT_PRE_PREPARE && registry_changed)
+	{
+		Oid			nsp = get_namespace_oid("projcache", true);
+		Oid			rel = OidIsValid(nsp) ?
+			get_relname_relid("snapshot_registry", nsp) : InvalidOid;
+
+		if (OidIsValid(rel))
+			CacheInvalidateRelcacheByRelid(rel);
+	}
 	if (event == XACT_EVENT_COMMIT)
 	{
 		foreach(lc, dropped_snapshots)
@@ -649,12 +1058,20 @@ snapshot_xact_callback(XactEvent event, void *arg)
 
 			pc_snap_forget(MyDatabaseId, d->name, d->id, d->stamp);
 		}
+		if (registry_changed && pc_shared != NULL)
+			pg_atomic_fetch_add_u64(&pc_shared->registry_generation, 1);
 	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
 	{
 		/* Both lists lived in TopTransactionContext, gone now. */
 		created_snapshots = NIL;
 		dropped_snapshots = NIL;
+		if (registry_changed)
+		{
+			registry_changed = false;
+			regcache_reset_pending = true;
+		}
 	}
 }
 

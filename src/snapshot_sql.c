@@ -414,8 +414,8 @@ snapshot_srf(FunctionCallInfo fcinfo, bool typed)
 	if (PG_ARGISNULL(0))
 		return (Datum) 0;		/* no snapshot, no rows */
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	reg = pc_registry_lookup(name, false);
-	pc_snap_check_reader(reg);
+	/* Cached: no catalog work per read while nothing changed. */
+	reg = pc_registry_lookup_for_read(name, false);
 	if (!pc_snap_desc_matches(reg, rsinfo->setDesc))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
@@ -605,6 +605,7 @@ projcache_bind_registrations(PG_FUNCTION_ARGS)
 	SPI_finish();
 	pc_role_restore(&rs);
 
+	pc_registry_changed();
 	for (i = 0; i < n; i++)
 	{
 		Oid			argtypes[3] = {INT8OID, OIDOID, TEXTOID};
