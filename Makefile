@@ -21,6 +21,7 @@ OBJS = \
 	src/snapshot_load.o \
 	src/snapshot_registry.o \
 	src/snapshot_sql.o \
+	src/snapshot_index.o \
 	src/snapshot_fdw.o
 
 EXTENSION = projcache

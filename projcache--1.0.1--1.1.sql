@@ -115,3 +115,35 @@ COMMENT ON SERVER projcache IS
 
 REVOKE ALL ON FUNCTION projcache.fdw_handler() FROM PUBLIC;
 REVOKE ALL ON FUNCTION projcache.fdw_validator(text[], oid) FROM PUBLIC;
+
+------------------------------------------------------------------------
+-- An optional key index: create_snapshot(name, query, ttl, key) names a
+-- result column; each load indexes the rows by it, and foreign-table
+-- scans probe the index for "key = value".  The function is replaced, not
+-- overloaded, so that create_snapshot(name, query) stays unambiguous; the
+-- privileges granted on it since it was created are carried over.
+------------------------------------------------------------------------
+ALTER TABLE projcache.snapshot_registry ADD COLUMN key_column text;
+
+CREATE TEMPORARY TABLE projcache_saved_acls AS
+	SELECT proacl AS acl FROM pg_catalog.pg_proc
+	 WHERE oid = 'projcache.create_snapshot(text, text, interval)'::pg_catalog.regprocedure;
+
+DROP FUNCTION projcache.create_snapshot(text, text, interval);
+
+CREATE FUNCTION projcache.create_snapshot(name text, query text,
+	ttl interval DEFAULT '60s', key text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'projcache_create_snapshot'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION projcache.create_snapshot(text, text, interval, text) IS
+'Register a snapshot: a read-only query whose rows are cached for ttl, optionally indexed by the result column key; the caller owns it';
+
+REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text) FROM PUBLIC;
+
+UPDATE pg_catalog.pg_proc p SET proacl = s.acl
+  FROM projcache_saved_acls s
+ WHERE s.acl IS NOT NULL
+   AND p.oid = 'projcache.create_snapshot(text, text, interval, text)'::pg_catalog.regprocedure;
+DROP TABLE projcache_saved_acls;

@@ -5,6 +5,7 @@
 # Sourcing it sets
 #   REPO, PGBIN, PG_CONFIG  the source tree (this file's parent's parent) and
 #                           PostgreSQL 15's binaries and pg_config
+#                           ($PROJCACHE_PGBIN, if set, instead of Debian's)
 #   RUN_USER, AS_PG,        the OS user that builds and runs servers, and
 #   AS_ROOT                 command prefixes running as it and as root: when
 #                           root, "postgres" (PostgreSQL refuses to run as
@@ -30,7 +31,10 @@
 #                         last lines and "NAME FAILED (exit N)" on failure
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PGBIN=/usr/lib/postgresql/15/bin
+# PROJCACHE_PGBIN runs everything against another copy of PostgreSQL 15's
+# binaries (a relocated copy of the install, so that one machine can build
+# and test two trees at once without one install replacing the other's).
+PGBIN=${PROJCACHE_PGBIN:-/usr/lib/postgresql/15/bin}
 PG_CONFIG=$PGBIN/pg_config
 
 unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS \

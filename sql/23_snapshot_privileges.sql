@@ -19,7 +19,7 @@ CREATE ROLE regress_snap_noexec;
 -- tested below is the snapshots' own access control.
 GRANT USAGE ON SCHEMA projcache, snap_priv TO regress_snap_owner,
 	regress_snap_reader, regress_snap_other, regress_snap_noexec;
-GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval),
+GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text),
 	projcache.grant_snapshot(text, regrole),
 	projcache.revoke_snapshot(text, regrole),

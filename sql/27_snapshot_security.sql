@@ -10,7 +10,7 @@ CREATE ROLE regress_sec_hog;
 GRANT USAGE ON SCHEMA projcache, snap_sec TO regress_sec_owner,
 	regress_sec_reader, regress_sec_hog;
 GRANT CREATE ON SCHEMA snap_sec TO regress_sec_owner;
-GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval),
+GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text),
 	projcache.grant_snapshot(text, regrole),
 	projcache.revoke_snapshot(text, regrole),
@@ -206,7 +206,7 @@ RESET ROLE;
 -- over, and the old owner can then be dropped.
 CREATE ROLE regress_sec_leaver;
 GRANT USAGE ON SCHEMA projcache TO regress_sec_leaver;
-GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval)
+GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval, text)
 	TO regress_sec_leaver;
 SET ROLE regress_sec_leaver;
 SELECT projcache.create_snapshot('handed', 'SELECT 7 AS seven');

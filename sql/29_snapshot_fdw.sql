@@ -159,6 +159,75 @@ SELECT foreign_table_name FROM information_schema.foreign_tables
 IMPORT FOREIGN SCHEMA public FROM SERVER projcache INTO snap_fdw_imp;
 
 --
+-- The key index: "key = value" probes it (a constant, a parameter, the
+-- inner side of a nested loop); other conditions are filtered.  A refresh
+-- that changed, added and removed rows swaps the index with them.
+--
+CREATE TABLE people (user_id int, name text, team text);
+INSERT INTO people SELECT g, 'user-' || g, 'team-' || (g % 10) FROM generate_series(1, 1000) g;
+INSERT INTO people VALUES (7, 'second seven', 'team-x'), (NULL, 'nobody', 'team-x');
+CREATE TABLE projects (key text PRIMARY KEY, owner_id int);
+INSERT INTO projects VALUES ('alpha', 7), ('beta', 8), ('gamma', 5000), ('delta', NULL);
+SELECT projcache.create_snapshot('people', 'SELECT user_id, name, team FROM snap_fdw.people',
+	'60s', key => 'user_id');
+SELECT key_column FROM projcache.snapshot_registry WHERE name = 'people';
+CREATE FOREIGN TABLE people_ft (user_id int, name text, team text)
+	SERVER projcache OPTIONS (snapshot 'people');
+SELECT count(*) FROM people_ft;
+-- One key, two rows; no row; NULL matches nothing.
+SELECT * FROM people_ft WHERE user_id = 7 ORDER BY name;
+SELECT * FROM people_ft WHERE user_id = 5000;
+SELECT * FROM people_ft WHERE user_id = NULL;
+SELECT count(*) FROM people_ft WHERE user_id IS NULL;
+EXPLAIN (COSTS OFF) SELECT * FROM people_ft WHERE user_id = 7;
+-- Other conditions are filtered, with or without a probe.
+SELECT name FROM people_ft WHERE user_id = 7 AND team = 'team-x';
+EXPLAIN (COSTS OFF) SELECT * FROM people_ft WHERE user_id > 995;
+SELECT user_id FROM people_ft WHERE user_id > 995 ORDER BY 1;
+EXPLAIN (COSTS OFF) SELECT * FROM people_ft WHERE user_id::text = '7';
+-- A parameter, as a prepared statement sends it.
+PREPARE by_user(int) AS SELECT name FROM people_ft WHERE user_id = $1 ORDER BY name;
+EXECUTE by_user(42);
+EXECUTE by_user(7);
+SET plan_cache_mode = force_generic_plan;
+EXPLAIN (COSTS OFF) EXECUTE by_user(42);
+EXECUTE by_user(43);
+RESET plan_cache_mode;
+-- The inner side of a nested loop probes once per outer row.
+SET enable_hashjoin = off;
+SET enable_mergejoin = off;
+EXPLAIN (COSTS OFF)
+SELECT p.key, g.name FROM projects p JOIN people_ft g ON g.user_id = p.owner_id;
+SELECT p.key, g.name FROM projects p JOIN people_ft g ON g.user_id = p.owner_id ORDER BY 1, 2;
+SELECT p.key, g.name FROM projects p LEFT JOIN people_ft g ON g.user_id = p.owner_id ORDER BY 1, 2;
+RESET enable_hashjoin;
+RESET enable_mergejoin;
+-- A refresh that changed, added and removed rows: the index follows.
+UPDATE people SET name = 'renamed' WHERE user_id = 42;
+DELETE FROM people WHERE user_id IN (7, 8);
+INSERT INTO people VALUES (5000, 'newcomer', 'team-new');
+SELECT projcache.refresh_snapshot('people');
+SELECT * FROM people_ft WHERE user_id = 42;
+SELECT * FROM people_ft WHERE user_id = 7;
+SELECT * FROM people_ft WHERE user_id = 5000;
+SELECT p.key, g.name FROM projects p JOIN people_ft g ON g.user_id = p.owner_id ORDER BY 1;
+-- The index counts in the snapshot's bytes: larger than without it.
+SELECT projcache.create_snapshot('people_plain', 'SELECT user_id, name, team FROM snap_fdw.people', '60s');
+SELECT count(*) FROM projcache.snapshot('people_plain') AS t(user_id int, name text, team text);
+SELECT i.bytes > p.bytes AS index_counted
+  FROM projcache.snapshots i, projcache.snapshots p
+ WHERE i.name = 'people' AND p.name = 'people_plain';
+-- A text key, and keys that cannot be.
+SELECT projcache.create_snapshot('by_name', 'SELECT name, user_id FROM snap_fdw.people', '60s', key => 'name');
+CREATE FOREIGN TABLE by_name_ft (name text, user_id int) SERVER projcache OPTIONS (snapshot 'by_name');
+SELECT user_id FROM by_name_ft WHERE name = 'user-9';
+SELECT user_id FROM by_name_ft WHERE name = 'user-9' COLLATE "C";
+SELECT projcache.create_snapshot('bad_key', 'SELECT user_id FROM snap_fdw.people', '60s', key => 'nope');
+SELECT projcache.create_snapshot('bad_type', $$SELECT '(1,2)'::point AS p$$, '60s', key => 'p');
+SELECT projcache.drop_snapshot(name) FROM projcache.snapshot_registry
+ WHERE name IN ('people', 'people_plain', 'by_name') ORDER BY name;
+
+--
 -- Privileges: the reader's grant, checked at every scan; a view reads as
 -- its owner.
 --

@@ -10,6 +10,7 @@
 #ifndef PROJCACHE_SNAPSHOT_H
 #define PROJCACHE_SNAPSHOT_H
 
+#include "lib/stringinfo.h"
 #include "shmem.h"
 #include "utils/timestamp.h"
 
@@ -101,8 +102,47 @@ extern bool pc_snap_types_match(int natts, const Oid *coltypes,
 								TupleDesc desc);
 extern PcLoadStatus pc_snap_load(Oid owner, Oid view, const char *query,
 								 const char *name, int natts,
-								 const Oid *coltypes, PcSnapRef ref,
-								 char **error, int *sqlerrcode);
+								 const Oid *coltypes, int key_attno,
+								 PcSnapRef ref, char **error,
+								 int *sqlerrcode);
+
+/* ----------------------------------------------------------------
+ * The key index of a snapshot (snapshot_index.c)
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * A snapshot registered with a key column carries, after its rows and in
+ * the same chunk, a hash index from the key's hash to its rows: a header,
+ * then uint32 buckets[nbuckets] (first row + 1 of each chain, 0 if none),
+ * uint32 next[nrows] (next row + 1 in the chain), uint32 hashes[nrows] and
+ * uint64 offsets[nrows] (each row's place in the chunk).  A trailer at the
+ * very end of the chunk says where the header is.  Rows whose key is NULL
+ * are in no chain.
+ */
+typedef struct PcSnapIndex
+{
+	uint32		magic;
+	uint32		nbuckets;		/* a power of two */
+	uint64		nrows;
+} PcSnapIndex;
+
+typedef struct PcSnapIndexProbe
+{
+	const PcSnapIndex *index;
+	uint32		hash;
+	uint32		next;			/* next row + 1 to look at, 0: done */
+} PcSnapIndexProbe;
+
+extern bool pc_snap_key_hashable(Oid type);
+extern uint32 pc_snap_key_hash(Oid type, Datum value);
+extern void pc_snap_append_index(StringInfo chunk, uint64 nrows,
+								 const uint64 *offsets, const uint32 *hashes,
+								 const bool *null_keys);
+extern const PcSnapIndex *pc_snap_find_index(const char *chunk, Size size);
+extern void pc_snap_probe_begin(PcSnapIndexProbe *probe,
+								const PcSnapIndex *index, uint32 hash);
+extern bool pc_snap_probe_next(PcSnapIndexProbe *probe, uint64 *offset);
 extern PGDLLEXPORT void pc_snapshot_load_main(Datum main_arg);
 
 
@@ -128,6 +168,7 @@ typedef struct SnapReg
 	Oid		   *readers;
 	Oid			view;			/* backing view; InvalidOid under 1.0 SQL */
 	char	   *bind_error;		/* why 1.0.1 could not bind it, or NULL */
+	int			key_attno;		/* key column (1-based), or 0: no key index */
 	bool		created_here;	/* registered by the current transaction */
 } SnapReg;
 

@@ -31,6 +31,7 @@
 #include "access/htup_details.h"
 #include "access/reloptions.h"
 #include "access/sysattr.h"
+#include "access/table.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_foreign_table.h"
 #include "commands/defrem.h"
@@ -41,12 +42,16 @@
 #include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/pathnode.h"
 #include "optimizer/planmain.h"
+#include "optimizer/paths.h"
 #include "optimizer/restrictinfo.h"
+#include "utils/typcache.h"
 #include "utils/acl.h"
 #include "utils/array.h"
+#include "utils/pg_locale.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -72,7 +77,28 @@ typedef struct SnapScanState
 	HeapTupleData tuple;		/* points into blob: the row being returned */
 	/* when the foreign table has dropped columns: rows are placed */
 	TupleTableSlot *stored_slot;
+
+	/* a probe of the key index, when the plan uses it */
+	ExprState  *key_expr;		/* the value the key must equal */
+	Oid			key_type;
+	const PcSnapIndex *index;	/* NULL: scan every row (the qual filters) */
+	bool		probing;		/* the probe below is set up for this scan */
+	PcSnapIndexProbe probe;
 } SnapScanState;
+
+/* What planning found out about a foreign table (baserel->fdw_private). */
+typedef struct SnapPlanInfo
+{
+	char	   *name;
+	AttrNumber	key_attnum;		/* the key column in the foreign table, or 0 */
+	char	   *key_column;
+	Oid			key_eq_opr;		/* its type's default equality operator */
+} SnapPlanInfo;
+
+/* fdw_private of a ForeignScan: name, key column or "", index used (0/1) */
+#define FDW_PRIVATE_NAME		0
+#define FDW_PRIVATE_KEY			1
+#define FDW_PRIVATE_PROBE		2
 
 /* The snapshot option of a foreign table. */
 static char *
@@ -109,6 +135,7 @@ static void
 snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
 	char	   *name = snapshot_option(foreigntableid);
+	SnapPlanInfo *plan_info;
 	SnapReg    *reg;
 	PcSnapInfo	info;
 	AttrNumber	attno;
@@ -127,6 +154,9 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 				 errdetail("Snapshot rows have no system columns but tableoid.")));
 	}
 
+	plan_info = palloc0(sizeof(SnapPlanInfo));
+	plan_info->name = name;
+	baserel->fdw_private = plan_info;
 	baserel->rows = PC_FDW_UNKNOWN_ROWS;
 	reg = pc_registry_lookup(name, true);
 	if (reg != NULL &&
@@ -134,19 +164,151 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 		info.loaded)
 		baserel->rows = Max(info.rows, 1);
 	baserel->tuples = baserel->rows;
+
+	/*
+	 * The key column, matched by position among the table's columns (the
+	 * scan checks that the types are the snapshot's).
+	 */
+	if (reg != NULL && reg->key_attno > 0)
+	{
+		Relation	rel = table_open(foreigntableid, NoLock);
+		TupleDesc	desc = RelationGetDescr(rel);
+		int			n = 0;
+		int			i;
+
+		for (i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (att->attisdropped)
+				continue;
+			if (++n == reg->key_attno &&
+				att->atttypid == reg->coltypes[reg->key_attno - 1])
+			{
+				plan_info->key_attnum = att->attnum;
+				plan_info->key_column = pstrdup(NameStr(att->attname));
+				plan_info->key_eq_opr =
+					lookup_type_cache(att->atttypid, TYPECACHE_EQ_OPR)->eq_opr;
+			}
+		}
+		table_close(rel, NoLock);
+	}
 }
 
+/*
+ * Is the clause "key = value", with the key type's own equality operator,
+ * under a deterministic collation, and value not depending on this
+ * relation nor volatile?  Then returns value.
+ */
+static Expr *
+key_clause_value(RelOptInfo *baserel, SnapPlanInfo *plan_info,
+				 RestrictInfo *rinfo)
+{
+	OpExpr	   *op = (OpExpr *) rinfo->clause;
+	Node	   *left;
+	Node	   *right;
+	Node	   *value;
+
+	if (!IsA(op, OpExpr) || list_length(op->args) != 2 ||
+		op->opno != plan_info->key_eq_opr)
+		return NULL;
+	if (OidIsValid(op->inputcollid) &&
+		!get_collation_isdeterministic(op->inputcollid))
+		return NULL;
+	left = linitial(op->args);
+	right = lsecond(op->args);
+	if (IsA(left, Var) && ((Var *) left)->varno == baserel->relid &&
+		((Var *) left)->varattno == plan_info->key_attnum &&
+		((Var *) left)->varlevelsup == 0)
+		value = right;
+	else if (IsA(right, Var) && ((Var *) right)->varno == baserel->relid &&
+			 ((Var *) right)->varattno == plan_info->key_attnum &&
+			 ((Var *) right)->varlevelsup == 0)
+		value = left;
+	else
+		return NULL;
+	if (bms_is_member(baserel->relid, pull_varnos(NULL, value)) ||
+		contain_volatile_functions(value))
+		return NULL;
+	return (Expr *) value;
+}
+
+/* For generate_implied_equalities_for_column: is em the key column? */
+static bool
+key_member(PlannerInfo *root, RelOptInfo *rel, EquivalenceClass *ec,
+		   EquivalenceMember *em, void *arg)
+{
+	SnapPlanInfo *plan_info = (SnapPlanInfo *) arg;
+	Var		   *var = (Var *) em->em_expr;
+
+	return IsA(var, Var) && var->varno == rel->relid &&
+		var->varattno == plan_info->key_attnum && var->varlevelsup == 0;
+}
+
+/*
+ * A full scan; with a key index, a probe for each "key = value" qual, and
+ * a parameterized probe for each join clause on the key (the inner side of
+ * a nested loop).  A path's fdw_private holds the value it probes for.
+ */
 static void
 snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
+	SnapPlanInfo *plan_info = (SnapPlanInfo *) baserel->fdw_private;
 	/* Rows are copied out once, then each costs less than a heap tuple. */
 	Cost		startup = 1;
 	Cost		run = baserel->rows * cpu_tuple_cost * 0.5;
+	Cost		probe = cpu_operator_cost * 4;
+	List	   *join_clauses;
+	ListCell   *lc;
 
 	add_path(baserel, (Path *)
 			 create_foreignscan_path(root, baserel, NULL, baserel->rows,
 									 startup, startup + run,
 									 NIL, NULL, NULL, NIL));
+	if (plan_info->key_attnum == 0)
+		return;
+
+	foreach(lc, baserel->baserestrictinfo)
+	{
+		Expr	   *value = key_clause_value(baserel, plan_info, lfirst(lc));
+
+		if (value == NULL || !bms_is_empty(pull_varnos(root, (Node *) value)))
+			continue;
+		add_path(baserel, (Path *)
+				 create_foreignscan_path(root, baserel, NULL, 1,
+										 startup, startup + probe,
+										 NIL, NULL, NULL,
+										 list_make1(value)));
+	}
+
+	join_clauses = list_copy(baserel->joininfo);
+	join_clauses = list_concat(join_clauses,
+							   generate_implied_equalities_for_column(root, baserel,
+																	  key_member,
+																	  plan_info,
+																	  baserel->lateral_referencers));
+	foreach(lc, join_clauses)
+	{
+		RestrictInfo *rinfo = lfirst(lc);
+		Expr	   *value = key_clause_value(baserel, plan_info, rinfo);
+		Relids		required_outer;
+		ParamPathInfo *param_info;
+
+		if (value == NULL ||
+			!join_clause_is_movable_to(rinfo, baserel))
+			continue;
+		required_outer = bms_union(rinfo->clause_relids, baserel->lateral_relids);
+		required_outer = bms_del_member(required_outer, baserel->relid);
+		if (bms_is_empty(required_outer))
+			continue;
+		param_info = get_baserel_parampathinfo(root, baserel, required_outer);
+		add_path(baserel, (Path *)
+				 create_foreignscan_path(root, baserel, NULL,
+										 clamp_row_est(param_info->ppi_rows),
+										 startup, startup + probe,
+										 NIL, required_outer, NULL,
+										 list_make1(value)));
+	}
 }
 
 static ForeignScan *
@@ -154,10 +316,17 @@ snap_get_plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 			  ForeignPath *best_path, List *tlist, List *scan_clauses,
 			  Plan *outer_plan)
 {
-	/* Every qual is checked by the executor. */
+	SnapPlanInfo *plan_info = (SnapPlanInfo *) baserel->fdw_private;
+	List	   *probe_value = best_path->fdw_private;
+
+	/* Every qual is checked by the executor, the probed one too. */
 	scan_clauses = extract_actual_clauses(scan_clauses, false);
-	return make_foreignscan(tlist, scan_clauses, baserel->relid, NIL,
-							list_make1(makeString(snapshot_option(foreigntableid))),
+	return make_foreignscan(tlist, scan_clauses, baserel->relid,
+							probe_value,
+							list_make3(makeString(plan_info->name),
+									   makeString(plan_info->key_column ?
+												  plan_info->key_column : ""),
+									   makeInteger(probe_value != NIL)),
 							NIL, NIL, outer_plan);
 }
 
@@ -167,22 +336,22 @@ snap_get_plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
  */
 
 /*
- * Check the reader's grant, as the user the table's privileges are checked
- * for (a view's owner, when a view reads the foreign table).
+ * The registration, if the reader may read it: the reader is the user the
+ * table's privileges are checked for (a view's owner, when a view reads
+ * the foreign table).  From the backend's cache while nothing changed.
  */
-static void
-check_reader_as(SnapReg *reg, Oid userid)
+static SnapReg *
+lookup_for_reader(const char *name, Oid userid)
 {
 	RoleSwitch	rs;
+	SnapReg    *reg;
 
 	if (!OidIsValid(userid) || userid == GetUserId())
-	{
-		pc_snap_check_reader(reg);
-		return;
-	}
+		return pc_registry_lookup_for_read(name, false);
 	pc_role_switch(&rs, userid);
-	pc_snap_check_reader(reg);
+	reg = pc_registry_lookup_for_read(name, false);
 	pc_role_restore(&rs);
+	return reg;
 }
 
 static void
@@ -196,13 +365,12 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	int			i;
 
 	node->fdw_state = st;
-	st->name = strVal(linitial(plan->fdw_private));
+	st->name = strVal(list_nth(plan->fdw_private, FDW_PRIVATE_NAME));
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
 
 	pc_require_loaded();
-	st->reg = pc_registry_lookup(st->name, false);
-	check_reader_as(st->reg, rte->checkAsUser);
+	st->reg = lookup_for_reader(st->name, rte->checkAsUser);
 	if (!pc_snap_desc_matches(st->reg, desc))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
@@ -221,6 +389,43 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 
 	pc_snap_current_rows(st->reg, &st->blob, &st->size, &st->nrows);
 	pc_snap_pin_copy(st->blob);
+
+	/* Without its index (not expected), every row is read and filtered. */
+	if (plan->fdw_exprs != NIL && st->reg->key_attno > 0)
+	{
+		st->index = pc_snap_find_index(st->blob, st->size);
+		st->key_type = st->reg->coltypes[st->reg->key_attno - 1];
+		st->key_expr = ExecInitExpr(linitial(plan->fdw_exprs),
+									(PlanState *) node);
+	}
+}
+
+/* The next row's place in the blob, by the key index; false at the end. */
+static bool
+next_probed_row(ForeignScanState *node, SnapScanState *st, Size *offset)
+{
+	uint64		found;
+
+	if (!st->probing)
+	{
+		ExprContext *econtext = node->ss.ps.ps_ExprContext;
+		bool		isnull;
+		Datum		value;
+
+		value = ExecEvalExprSwitchContext(st->key_expr, econtext, &isnull);
+		st->probing = true;
+		if (isnull)
+		{
+			st->probe.next = 0; /* NULL equals nothing */
+			return false;
+		}
+		pc_snap_probe_begin(&st->probe, st->index,
+							pc_snap_key_hash(st->key_type, value));
+	}
+	if (!pc_snap_probe_next(&st->probe, &found))
+		return false;
+	*offset = (Size) found;
+	return true;
 }
 
 /*
@@ -239,11 +444,22 @@ snap_iterate(ForeignScanState *node)
 	MinimalTuple mt;
 
 	ExecClearTuple(slot);
-	if (st->next_row >= st->nrows || st->offset >= st->size)
-		return slot;
-	mt = (MinimalTuple) (st->blob + st->offset);
-	st->offset += MAXALIGN(mt->t_len);
-	st->next_row++;
+	if (st->index != NULL)
+	{
+		Size		offset;
+
+		if (!next_probed_row(node, st, &offset))
+			return slot;
+		mt = (MinimalTuple) (st->blob + offset);
+	}
+	else
+	{
+		if (st->next_row >= st->nrows || st->offset >= st->size)
+			return slot;
+		mt = (MinimalTuple) (st->blob + st->offset);
+		st->offset += MAXALIGN(mt->t_len);
+		st->next_row++;
+	}
 
 	if (st->stored_slot == NULL)
 	{
@@ -287,6 +503,7 @@ snap_rescan(ForeignScanState *node)
 
 	st->offset = 0;
 	st->next_row = 0;
+	st->probing = false;		/* the value may have changed (a new param) */
 }
 
 static void
@@ -304,16 +521,26 @@ snap_end_scan(ForeignScanState *node)
 	pc_snap_trim_local_copy();
 }
 
-/* EXPLAIN: the snapshot's name and what its slot holds now. */
+/*
+ * EXPLAIN: the snapshot's name, whether the key index is probed, and what
+ * its slot holds now.
+ */
 static void
 snap_explain(ForeignScanState *node, ExplainState *es)
 {
 	SnapScanState *st = (SnapScanState *) node->fdw_state;
+	ForeignScan *plan = (ForeignScan *) node->ss.ps.plan;
 	SnapReg    *reg = st->reg ? st->reg : pc_registry_lookup(st->name, true);
+	char	   *key = strVal(list_nth(plan->fdw_private, FDW_PRIVATE_KEY));
+	bool		probes = intVal(list_nth(plan->fdw_private, FDW_PRIVATE_PROBE)) != 0;
 	PcSnapInfo	info;
 	char	   *status;
 
 	ExplainPropertyText("Snapshot", st->name, es);
+	if (key[0] != '\0')
+		ExplainPropertyText("Key Index",
+							psprintf("%s (%s)", key, probes ? "probed" : "not used"),
+							es);
 	if (reg == NULL)
 		status = "not registered";
 	else if (!pc_snap_describe(MyDatabaseId, reg->name, reg->id, reg->stamp,

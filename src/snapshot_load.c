@@ -78,6 +78,7 @@ typedef struct LoadTask
 	PcSnapRef	ref;
 	char		name[NAMEDATALEN];
 	int			natts;
+	int			key_attno;		/* key column to index (1-based), or 0 */
 	Size		query_offset;
 	int			leader_pgprocno;	/* the waiting reader, as lock group */
 	int			leader_pid;
@@ -124,18 +125,31 @@ pc_snap_types_match(int natts, const Oid *coltypes, TupleDesc desc)
 
 /*
  * Serialize the query's rows as MAXALIGNed MinimalTuples, with every value
- * detoasted so the rows stand on their own in shared memory.
+ * detoasted so the rows stand on their own in shared memory; with a key
+ * column, followed by the key index (snapshot_index.c).
  */
 static void
-serialize_rows(SPITupleTable *tuptable, uint64 nrows, StringInfo out)
+serialize_rows(SPITupleTable *tuptable, uint64 nrows, int key_attno,
+			   StringInfo out)
 {
 	TupleDesc	desc = tuptable->tupdesc;
 	Datum	   *values = palloc(desc->natts * sizeof(Datum));
 	bool	   *nulls = palloc(desc->natts * sizeof(bool));
 	bool	   *detoasted = palloc(desc->natts * sizeof(bool));
+	uint64	   *offsets = NULL;
+	uint32	   *hashes = NULL;
+	bool	   *null_keys = NULL;
+	Oid			key_type = InvalidOid;
 	uint64		row;
 	int			i;
 
+	if (key_attno > 0)
+	{
+		key_type = TupleDescAttr(desc, key_attno - 1)->atttypid;
+		offsets = palloc(Max(nrows, 1) * sizeof(uint64));
+		hashes = palloc(Max(nrows, 1) * sizeof(uint32));
+		null_keys = palloc(Max(nrows, 1) * sizeof(bool));
+	}
 	for (row = 0; row < nrows; row++)
 	{
 		MinimalTuple mt;
@@ -150,6 +164,13 @@ serialize_rows(SPITupleTable *tuptable, uint64 nrows, StringInfo out)
 				values[i] = PointerGetDatum(detoast_external_attr((struct varlena *)
 																  DatumGetPointer(values[i])));
 		}
+		if (key_attno > 0)
+		{
+			offsets[row] = out->len;
+			null_keys[row] = nulls[key_attno - 1];
+			hashes[row] = null_keys[row] ? 0 :
+				pc_snap_key_hash(key_type, values[key_attno - 1]);
+		}
 		mt = heap_form_minimal_tuple(desc, values, nulls);
 		for (i = 0; i < desc->natts; i++)
 			if (detoasted[i])
@@ -160,6 +181,8 @@ serialize_rows(SPITupleTable *tuptable, uint64 nrows, StringInfo out)
 			appendStringInfoChar(out, '\0');
 		pfree(mt);
 	}
+	if (key_attno > 0)
+		pc_snap_append_index(out, nrows, offsets, hashes, null_keys);
 }
 
 static void
@@ -256,7 +279,7 @@ run_load(LoadTask *task, const char *sql)
 		MemoryContext spicxt = MemoryContextSwitchTo(cxt);
 
 		nrows = (int64) SPI_processed;
-		serialize_rows(SPI_tuptable, SPI_processed, &rows);
+		serialize_rows(SPI_tuptable, SPI_processed, task->key_attno, &rows);
 		MemoryContextSwitchTo(spicxt);
 	}
 	SPI_finish();
@@ -414,7 +437,7 @@ pc_snapshot_load_main(Datum main_arg)
  */
 PcLoadStatus
 pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
-			 int natts, const Oid *coltypes, PcSnapRef ref,
+			 int natts, const Oid *coltypes, int key_attno, PcSnapRef ref,
 			 char **error, int *sqlerrcode)
 {
 	Size		types_offset = MAXALIGN(sizeof(LoadTask));
@@ -435,6 +458,7 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 	task->ref = ref;
 	strlcpy(task->name, name, NAMEDATALEN);
 	task->natts = natts;
+	task->key_attno = key_attno;
 	memcpy(task_coltypes(task), coltypes, natts * sizeof(Oid));
 	task->query_offset = query_offset;
 	strcpy(task_query(task), query);

@@ -250,7 +250,11 @@ pc_registry_lookup(const char *name, bool missing_ok)
 						   " COALESCE(c.relowner, r.owner::oid), r.column_names,"
 						   " r.column_types::oid[], r.readers::oid[],"
 						   " (extract(epoch FROM r.created_at) * 1000000)::int8,"
-						   " r.view::oid, r.bind_error"
+						   " r.view::oid, r.bind_error,"
+		/* key_column is 1.1's: read it whether the column exists or not */
+						   " pg_catalog.array_position(r.column_names,"
+						   " pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>)"
+						   " 'key_column')"
 						   " FROM projcache.snapshot_registry r"
 						   " LEFT JOIN pg_catalog.pg_class c"
 						   " ON c.oid OPERATOR(pg_catalog.=) r.view::oid"
@@ -260,7 +264,7 @@ pc_registry_lookup(const char *name, bool missing_ok)
 						   " owner::oid, column_names,"
 						   " column_types::oid[], readers::oid[],"
 						   " (extract(epoch FROM created_at) * 1000000)::int8,"
-						   " NULL::oid, NULL::text"
+						   " NULL::oid, NULL::text, NULL::int4"
 						   " FROM projcache.snapshot_registry"
 						   " WHERE name OPERATOR(pg_catalog.=) $1",
 						   1, argtypes);
@@ -311,6 +315,8 @@ pc_registry_lookup(const char *name, bool missing_ok)
 		reg->view = isnull ? InvalidOid : DatumGetObjectId(d);
 		d = SPI_getbinval(tup, desc, 10, &isnull);
 		reg->bind_error = isnull ? NULL : TextDatumGetCString(d);
+		d = SPI_getbinval(tup, desc, 11, &isnull);
+		reg->key_attno = isnull ? 0 : DatumGetInt32(d);
 		reg->created_here = created_by_this_xact(reg->id);
 		MemoryContextSwitchTo(oldcxt);
 	}

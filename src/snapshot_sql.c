@@ -111,7 +111,8 @@ load_and_publish(SnapReg *reg, PcSnapRef ref, char **error, int *sqlerrcode)
 		return PC_LOAD_REVOKED;
 	}
 	return pc_snap_load(reg->owner, reg->view, reg->query, reg->name,
-						reg->natts, reg->coltypes, ref, error, sqlerrcode);
+						reg->natts, reg->coltypes, reg->key_attno, ref, error,
+						sqlerrcode);
 }
 
 /*
@@ -479,21 +480,55 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(false);
 }
 
-/* projcache.create_snapshot(name text, query text, ttl interval DEFAULT '60s') */
+/*
+ * The key column named by create_snapshot(): a result column whose type has
+ * a default hash opclass (the index hashes with it, and equality pushed
+ * down to it is that type's own).
+ */
+static void
+check_key_column(const char *key, TupleDesc desc)
+{
+	int			i;
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (strcmp(NameStr(att->attname), key) != 0)
+			continue;
+		if (!pc_snap_key_hashable(att->atttypid))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("column \"%s\" of type %s cannot be a snapshot's key",
+							key, format_type_be(att->atttypid)),
+					 errdetail("The key index needs a default hash operator class for the type.")));
+		return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_COLUMN),
+			 errmsg("key \"%s\" is not a column of the snapshot query", key)));
+}
+
+/*
+ * projcache.create_snapshot(name text, query text, ttl interval DEFAULT
+ * '60s', key text DEFAULT NULL); under the 1.0 and 1.0.1 SQL, without key.
+ */
 Datum
 projcache_create_snapshot(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	char	   *query;
 	char	   *search_path;
+	char	   *key = NULL;
 	Interval   *ttl;
 	TupleDesc	desc;
 	Datum	   *names;
 	Datum	   *types;
-	Oid			argtypes[8] = {TEXTOID, TEXTOID, INTERVALOID, OIDOID,
-	TEXTARRAYOID, OIDARRAYOID, INT8OID, OIDOID};
-	Datum		args[8];
+	Oid			argtypes[9] = {TEXTOID, TEXTOID, INTERVALOID, OIDOID,
+	TEXTARRAYOID, OIDARRAYOID, INT8OID, OIDOID, TEXTOID};
+	Datum		args[9];
 	bool		with_views;
+	bool		with_key = PG_NARGS() >= 4;
 	int64		id;
 	int			i;
 
@@ -516,6 +551,11 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 	with_views = pc_registry_has_views();
 	search_path = with_views ? pc_snap_creator_search_path() : pstrdup(SAFE_SEARCH_PATH);
 	desc = pc_snap_check_query(query, search_path);
+	if (with_key && !PG_ARGISNULL(3))
+	{
+		key = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		check_key_column(key, desc);
+	}
 	names = palloc(Max(desc->natts, 1) * sizeof(Datum));
 	types = palloc(Max(desc->natts, 1) * sizeof(Datum));
 	for (i = 0; i < desc->natts; i++)
@@ -538,7 +578,24 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 							   pc_snap_create_view(id, name, query, search_path,
 												   GetUserId()) :
 							   InvalidOid);
-	if (pc_registry_modify(with_views ?
+	/* '' for no key: pc_registry_modify passes no NULLs */
+	args[8] = CStringGetTextDatum(key ? key : "");
+	if (with_key)
+	{
+		if (pc_registry_modify("INSERT INTO projcache.snapshot_registry"
+							   " (name, query, ttl, owner, column_names,"
+							   " column_types, id, view, key_column)"
+							   " VALUES ($1, $2, $3, $4::pg_catalog.regrole,"
+							   " $5, $6::pg_catalog.regtype[], $7,"
+							   " $8::pg_catalog.regclass,"
+							   " NULLIF($9, ''))"
+							   " ON CONFLICT (name) DO NOTHING",
+							   9, argtypes, args) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("snapshot \"%s\" already exists", name)));
+	}
+	else if (pc_registry_modify(with_views ?
 						"INSERT INTO projcache.snapshot_registry"
 						" (name, query, ttl, owner, column_names, column_types,"
 						" id, view)"

@@ -43,8 +43,9 @@ GRANT SELECT ON public.grants, public.gone TO snap_owner;
 GRANT USAGE ON SCHEMA projcache TO app, snap_owner;
 GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.snapshot(text)
 	TO app;
-GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval),
-	projcache.snapshot(text) TO snap_owner;
+-- (create_snapshot has one more argument in 1.1: named without its arguments)
+GRANT EXECUTE ON FUNCTION projcache.create_snapshot, projcache.snapshot(text)
+	TO snap_owner;
 GRANT EXECUTE ON FUNCTION projcache.stats(), projcache.entries() TO app;
 GRANT SELECT ON projcache.stats, projcache.entries TO app;
 };
@@ -115,6 +116,17 @@ SELECT refused_reads >= 0 AND evictions_memory >= 0 FROM projcache.stats;
 SELECT count(*) >= 0 FROM projcache.entries WHERE visited OR NOT visited}),
 	"t\nt",
 	'the DBA grants on stats and entries survive their new columns');
+
+is( $node->safe_psql(
+		'old_db', q{
+SET ROLE snap_owner;
+SELECT projcache.create_snapshot('by_user', 'SELECT user_id, audience FROM public.grants',
+	'1h', key => 'user_id');
+RESET ROLE;
+SELECT key_column FROM projcache.snapshot_registry WHERE name = 'by_user';
+SELECT projcache.drop_snapshot('by_user')}),
+	"\nuser_id\n",
+	'the DBA grant on create_snapshot() survives its new key argument');
 
 # The bound snapshot still serves; its table is now protected.
 is( $node->safe_psql(

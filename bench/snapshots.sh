@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# bench/snapshots.sh - snapshot reads beside the tables they cache.
+#
+#     sudo bash bench/snapshots.sh
+#     sudo BENCH_SECONDS=5 BENCH_PASSES=3 bash bench/snapshots.sh
+#
+# Builds and installs this tree, starts a throwaway cluster (port 54341, unix
+# socket only, run by the unprivileged "postgres" OS user) with projcache
+# preloaded, and creates bench/snapshots/setup.sql: a 10,000-row table
+# (text, text) with a primary key, a 100-row table (text, jsonb of about
+# 1 kB, text), their snapshots (the large one with a key index) and foreign
+# tables over them.  Then, for each pass, at -c 1 and -c 8, it runs each
+# read with pgbench -M prepared, in this order: the table, the foreign
+# table, snapshot() (side by side, so that the machine's drift mostly
+# cancels out of the ratios), and reports TPS and each read's ratio to the
+# table's TPS.  It prints the EXPLAIN of the lookup and of the join.
+#
+# It asserts nothing about speed: it reports what it measured.
+set -euo pipefail
+
+# shellcheck source=SCRIPTDIR/../scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+NAME=snapshots
+PORT=54341
+DURATION=${BENCH_SECONDS:-10}
+PASSES=${BENCH_PASSES:-2}
+WORK=
+DATA=
+SOCK=
+
+case $DURATION$PASSES in
+'' | *[!0-9]*) echo "BENCH_SECONDS and BENCH_PASSES must be whole numbers" >&2; exit 2 ;;
+esac
+
+cleanup_on_exit
+bash "$REPO/scripts/install-deps.sh"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-snapbench.XXXXXX")
+DATA=$WORK/data
+SOCK=$WORK/sock
+mkdir -p "$WORK/src" "$SOCK"
+copy_tree "$WORK/src"
+own_work
+cd "$WORK/src"
+build_install
+start_cluster <<EOF
+listen_addresses = ''
+fsync = off
+shared_preload_libraries = 'projcache'
+projcache.database = 'postgres'
+EOF
+pgrun -f "$WORK/src/bench/snapshots/setup.sql" >/dev/null
+
+# tps SCRIPT CLIENTS: pgbench -M prepared TPS over the unix socket.
+tps() {
+	local jobs=$(($2 < $(nproc) ? $2 : $(nproc)))
+	"${AS_PG[@]}" "$PGBIN/pgbench" -n -M prepared -f "$WORK/src/bench/snapshots/$1" \
+		-c "$2" -j "$jobs" -T "$DURATION" -h "$SOCK" -p "$PORT" postgres 2>&1 |
+		awk '/^tps = /{print $3; exit}'
+}
+ratio() { LC_ALL=C awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "?" }'; }
+
+REPORT=()
+# row LABEL TABLE_SCRIPT OTHER_SCRIPTS...: one line per client count.
+row() {
+	local label=$1 table=$2 c line t other v
+	shift 2
+	for c in 1 8; do
+		t=$(tps "$table" $c)
+		line=$(printf '%-34s -c%-2s table %8.0f' "$label" "$c" "$t")
+		for other in "$@"; do
+			v=$(tps "$other" $c)
+			line="$line | ${other%.sql} $(printf '%8.0f' "$v") ($(ratio "$v" "$t")x)"
+		done
+		REPORT+=("$line")
+	done
+}
+
+for pass in $(seq 1 "$PASSES"); do
+	echo "=== pass $pass"
+	REPORT+=("pass $pass")
+	row "count(*), 10,000 rows (text, text)" big_table.sql big_ft.sql big_fn.sql
+	row "count(*), 100 rows (1 kB jsonb)" small_table.sql small_ft.sql small_fn.sql
+	row "key lookup, 10,000 rows" lookup_table.sql lookup_ft.sql
+	row "join projects -> owner by key" join_table.sql join_ft.sql
+done
+
+LOOKUP_PLAN=$(pgvalue "EXPLAIN (COSTS OFF) SELECT v FROM snapbench.big WHERE k = 'k42'")
+JOIN_PLAN=$(pgvalue "EXPLAIN (COSTS OFF) SELECT g.v FROM public.projects p JOIN snapbench.big g ON g.k = p.owner_id WHERE p.key = 'p42'")
+SNAPS=$(pgvalue "SELECT name || ': ' || rows || ' rows, ' || bytes || ' bytes' FROM projcache.snapshots ORDER BY name")
+stop_cluster
+
+echo
+echo "projcache snapshot reads, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tree: $(git -C "$REPO" -c safe.directory='*' log -1 --format='%h %s' | cut -c1-70)"
+echo "pgbench -n -M prepared -T $DURATION; (Nx) = TPS / the table's TPS, measured just before"
+printf '%s\n' "${REPORT[@]}"
+echo "snapshots: $SNAPS" | tr '\n' ';'
+echo
+echo "EXPLAIN of the lookup:"
+printf '  %s\n' "$LOOKUP_PLAN"
+echo "EXPLAIN of the join:"
+printf '  %s\n' "$JOIN_PLAN"

@@ -1,0 +1,1 @@
+SELECT count(*) FROM projcache.snapshot('big') AS t(k text, v text);

@@ -1,0 +1,2 @@
+\set n random(1, 10000)
+SELECT g.v FROM public.projects p JOIN public.big g ON g.k = p.owner_id WHERE p.key = 'p' || :n;

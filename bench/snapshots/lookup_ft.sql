@@ -1,0 +1,2 @@
+\set n random(1, 10000)
+SELECT v FROM snapbench.big WHERE k = 'k' || :n;

@@ -1,0 +1,2 @@
+\set n random(1, 10000)
+SELECT v FROM public.big WHERE k = 'k' || :n;
