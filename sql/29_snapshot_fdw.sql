@@ -228,6 +228,36 @@ SELECT projcache.drop_snapshot(name) FROM projcache.snapshot_registry
  WHERE name IN ('people', 'people_plain', 'by_name') ORDER BY name;
 
 --
+-- A scan reads one load from start to end: an open cursor keeps its rows
+-- while this session refreshes the snapshot and reads other snapshots.
+--
+UPDATE src SET label = 'changed' WHERE id IN (3, 4);
+BEGIN;
+DECLARE c NO SCROLL CURSOR FOR SELECT id, label FROM labels_ft;
+FETCH 2 FROM c;
+SELECT count(*) FROM projcache.snapshot('ones') AS t(one text);
+SELECT projcache.debug_advance_clock('61s');
+SELECT label FROM projcache.snapshot('labels') AS t(id int, label text) WHERE id = 3;
+FETCH 3 FROM c;
+SELECT label FROM labels_ft WHERE id = 3;
+CLOSE c;
+COMMIT;
+
+--
+-- A foreign table in a database where its snapshot is not registered.
+--
+SELECT current_database() AS regress_db \gset
+CREATE DATABASE regress_fdw_db;
+\c regress_fdw_db
+CREATE EXTENSION projcache;
+CREATE FOREIGN TABLE labels_ft (id int, label text) SERVER projcache OPTIONS (snapshot 'labels');
+SELECT * FROM labels_ft;
+EXPLAIN (COSTS OFF) SELECT * FROM labels_ft;
+\c :regress_db
+DROP DATABASE regress_fdw_db;
+SET search_path = snap_fdw, public;
+
+--
 -- Privileges: the reader's grant, checked at every scan; a view reads as
 -- its owner.
 --
