@@ -366,6 +366,8 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 
 	node->fdw_state = st;
 	st->name = strVal(list_nth(plan->fdw_private, FDW_PRIVATE_NAME));
+	ItemPointerSetInvalid(&st->tuple.t_self);
+	st->tuple.t_tableOid = RelationGetRelid(node->ss.ss_currentRelation);
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
 
@@ -443,19 +445,18 @@ snap_iterate(ForeignScanState *node)
 	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
 	MinimalTuple mt;
 
-	ExecClearTuple(slot);
 	if (st->index != NULL)
 	{
 		Size		offset;
 
 		if (!next_probed_row(node, st, &offset))
-			return slot;
+			return ExecClearTuple(slot);
 		mt = (MinimalTuple) (st->blob + offset);
 	}
 	else
 	{
 		if (st->next_row >= st->nrows || st->offset >= st->size)
-			return slot;
+			return ExecClearTuple(slot);
 		mt = (MinimalTuple) (st->blob + st->offset);
 		st->offset += MAXALIGN(mt->t_len);
 		st->next_row++;
@@ -463,10 +464,9 @@ snap_iterate(ForeignScanState *node)
 
 	if (st->stored_slot == NULL)
 	{
+		/* t_self and t_tableOid were set when the scan began */
 		st->tuple.t_len = mt->t_len + MINIMAL_TUPLE_OFFSET;
 		st->tuple.t_data = (HeapTupleHeader) ((char *) mt - MINIMAL_TUPLE_OFFSET);
-		ItemPointerSetInvalid(&st->tuple.t_self);
-		st->tuple.t_tableOid = RelationGetRelid(node->ss.ss_currentRelation);
 		ExecStoreHeapTuple(&st->tuple, slot, false);
 	}
 	else
@@ -476,6 +476,7 @@ snap_iterate(ForeignScanState *node)
 		int			src = 0;
 		int			a;
 
+		ExecClearTuple(slot);
 		ExecStoreMinimalTuple(mt, st->stored_slot, false);
 		slot_getallattrs(st->stored_slot);
 		for (a = 0; a < out->natts; a++)
