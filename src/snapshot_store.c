@@ -233,6 +233,68 @@ free_slot(void)
 }
 
 /*
+ * The slots this backend read lately.  A slot's identity (in_use, dbid,
+ * registration, generation) changes only under its own lock as well as
+ * snap_map_lock, so a recent slot is checked under its lock alone: a read
+ * of the same snapshot does not take snap_map_lock nor scan the slots.
+ */
+#define PC_RECENT_REFS 8
+
+typedef struct RecentRef
+{
+	Oid			dbid;
+	int64		reg_id;
+	int64		reg_stamp;
+	PcSnapRef	ref;
+} RecentRef;
+
+static RecentRef recent_refs[PC_RECENT_REFS];	/* dbid 0: unused */
+static int	recent_next = 0;
+
+static bool
+recent_ref(Oid dbid, int64 reg_id, int64 reg_stamp, PcSnapRef *ref)
+{
+	int			i;
+
+	for (i = 0; i < PC_RECENT_REFS; i++)
+	{
+		RecentRef  *r = &recent_refs[i];
+		PcSnapSlot *s;
+		bool		same;
+
+		if (!OidIsValid(r->dbid) || r->dbid != dbid || r->reg_id != reg_id ||
+			r->reg_stamp != reg_stamp)
+			continue;
+		s = &slots()[r->ref.index];
+		LWLockAcquire(slot_lock(r->ref.index), LW_SHARED);
+		same = s->in_use && s->generation == r->ref.generation &&
+			s->dbid == dbid && s->reg_id == reg_id && s->reg_stamp == reg_stamp;
+		LWLockRelease(slot_lock(r->ref.index));
+		if (same)
+		{
+			*ref = r->ref;
+			return true;
+		}
+		r->dbid = InvalidOid;
+	}
+	return false;
+}
+
+static void
+remember_ref(Oid dbid, int64 reg_id, int64 reg_stamp, PcSnapRef ref)
+{
+	RecentRef  *r = &recent_refs[recent_next];
+
+	if (ref.index < 0)
+		return;
+	recent_next = (recent_next + 1) % PC_RECENT_REFS;
+	r->dbid = dbid;
+	r->reg_id = reg_id;
+	r->reg_stamp = reg_stamp;
+	r->ref = ref;
+}
+
+/*
  * The slot of snapshot (dbid, name) as registered under (reg_id,
  * reg_stamp), assigning one if needed.  A slot left by an earlier
  * registration of the same name is emptied first.  When every slot is
@@ -246,6 +308,9 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	int			index;
 	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
+	if (recent_ref(dbid, reg_id, reg_stamp, &ref))
+		return ref;
+
 	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
 	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
@@ -253,6 +318,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		ref.index = index;
 		ref.generation = slots()[index].generation;
 		LWLockRelease(pc_shared->snap_map_lock);
+		remember_ref(dbid, reg_id, reg_stamp, ref);
 		return ref;
 	}
 	LWLockRelease(pc_shared->snap_map_lock);
@@ -291,6 +357,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	LWLockRelease(pc_shared->snap_map_lock);
 
 	free_leftovers(&left);
+	remember_ref(dbid, reg_id, reg_stamp, ref);
 	return ref;
 }
 
