@@ -340,9 +340,8 @@ static void
 emit_rows(ReturnSetInfo *rsinfo, SnapReg *reg, const char *blob, Size size,
 		  int64 nrows)
 {
-	TupleDesc	stored = pc_snap_registered_desc(reg);
 	TupleDesc	out = rsinfo->setDesc;
-	bool		same_shape = out->natts == stored->natts;
+	bool		same_shape = out->natts == reg->natts;
 	TupleTableSlot *slot;
 	Datum	   *values = NULL;
 	bool	   *nulls = NULL;
@@ -354,7 +353,9 @@ emit_rows(ReturnSetInfo *rsinfo, SnapReg *reg, const char *blob, Size size,
 		slot = MakeSingleTupleTableSlot(out, &TTSOpsMinimalTuple);
 	else
 	{
-		slot = MakeSingleTupleTableSlot(stored, &TTSOpsMinimalTuple);
+		/* (a descriptor built from the catalogs: only when needed) */
+		slot = MakeSingleTupleTableSlot(pc_snap_registered_desc(reg),
+										&TTSOpsMinimalTuple);
 		values = palloc0(out->natts * sizeof(Datum));
 		nulls = palloc(out->natts * sizeof(bool));
 	}
