@@ -224,8 +224,23 @@ SELECT user_id FROM by_name_ft WHERE name = 'user-9';
 SELECT user_id FROM by_name_ft WHERE name = 'user-9' COLLATE "C";
 SELECT projcache.create_snapshot('bad_key', 'SELECT user_id FROM snap_fdw.people', '60s', key => 'nope');
 SELECT projcache.create_snapshot('bad_type', $$SELECT '(1,2)'::point AS p$$, '60s', key => 'p');
+-- A plan made for one key index is not fooled when the snapshot is
+-- registered again with its key on another column (plans are not
+-- invalidated by registrations).
+SELECT projcache.create_snapshot('pairs', 'SELECT * FROM (VALUES (1, 100), (2, 1)) AS v(a, b)',
+	'60s', key => 'a');
+CREATE FOREIGN TABLE pairs_ft (a int, b int) SERVER projcache OPTIONS (snapshot 'pairs');
+SET plan_cache_mode = force_generic_plan;
+PREPARE pair_by_a(int) AS SELECT a, b FROM pairs_ft WHERE a = $1;
+EXECUTE pair_by_a(1);
+SELECT projcache.drop_snapshot('pairs');
+SELECT projcache.create_snapshot('pairs', 'SELECT * FROM (VALUES (1, 100), (2, 1)) AS v(a, b)',
+	'60s', key => 'b');
+EXECUTE pair_by_a(1);
+EXECUTE pair_by_a(2);
+RESET plan_cache_mode;
 SELECT projcache.drop_snapshot(name) FROM projcache.snapshot_registry
- WHERE name IN ('people', 'people_plain', 'by_name') ORDER BY name;
+ WHERE name IN ('people', 'people_plain', 'by_name', 'pairs') ORDER BY name;
 
 --
 -- A scan reads one load from start to end: an open cursor keeps its rows

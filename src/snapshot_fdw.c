@@ -91,11 +91,17 @@ typedef struct SnapPlanInfo
 {
 	char	   *name;
 	AttrNumber	key_attnum;		/* the key column in the foreign table, or 0 */
+	int			key_position;	/* and among the snapshot's columns (1-based) */
 	char	   *key_column;
 	Oid			key_eq_opr;		/* its type's default equality operator */
 } SnapPlanInfo;
 
-/* fdw_private of a ForeignScan: name, key column or "", index used (0/1) */
+/*
+ * fdw_private of a ForeignScan: the snapshot's name; its key column or "";
+ * the key's position among its columns if the plan probes the index, else
+ * 0.  (Plans are not invalidated when a snapshot is registered again: a
+ * scan probes only if the key is still at that position.)
+ */
 #define FDW_PRIVATE_NAME		0
 #define FDW_PRIVATE_KEY			1
 #define FDW_PRIVATE_PROBE		2
@@ -186,6 +192,7 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 				att->atttypid == reg->coltypes[reg->key_attno - 1])
 			{
 				plan_info->key_attnum = att->attnum;
+				plan_info->key_position = reg->key_attno;
 				plan_info->key_column = pstrdup(NameStr(att->attname));
 				plan_info->key_eq_opr =
 					lookup_type_cache(att->atttypid, TYPECACHE_EQ_OPR)->eq_opr;
@@ -326,7 +333,8 @@ snap_get_plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 							list_make3(makeString(plan_info->name),
 									   makeString(plan_info->key_column ?
 												  plan_info->key_column : ""),
-									   makeInteger(probe_value != NIL)),
+									   makeInteger(probe_value != NIL ?
+												   plan_info->key_position : 0)),
 							NIL, NIL, outer_plan);
 }
 
@@ -392,8 +400,14 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	pc_snap_current_rows(st->reg, &st->blob, &st->size, &st->nrows);
 	pc_snap_pin_copy(st->blob);
 
-	/* Without its index (not expected), every row is read and filtered. */
-	if (plan->fdw_exprs != NIL && st->reg->key_attno > 0)
+	/*
+	 * Probe only the index the plan was made for.  Without it (registered
+	 * again since, without a key or with another), every row is read and
+	 * the qual filters them.
+	 */
+	if (plan->fdw_exprs != NIL && st->reg->key_attno > 0 &&
+		st->reg->key_attno == intVal(list_nth(plan->fdw_private,
+											  FDW_PRIVATE_PROBE)))
 	{
 		st->index = pc_snap_find_index(st->blob, st->size);
 		st->key_type = st->reg->coltypes[st->reg->key_attno - 1];
