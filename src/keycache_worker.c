@@ -26,6 +26,9 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "commands/async.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -651,10 +654,80 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
  * the scheduler and the shared map.  A call counts as one fetch error at
  * most, whether the call failed or some rows broke the contract.
  */
+/*
+ * Did the answer stored for a key change what it had: a new revision
+ * replacing a value, or a key turning disabled?  (A first value replaces
+ * nothing; an error or pending answer stores nothing.)
+ */
+static bool
+value_changed(PcFetchItem *item, uint8 old_state)
+{
+	if (old_state == PC_STATE_PENDING)
+		return false;
+	if (item->answer == PC_ANSWER_DISABLED)
+		return old_state == PC_STATE_ENABLED;
+	if (item->answer != PC_ANSWER_ENABLED)
+		return false;
+	if (old_state == PC_STATE_DISABLED)
+		return true;
+	if (item->revision == NULL || item->new_revision == NULL)
+		return item->revision != item->new_revision;
+	return strcmp(item->revision, item->new_revision) != 0;
+}
+
+/*
+ * NOTIFY projcache.notify_channel with each changed key, in a transaction
+ * of its own that commits after the values are stored: a listener that
+ * reads the key on hearing the notice gets the new value.  A failure to
+ * notify (the queue is full) is logged, never the worker's end.
+ */
+static void
+notify_changes(PcFetchItem *items, uint8 *old_states, int n)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			changed = 0;
+	int			i;
+
+	if (pc_notify_channel == NULL || pc_notify_channel[0] == '\0' ||
+		RecoveryInProgress())
+		return;
+	for (i = 0; i < n; i++)
+		if (value_changed(&items[i], old_states[i]))
+			changed++;
+	if (changed == 0)
+		return;
+
+	PG_TRY();
+	{
+		StartTransactionCommand();
+		for (i = 0; i < n; i++)
+			if (value_changed(&items[i], old_states[i]))
+				Async_Notify(pc_notify_channel,
+							 pnstrdup(items[i].key, items[i].keylen));
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(WARNING,
+				(errmsg("projcache could not notify %d changed keys on channel \"%s\": %s",
+						changed, pc_notify_channel, edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+}
+
 static void
 run_batch(SchedEntry **batch, int n, int64 now)
 {
 	PcFetchItem *items;
+	uint8	   *old_states;
 	MemoryContext oldcxt;
 	bool		counted = false;
 	bool		breach = false;
@@ -664,6 +737,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 	oldcxt = MemoryContextSwitchTo(batch_cxt);
 
 	items = palloc0(n * sizeof(PcFetchItem));
+	old_states = palloc(n * sizeof(uint8));
 	for (i = 0; i < n; i++)
 	{
 		PcKey		search = pc_search_key(batch[i]->key, batch[i]->keylen);
@@ -675,9 +749,11 @@ run_batch(SchedEntry **batch, int n, int64 now)
 		items[i].revision = NULL;
 
 		/* Pass the current revision, so the upstream can say not_modified. */
+		old_states[i] = PC_STATE_PENDING;
 		entry = pc_entry_find(&search, false);
 		if (entry != NULL)
 		{
+			old_states[i] = entry->state;
 			if (DsaPointerIsValid(entry->value))
 			{
 				PcValue    *value = dsa_get_address(pc_area(), entry->value);
@@ -707,6 +783,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 		breach |= apply_answer(batch[i], &items[i], now);
 	if (breach && !counted)
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
+	notify_changes(items, old_states, n);
 
 	MemoryContextSwitchTo(oldcxt);
 }

@@ -29,6 +29,7 @@ void		_PG_init(void);
 char	   *pc_database = NULL;
 char	   *pc_fetch_function = NULL;
 char	   *pc_fetch_role = NULL;
+char	   *pc_notify_channel = NULL;
 int			pc_expiry_ms = 300 * 1000;
 int			pc_grace_period_ms = 120 * 1000;
 int			pc_refresh_interval_ms = 0;
@@ -39,6 +40,19 @@ int			pc_fetch_timeout_ms = 30 * 1000;
 int			pc_max_memory_kb = 64 * 1024;
 int			pc_max_snapshots = 64;
 bool		pc_debug_clock = false;
+
+/* A channel name is an identifier: shorter than NAMEDATALEN. */
+static bool
+check_notify_channel(char **newval, void **extra, GucSource source)
+{
+	if (strlen(*newval) >= NAMEDATALEN)
+	{
+		GUC_check_errdetail("A channel name is at most %d bytes long.",
+							NAMEDATALEN - 1);
+		return false;
+	}
+	return true;
+}
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -89,6 +103,15 @@ define_settings(void)
 							   PGC_SIGHUP,
 							   0,
 							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("projcache.notify_channel",
+							   "Sets the channel on which the scheduler worker notifies keys whose value changed.",
+							   "Empty: no notices.  The payload is the key; listeners must be in projcache.database.",
+							   &pc_notify_channel,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   check_notify_channel, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.expiry",
 							"Sets the age below which a cached key is fresh.",

@@ -47,6 +47,7 @@
 extern char *pc_database;
 extern char *pc_fetch_function;
 extern char *pc_fetch_role;
+extern char *pc_notify_channel;
 extern int	pc_expiry_ms;
 extern int	pc_grace_period_ms;
 extern int	pc_refresh_interval_ms;
