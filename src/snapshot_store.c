@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
@@ -422,7 +423,7 @@ typedef struct LocalCopy
 	int			index;			/* slot, or -1 */
 	uint64		generation;
 	uint64		version;
-	char	   *buf;			/* in TopMemoryContext */
+	char	   *buf;			/* in TopMemoryContext, PC_COPY_LEAD bytes in */
 	Size		capacity;
 	Size		size;
 	int64		rows;
@@ -430,6 +431,14 @@ typedef struct LocalCopy
 } LocalCopy;
 
 static LocalCopy local_copy = {.index = -1};
+
+/*
+ * Zeroed bytes before every copy of the rows: a scan gives each row to the
+ * executor as a heap tuple whose header starts MINIMAL_TUPLE_OFFSET bytes
+ * before the stored MinimalTuple (snapshot_fdw.c), and copying such a tuple
+ * reads those bytes.  For the first row they are these, inside the copy.
+ */
+#define PC_COPY_LEAD	MAXALIGN(MINIMAL_TUPLE_OFFSET)
 static bool pin_callback_registered = false;
 
 /* Larger copies are given back after each read. */
@@ -464,7 +473,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 		{
 			/* A scan still reads the backend's copy: this one is separate. */
 			char	   *own = MemoryContextAllocExtended(CurrentMemoryContext,
-														 Max(s->data_bytes, 1),
+														 PC_COPY_LEAD + s->data_bytes,
 														 MCXT_ALLOC_HUGE |
 														 MCXT_ALLOC_NO_OOM);
 
@@ -472,6 +481,8 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 				oom = true;
 			else
 			{
+				memset(own, 0, PC_COPY_LEAD);
+				own += PC_COPY_LEAD;
 				memcpy(own, dsa_get_address(pc_area(), s->data), s->data_bytes);
 				*blob = own;
 				*size = s->data_bytes;
@@ -482,7 +493,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 		else if (!current && lc->capacity < s->data_bytes)
 		{
 			char	   *grown = MemoryContextAllocExtended(TopMemoryContext,
-														   s->data_bytes,
+														   PC_COPY_LEAD + s->data_bytes,
 														   MCXT_ALLOC_HUGE |
 														   MCXT_ALLOC_NO_OOM);
 
@@ -491,8 +502,9 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 			else
 			{
 				if (lc->buf != NULL)
-					pfree(lc->buf);
-				lc->buf = grown;
+					pfree(lc->buf - PC_COPY_LEAD);
+				memset(grown, 0, PC_COPY_LEAD);
+				lc->buf = grown + PC_COPY_LEAD;
 				lc->capacity = s->data_bytes;
 			}
 		}
@@ -562,7 +574,7 @@ pc_snap_trim_local_copy(void)
 	if (local_copy.pins == 0 &&
 		local_copy.capacity > PC_LOCAL_COPY_KEEP_BYTES)
 	{
-		pfree(local_copy.buf);
+		pfree(local_copy.buf - PC_COPY_LEAD);
 		local_copy.buf = NULL;
 		local_copy.capacity = 0;
 		local_copy.index = -1;
