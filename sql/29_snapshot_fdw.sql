@@ -53,6 +53,8 @@ SELECT calls();
 
 -- The planner's estimate is the snapshot's row count; EXPLAIN names it.
 SELECT estimated_rows('SELECT * FROM snap_fdw.labels_ft');
+-- Quals scale it down, as for a table.
+SELECT estimated_rows('SELECT * FROM snap_fdw.labels_ft WHERE id = 7') < 50 AS fewer;
 EXPLAIN (COSTS OFF) SELECT * FROM labels_ft WHERE id = 7;
 
 -- Joins, and a self-join (two scans of one copy).
@@ -111,6 +113,8 @@ SELECT * FROM moved_ft ORDER BY id LIMIT 2;
 SELECT tableoid::regclass, id FROM labels_ft ORDER BY id LIMIT 1;
 SELECT ctid FROM labels_ft;
 SELECT xmin FROM labels_ft;
+SELECT id FROM labels_ft WHERE xmin = '5';
+SELECT id FROM labels_ft WHERE cmin = '0';
 
 --
 -- Writes are refused.
@@ -200,6 +204,12 @@ EXPLAIN (COSTS OFF)
 SELECT p.key, g.name FROM projects p JOIN people_ft g ON g.user_id = p.owner_id;
 SELECT p.key, g.name FROM projects p JOIN people_ft g ON g.user_id = p.owner_id ORDER BY 1, 2;
 SELECT p.key, g.name FROM projects p LEFT JOIN people_ft g ON g.user_id = p.owner_id ORDER BY 1, 2;
+-- The value may be a placeholder (a constant of a subquery on the
+-- nullable side of an outer join).
+SELECT p.key, g.name
+  FROM projects p LEFT JOIN (SELECT 7 AS c) ss ON p.key = 'alpha'
+  LEFT JOIN people_ft g ON g.user_id = ss.c
+ ORDER BY 1, 2;
 RESET enable_hashjoin;
 RESET enable_mergejoin;
 -- A refresh that changed, added and removed rows: the index follows.

@@ -139,7 +139,8 @@ extern uint32 pc_snap_key_hash(Oid type, Datum value);
 extern void pc_snap_append_index(StringInfo chunk, uint64 nrows,
 								 const uint64 *offsets, const uint32 *hashes,
 								 const bool *null_keys);
-extern const PcSnapIndex *pc_snap_find_index(const char *chunk, Size size);
+extern const PcSnapIndex *pc_snap_find_index(const char *chunk, Size size,
+											   uint64 nrows);
 extern void pc_snap_probe_begin(PcSnapIndexProbe *probe,
 								const PcSnapIndex *index, uint32 hash);
 extern bool pc_snap_probe_next(PcSnapIndexProbe *probe, uint64 *offset);

@@ -31,6 +31,7 @@
 #include "access/htup_details.h"
 #include "access/reloptions.h"
 #include "access/sysattr.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_foreign_table.h"
@@ -84,6 +85,9 @@ typedef struct SnapScanState
 	const PcSnapIndex *index;	/* NULL: scan every row (the qual filters) */
 	bool		probing;		/* the probe below is set up for this scan */
 	PcSnapIndexProbe probe;
+
+	/* unpins blob when the query's memory goes, if the scan did not end */
+	MemoryContextCallback unpin_callback;
 } SnapScanState;
 
 /* What planning found out about a foreign table (baserel->fdw_private). */
@@ -105,6 +109,8 @@ typedef struct SnapPlanInfo
 #define FDW_PRIVATE_NAME		0
 #define FDW_PRIVATE_KEY			1
 #define FDW_PRIVATE_PROBE		2
+
+static Oid	hash_equality(Oid type);
 
 /* The snapshot option of a foreign table. */
 static char *
@@ -145,12 +151,20 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	SnapReg    *reg;
 	PcSnapInfo	info;
 	AttrNumber	attno;
+	Bitmapset  *qual_attrs = NULL;
+	ListCell   *lc;
 
 	pc_require_loaded();
+	/* Columns the quals read, which attr_needed (above the scan) misses. */
+	foreach(lc, baserel->baserestrictinfo)
+		pull_varattnos((Node *) ((RestrictInfo *) lfirst(lc))->clause,
+					   baserel->relid, &qual_attrs);
 	for (attno = baserel->min_attr; attno < 0; attno++)
 	{
 		if (attno == TableOidAttributeNumber ||
-			bms_is_empty(baserel->attr_needed[attno - baserel->min_attr]))
+			(bms_is_empty(baserel->attr_needed[attno - baserel->min_attr]) &&
+			 !bms_is_member(attno - FirstLowInvalidHeapAttributeNumber,
+							qual_attrs)))
 			continue;
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -170,6 +184,11 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 		info.loaded)
 		baserel->rows = Max(info.rows, 1);
 	baserel->tuples = baserel->rows;
+	/* What the quals leave of them, for the joins above. */
+	baserel->rows = clamp_row_est(baserel->tuples *
+								  clauselist_selectivity(root,
+														 baserel->baserestrictinfo,
+														 0, JOIN_INNER, NULL));
 
 	/*
 	 * The key column, matched by position among the table's columns (the
@@ -194,12 +213,25 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 				plan_info->key_attnum = att->attnum;
 				plan_info->key_position = reg->key_attno;
 				plan_info->key_column = pstrdup(NameStr(att->attname));
-				plan_info->key_eq_opr =
-					lookup_type_cache(att->atttypid, TYPECACHE_EQ_OPR)->eq_opr;
+				plan_info->key_eq_opr = hash_equality(att->atttypid);
 			}
 		}
 		table_close(rel, NoLock);
 	}
+}
+
+/*
+ * The equality operator of the type's default hash opclass: the one whose
+ * matches the index's hashes find (InvalidOid if none).
+ */
+static Oid
+hash_equality(Oid type)
+{
+	TypeCacheEntry *tc = lookup_type_cache(type, TYPECACHE_HASH_OPFAMILY);
+
+	if (!OidIsValid(tc->hash_opf))
+		return InvalidOid;
+	return get_opfamily_member(tc->hash_opf, type, type, HTEqualStrategyNumber);
 }
 
 /*
@@ -208,8 +240,8 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
  * relation nor volatile?  Then returns value.
  */
 static Expr *
-key_clause_value(RelOptInfo *baserel, SnapPlanInfo *plan_info,
-				 RestrictInfo *rinfo)
+key_clause_value(PlannerInfo *root, RelOptInfo *baserel,
+				 SnapPlanInfo *plan_info, RestrictInfo *rinfo)
 {
 	OpExpr	   *op = (OpExpr *) rinfo->clause;
 	Node	   *left;
@@ -234,7 +266,7 @@ key_clause_value(RelOptInfo *baserel, SnapPlanInfo *plan_info,
 		value = left;
 	else
 		return NULL;
-	if (bms_is_member(baserel->relid, pull_varnos(NULL, value)) ||
+	if (bms_is_member(baserel->relid, pull_varnos(root, value)) ||
 		contain_volatile_functions(value))
 		return NULL;
 	return (Expr *) value;
@@ -263,7 +295,7 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	SnapPlanInfo *plan_info = (SnapPlanInfo *) baserel->fdw_private;
 	/* Rows are copied out once, then each costs less than a heap tuple. */
 	Cost		startup = 1;
-	Cost		run = baserel->rows * cpu_tuple_cost * 0.5;
+	Cost		run = baserel->tuples * cpu_tuple_cost * 0.5;
 	Cost		probe = cpu_operator_cost * 4;
 	List	   *join_clauses;
 	ListCell   *lc;
@@ -277,7 +309,8 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 
 	foreach(lc, baserel->baserestrictinfo)
 	{
-		Expr	   *value = key_clause_value(baserel, plan_info, lfirst(lc));
+		Expr	   *value = key_clause_value(root, baserel, plan_info,
+												lfirst(lc));
 
 		if (value == NULL || !bms_is_empty(pull_varnos(root, (Node *) value)))
 			continue;
@@ -297,7 +330,7 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	foreach(lc, join_clauses)
 	{
 		RestrictInfo *rinfo = lfirst(lc);
-		Expr	   *value = key_clause_value(baserel, plan_info, rinfo);
+		Expr	   *value = key_clause_value(root, baserel, plan_info, rinfo);
 		Relids		required_outer;
 		ParamPathInfo *param_info;
 
@@ -363,6 +396,16 @@ lookup_for_reader(const char *name, Oid userid)
 }
 
 static void
+unpin_at_query_end(void *arg)
+{
+	SnapScanState *st = (SnapScanState *) arg;
+
+	if (st->blob != NULL)
+		pc_snap_unpin_copy(st->blob);
+	st->blob = NULL;
+}
+
+static void
 snap_begin_scan(ForeignScanState *node, int eflags)
 {
 	ForeignScan *plan = (ForeignScan *) node->ss.ps.plan;
@@ -399,6 +442,10 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 
 	pc_snap_current_rows(st->reg, &st->blob, &st->size, &st->nrows);
 	pc_snap_pin_copy(st->blob);
+	/* An ERROR (in a subtransaction, too) skips the end of the scan. */
+	st->unpin_callback.func = unpin_at_query_end;
+	st->unpin_callback.arg = st;
+	MemoryContextRegisterResetCallback(estate->es_query_cxt, &st->unpin_callback);
 
 	/*
 	 * Probe only the index the plan was made for.  Without it (registered
@@ -409,7 +456,7 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 		st->reg->key_attno == intVal(list_nth(plan->fdw_private,
 											  FDW_PRIVATE_PROBE)))
 	{
-		st->index = pc_snap_find_index(st->blob, st->size);
+		st->index = pc_snap_find_index(st->blob, st->size, st->nrows);
 		st->key_type = st->reg->coltypes[st->reg->key_attno - 1];
 		st->key_expr = ExecInitExpr(linitial(plan->fdw_exprs),
 									(PlanState *) node);

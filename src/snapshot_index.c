@@ -126,21 +126,37 @@ pc_snap_append_index(StringInfo chunk, uint64 nrows, const uint64 *offsets,
 	pfree(next);
 }
 
-/* The chunk's index, or NULL if it has none. */
+/*
+ * The chunk's index, if it has one for its nrows rows.  Every part of the
+ * layout is checked against the chunk's size, so a probe cannot read past
+ * it, whatever the chunk holds.
+ */
 const PcSnapIndex *
-pc_snap_find_index(const char *chunk, Size size)
+pc_snap_find_index(const char *chunk, Size size, uint64 nrows)
 {
 	PcSnapIndexTrailer trailer;
 	const PcSnapIndex *index;
+	Size		end;
 
 	if (chunk == NULL || size < sizeof(trailer) + sizeof(PcSnapIndex))
 		return NULL;
 	memcpy(&trailer, chunk + size - sizeof(trailer), sizeof(trailer));
 	if (trailer.magic != PC_SNAP_INDEX_MAGIC ||
+		trailer.index_offset % MAXIMUM_ALIGNOF != 0 ||
 		trailer.index_offset > size - sizeof(trailer) - sizeof(PcSnapIndex))
 		return NULL;
 	index = (const PcSnapIndex *) (chunk + trailer.index_offset);
-	return index->magic == PC_SNAP_INDEX_MAGIC ? index : NULL;
+	if (index->magic != PC_SNAP_INDEX_MAGIC || index->nrows != nrows ||
+		index->nbuckets == 0 ||
+		(index->nbuckets & (index->nbuckets - 1)) != 0)
+		return NULL;
+	end = trailer.index_offset + MAXALIGN(sizeof(PcSnapIndex)) +
+		(index->nbuckets + 2 * nrows) * sizeof(uint32) +
+		((index->nbuckets + 2 * nrows) % 2) * sizeof(uint32) +
+		nrows * sizeof(uint64);
+	if (MAXALIGN(end) != size - sizeof(trailer))
+		return NULL;
+	return index;
 }
 
 void

@@ -253,7 +253,8 @@ static RecentRef recent_refs[PC_RECENT_REFS];	/* dbid 0: unused */
 static int	recent_next = 0;
 
 static bool
-recent_ref(Oid dbid, int64 reg_id, int64 reg_stamp, PcSnapRef *ref)
+recent_ref(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
+		   PcSnapRef *ref)
 {
 	int			i;
 
@@ -269,7 +270,8 @@ recent_ref(Oid dbid, int64 reg_id, int64 reg_stamp, PcSnapRef *ref)
 		s = &slots()[r->ref.index];
 		LWLockAcquire(slot_lock(r->ref.index), LW_SHARED);
 		same = s->in_use && s->generation == r->ref.generation &&
-			s->dbid == dbid && s->reg_id == reg_id && s->reg_stamp == reg_stamp;
+			s->dbid == dbid && s->reg_id == reg_id &&
+			s->reg_stamp == reg_stamp && strcmp(s->name, name) == 0;
 		LWLockRelease(slot_lock(r->ref.index));
 		if (same)
 		{
@@ -309,7 +311,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	int			index;
 	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
-	if (recent_ref(dbid, reg_id, reg_stamp, &ref))
+	if (recent_ref(dbid, name, reg_id, reg_stamp, &ref))
 		return ref;
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
