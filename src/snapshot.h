@@ -195,6 +195,7 @@ extern uint64 pc_registry_modify(const char *sql, int nargs, Oid *argtypes,
 								 Datum *args);
 extern int64 pc_registry_next_id(void);
 extern void pc_snap_check_owner(SnapReg *reg);
+extern bool pc_snap_may_read(SnapReg *reg);
 extern void pc_snap_check_reader(SnapReg *reg);
 extern TupleDesc pc_snap_registered_desc(SnapReg *reg);
 extern char *pc_snap_describe_columns(SnapReg *reg);

@@ -628,21 +628,6 @@ snap_updatable(Relation rel)
  * ----------------------------------------------------------------
  */
 
-/* May the current user read the snapshot (pc_snap_check_reader's rule)? */
-static bool
-may_read(SnapReg *reg)
-{
-	Oid			me = GetUserId();
-	int			i;
-
-	if (has_privs_of_role(me, reg->owner))
-		return true;
-	for (i = 0; i < reg->nreaders; i++)
-		if (has_privs_of_role(me, reg->readers[i]))
-			return true;
-	return false;
-}
-
 /*
  * One foreign table per snapshot of this database that the caller may
  * read, with its recorded columns.  LIMIT TO and EXCEPT name snapshots.
@@ -703,7 +688,7 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 			continue;
 
 		reg = pc_registry_lookup(name, true);
-		if (reg == NULL || !may_read(reg))
+		if (reg == NULL || !pc_snap_may_read(reg))
 			continue;
 
 		initStringInfo(&cmd);

@@ -366,17 +366,26 @@ pc_snap_check_owner(SnapReg *reg)
 				 errmsg("must be owner of snapshot \"%s\"", reg->name)));
 }
 
-void
-pc_snap_check_reader(SnapReg *reg)
+/* May the current user read the snapshot: its owner's privileges, or a grant? */
+bool
+pc_snap_may_read(SnapReg *reg)
 {
 	Oid			me = GetUserId();
 	int			i;
 
 	if (has_privs_of_role(me, reg->owner))
-		return;
+		return true;
 	for (i = 0; i < reg->nreaders; i++)
 		if (has_privs_of_role(me, reg->readers[i]))
-			return;
+			return true;
+	return false;
+}
+
+void
+pc_snap_check_reader(SnapReg *reg)
+{
+	if (pc_snap_may_read(reg))
+		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for snapshot \"%s\"", reg->name),
