@@ -29,19 +29,17 @@ set -euo pipefail
 
 # shellcheck source=SCRIPTDIR/../scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NAME=hit_path
 BASELINE=${1:-d02c6b5}
 PORT=54340
-DURATION=${BENCH_SECONDS:-10}
-PASSES=${BENCH_PASSES:-2}
 LOOP_CALLS=200000
 WORK=
 DATA=
 SOCK=
 
-case $DURATION$PASSES in
-'' | *[!0-9]*) echo "BENCH_SECONDS and BENCH_PASSES must be whole numbers" >&2; exit 2 ;;
-esac
+bench_settings
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
@@ -87,14 +85,8 @@ EOF
 }
 
 # tps SCRIPT CLIENTS: pgbench -M prepared TPS (over the unix socket).
-tps() {
-	local jobs=$(($2 < $(nproc) ? $2 : $(nproc)))
-	"${AS_PG[@]}" "$PGBIN/pgbench" -n -M prepared -f "$WORK/head/bench/$1" -c "$2" -j "$jobs" \
-		-T "$DURATION" -h "$SOCK" -p "$PORT" postgres 2>&1 |
-		awk '/^tps = /{print $3; exit}'
-}
+tps() { prepared_tps "$WORK/head/bench/$1" "$2"; }
 
-ratio() { LC_ALL=C awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.3f", a / b; else print "?" }'; }
 
 REPORT=()
 for pass in $(seq 1 "$PASSES"); do
@@ -107,7 +99,7 @@ for pass in $(seq 1 "$PASSES"); do
 		for c in 1 8; do
 			s1=$(tps select_1.sql $c)
 			get=$(tps get_hit.sql $c)
-			line="$line | -c$c: SELECT 1 $(printf '%7.0f' "$s1") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$s1")"
+			line="$line | -c$c: SELECT 1 $(printf '%7.0f' "$s1") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$s1" %.3f)"
 		done
 		ns=$(pgvalue "SELECT bench.loop_get_built_key(20000), bench.loop_built_key(20000);
 		              SELECT round(((g.us_per_call - b.us_per_call) * 1000)::numeric), g.nonnull
@@ -135,8 +127,8 @@ EOF
 pgrun -f "$WORK/head/bench/working_set.sql"
 WS=()
 for round in $(seq 1 13); do
-	if [ "$round" -le 8 ]; then hot=1; seed=$(ratio "$round" 100); label="round $round"
-	else hot=25001; seed=$(ratio $((round + 42)) 100); label="shift $((round - 8))"; fi
+	if [ "$round" -le 8 ]; then hot=1; seed=$(ratio "$round" 100 %.2f); label="round $round"
+	else hot=25001; seed=$(ratio $((round + 42)) 100 %.2f); label="shift $((round - 8))"; fi
 	WS+=("$label: $(pgvalue "SELECT 'hit ratio ' || round(hit_ratio::numeric, 3) || ', failed ' || failed || ', most memory_used ' || max_used FROM public.round($hot, $seed)")")
 	sleep 1
 done

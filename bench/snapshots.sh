@@ -20,17 +20,15 @@ set -euo pipefail
 
 # shellcheck source=SCRIPTDIR/../scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NAME=snapshots
 PORT=54341
-DURATION=${BENCH_SECONDS:-10}
-PASSES=${BENCH_PASSES:-2}
 WORK=
 DATA=
 SOCK=
 
-case $DURATION$PASSES in
-'' | *[!0-9]*) echo "BENCH_SECONDS and BENCH_PASSES must be whole numbers" >&2; exit 2 ;;
-esac
+bench_settings
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
@@ -52,13 +50,7 @@ EOF
 pgrun -f "$WORK/src/bench/snapshots/setup.sql" >/dev/null
 
 # tps SCRIPT CLIENTS: pgbench -M prepared TPS over the unix socket.
-tps() {
-	local jobs=$(($2 < $(nproc) ? $2 : $(nproc)))
-	"${AS_PG[@]}" "$PGBIN/pgbench" -n -M prepared -f "$WORK/src/bench/snapshots/$1" \
-		-c "$2" -j "$jobs" -T "$DURATION" -h "$SOCK" -p "$PORT" postgres 2>&1 |
-		awk '/^tps = /{print $3; exit}'
-}
-ratio() { LC_ALL=C awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "?" }'; }
+tps() { prepared_tps "$WORK/src/bench/snapshots/$1" "$2"; }
 
 REPORT=()
 # row LABEL TABLE_SCRIPT OTHER_SCRIPTS...: one line per client count.
