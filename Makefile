@@ -17,12 +17,14 @@ OBJS = \
 	src/keycache_fetch.o \
 	src/keycache_worker.o \
 	src/keycache_sql.o \
+	src/keycache_replay.o \
 	src/snapshot_store.o \
 	src/snapshot_load.o \
 	src/snapshot_registry.o \
 	src/snapshot_sql.o \
 	src/snapshot_index.o \
-	src/snapshot_fdw.o
+	src/snapshot_fdw.o \
+	src/wal_records.o
 
 EXTENSION = projcache
 DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql projcache--1.0.1--1.1.sql

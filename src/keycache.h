@@ -62,6 +62,10 @@ typedef struct PcEntry
 	uint8		state;			/* PcKeyState */
 	uint8		fetch_state;	/* PcFetchState */
 	bool		invalidated;	/* stale until the next successful fetch */
+	bool		awaiting_commit;	/* on a standby: invalidated by a
+									 * transaction whose commit is not
+									 * replayed yet; reads ask for no fetch
+									 * (keycache_replay.c) */
 	bool		has_refresh;	/* refresh_at is set */
 	bool		error_unstored; /* last fetch failed; no room for its message */
 	int32		attempts;		/* failed or pending attempts in a row */

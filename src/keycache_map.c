@@ -215,6 +215,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->state = PC_STATE_PENDING;
 		entry->fetch_state = PC_FETCH_PENDING;
 		entry->invalidated = false;
+		entry->awaiting_commit = false;
 		entry->has_refresh = false;
 		entry->error_unstored = false;
 		entry->attempts = 0;

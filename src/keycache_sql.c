@@ -33,6 +33,7 @@
 
 #include "keycache.h"
 #include "scheduler.h"
+#include "wal.h"
 
 /* Longest evict() waits for the worker to act. */
 #define PC_EVICT_WAIT_MS	5000
@@ -55,6 +56,7 @@ typedef struct PcRead
 	uint8		state;			/* PcKeyState */
 	uint8		fetch_state;	/* PcFetchState */
 	bool		invalidated;
+	bool		awaiting_commit;
 	bool		has_refresh;
 	int32		attempts;
 	int64		fetched_at;
@@ -82,6 +84,7 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 	r->state = entry->state;
 	r->fetch_state = entry->fetch_state;
 	r->invalidated = entry->invalidated;
+	r->awaiting_commit = entry->awaiting_commit;
 	r->has_refresh = entry->has_refresh;
 	r->attempts = entry->attempts;
 	r->fetched_at = entry->fetched_at;
@@ -212,7 +215,8 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	}
 
 	copy_entry(entry, details, true, r);
-	if (r->fetch_state != PC_FETCH_IN_PROGRESS &&
+	/* A standby waiting for an invalidation's commit refetches it then. */
+	if (r->fetch_state != PC_FETCH_IN_PROGRESS && !r->awaiting_commit &&
 		(r->state == PC_STATE_PENDING ||
 		 read_freshness(r, now) != SCHED_FRESH))
 		send = pc_request_mark(entry, PC_REQ_FETCH);
@@ -546,11 +550,30 @@ invalidated_key_match(const void *key1, const void *key2, Size keysize)
 	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), len);
 }
 
+/* Write the transaction's keys to WAL, for the standbys (wal_records.c). */
+static void
+log_invalidated_keys(void)
+{
+	HASH_SEQ_STATUS status;
+	text	  **entry;
+	text	  **keys;
+	int			n = 0;
+
+	keys = palloc(hash_get_num_entries(invalidated_keys) * sizeof(text *));
+	hash_seq_init(&status, invalidated_keys);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		keys[n++] = *entry;
+	pc_wal_log_invalidations(keys, n);
+	pfree(keys);
+}
+
 /*
- * At commit, request a refetch of every key this transaction invalidated:
- * only then can the fetch function see the transaction's changes.  At
- * abort, forget them (the keys stay marked stale; their next read asks).
- * PREPARE is refused: the commit would come later, in another session.
+ * Just before the commit record, write the invalidated keys to WAL (if
+ * projcache.wal_invalidations is on).  At commit, request a refetch of
+ * every key this transaction invalidated: only then can the fetch function
+ * see the transaction's changes.  At abort, forget them (the keys stay
+ * marked stale; their next read asks).  PREPARE is refused: the commit
+ * would come later, in another session.
  */
 static void
 invalidate_at_commit(XactEvent event, void *arg)
@@ -560,6 +583,10 @@ invalidate_at_commit(XactEvent event, void *arg)
 
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (invalidated_keys != NULL)
+				log_invalidated_keys();
+			break;
 		case XACT_EVENT_PRE_PREPARE:
 			/* The commit would come later, in another session. */
 			if (invalidated_keys != NULL)
@@ -625,7 +652,9 @@ invalidate_at_commit_add(text *arg)
 /*
  * projcache.invalidate(key text) → boolean: stale from now on (the old
  * value keeps serving), and refetched with a normal fetch as soon as the
- * calling transaction commits.  False if the key is not cached.
+ * calling transaction commits.  False if the key is not cached here.  With
+ * projcache.wal_invalidations on, the key goes to WAL at commit either way:
+ * each standby has a cache of its own.
  */
 Datum
 projcache_invalidate(PG_FUNCTION_ARGS)
@@ -642,7 +671,11 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
 	if (entry == NULL)
+	{
+		if (pc_wal_logging())
+			invalidate_at_commit_add(arg);
 		PG_RETURN_BOOL(false);
+	}
 	if (entry->state != PC_STATE_PENDING)
 		entry->invalidated = true;
 	pc_entry_release(entry);

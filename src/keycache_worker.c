@@ -42,6 +42,7 @@
 
 #include "keycache.h"
 #include "scheduler.h"
+#include "wal.h"
 
 /* Longest sleep, in case a wakeup is ever missed. */
 #define PC_MAX_SLEEP_MS		10000
@@ -290,6 +291,23 @@ handle_request(const char *key, uint32 len, int64 now)
 	else
 		return;
 
+	e = sched_lookup(sched, key, len);
+	if (e != NULL)
+		mirror_entry(e);
+}
+
+/*
+ * On a standby, the commit of a replayed invalidation was replayed too:
+ * refetch the key now, as the primary did at commit.
+ */
+static void
+refetch_replayed(const char *key, uint32 len)
+{
+	SchedEntry *e;
+
+	if (sched_lookup(sched, key, len) == NULL)
+		return;					/* not cached here */
+	sched_invalidate(sched, key, len, pc_now_ms());
 	e = sched_lookup(sched, key, len);
 	if (e != NULL)
 		mirror_entry(e);
@@ -545,6 +563,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	PcKey		search;
 	PcEntry    *entry;
 	bool		breach = false;
+	bool		waiting;
 
 	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
 	{
@@ -607,6 +626,9 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		return breach;
 	}
 
+	/* An invalidation replayed from WAL may be newer than this answer. */
+	waiting = pc_replay_key_waiting(key, len);
+
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
 	if (entry == NULL)
@@ -628,8 +650,10 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 				PC_STATE_ENABLED : PC_STATE_DISABLED;
 		}
 		entry->fetched_at = now;
-		entry->invalidated = e->invalidated;
+		entry->invalidated = e->invalidated || waiting;
 	}
+	if (waiting)
+		entry->awaiting_commit = true;
 	/* A success or a clean "pending" clears the error; a failure sets it. */
 	old_error = entry->last_error;
 	if (DsaPointerIsValid(old_error))
@@ -920,6 +944,7 @@ pc_worker_main(Datum main_arg)
 
 	MemoryContextSwitchTo(batch_cxt);
 	rebuild_private_state(pc_now_ms());
+	pc_replay_init();
 	/* Requests may have been left while no worker ran: look for them. */
 	pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
 	MemoryContextReset(batch_cxt);
@@ -931,6 +956,7 @@ pc_worker_main(Datum main_arg)
 		SchedEntry **batch;
 		int			n;
 		long		timeout = PC_MAX_SLEEP_MS;
+		long		replay_poll;
 
 		/*
 		 * A query cancel (pg_cancel_backend, or a statement timeout that
@@ -947,6 +973,7 @@ pc_worker_main(Datum main_arg)
 		}
 
 		MemoryContextSwitchTo(batch_cxt);
+		replay_poll = pc_replay_poll(refetch_replayed);
 		now = pc_now_ms();
 		process_requests(now);
 		process_timers(now);
@@ -962,6 +989,8 @@ pc_worker_main(Datum main_arg)
 
 		if (sched_next_wakeup(sched, pc_batch_interval_ms, &wake))
 			timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
+		if (replay_poll >= 0)
+			timeout = Min(timeout, replay_poll);
 		if (timeout > 0)
 		{
 			(void) WaitLatch(MyLatch,

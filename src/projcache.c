@@ -13,6 +13,7 @@
  */
 #include "postgres.h"
 
+#include "access/rmgr.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -20,6 +21,7 @@
 
 #include "keycache.h"
 #include "snapshot.h"
+#include "wal.h"
 
 PG_MODULE_MAGIC;
 
@@ -40,6 +42,9 @@ int			pc_fetch_timeout_ms = 30 * 1000;
 int			pc_max_memory_kb = 64 * 1024;
 int			pc_max_snapshots = 64;
 bool		pc_debug_clock = false;
+bool		pc_wal_invalidations = false;
+int			pc_wal_rmgr_id = RM_EXPERIMENTAL_ID;
+int			pc_wal_pending_kb = 1024;
 
 /* A channel name is an identifier: shorter than NAMEDATALEN. */
 static bool
@@ -194,6 +199,33 @@ define_settings(void)
 							0,
 							NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("projcache.wal_invalidations",
+							 "Writes invalidations and snapshot refreshes to WAL, for the caches of standbys.",
+							 "Every standby must then preload projcache.",
+							 &pc_wal_invalidations,
+							 false,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.wal_rmgr_id",
+							"Sets the id of projcache's WAL resource manager.",
+							"The same on a primary and all its standbys; no other library may use it.",
+							&pc_wal_rmgr_id,
+							RM_EXPERIMENTAL_ID, RM_MIN_CUSTOM_ID, RM_MAX_CUSTOM_ID,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.wal_pending_memory",
+							"Sets the shared memory for keys a standby replayed and that wait for their transaction's commit.",
+							NULL,
+							&pc_wal_pending_kb,
+							1024, 8, INT_MAX / 1024,
+							PGC_POSTMASTER,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
 	DefineCustomBoolVariable("projcache.debug_clock",
 							 "Allows superusers to move projcache's clock forward (for tests).",
 							 NULL,
@@ -225,4 +257,5 @@ _PG_init(void)
 	shmem_startup_hook = projcache_shmem_startup;
 
 	pc_register_worker();
+	pc_wal_register_rmgr();
 }

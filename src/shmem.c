@@ -33,6 +33,7 @@
 
 #include "keycache.h"
 #include "snapshot.h"
+#include "wal.h"
 
 PcShared   *pc_shared = NULL;
 
@@ -65,6 +66,7 @@ pc_shmem_size(void)
 
 	size = add_size(size, MAXALIGN(pc_ring_size()));
 	size = add_size(size, MAXALIGN(pc_snap_shmem_size(pc_max_snapshots)));
+	size = add_size(size, MAXALIGN(pc_wal_pending_size()));
 	size = add_size(size, pc_dsa_bytes());
 	return size;
 }
@@ -73,8 +75,8 @@ void
 pc_shmem_request(void)
 {
 	RequestAddinShmemSpace(pc_shmem_size());
-	/* ring lock, snapshot map lock, one lock per snapshot slot */
-	RequestNamedLWLockTranche("projcache", 2 + pc_max_snapshots);
+	/* ring lock, snapshot map lock, one lock per snapshot slot, WAL list */
+	RequestNamedLWLockTranche("projcache", 3 + pc_max_snapshots);
 }
 
 /*
@@ -108,6 +110,8 @@ pc_shmem_startup(void)
 		shared->ring_lock = &(GetNamedLWLockTranche("projcache"))[0].lock;
 		shared->snap_map_lock = &(GetNamedLWLockTranche("projcache"))[1].lock;
 		shared->snap_slot_locks = &(GetNamedLWLockTranche("projcache"))[2];
+		shared->wal_lock =
+			&(GetNamedLWLockTranche("projcache"))[2 + pc_max_snapshots].lock;
 		shared->max_snapshots = pc_max_snapshots;
 		pg_atomic_init_u32(&shared->ring_overflow, 0);
 		pg_atomic_init_u32(&shared->room_wanted, 0);
@@ -125,10 +129,13 @@ pc_shmem_startup(void)
 
 		shared->ring_offset = MAXALIGN(sizeof(PcShared));
 		shared->snap_offset = shared->ring_offset + MAXALIGN(pc_ring_size());
-		shared->dsa_offset = shared->snap_offset +
+		shared->wal_offset = shared->snap_offset +
 			MAXALIGN(pc_snap_shmem_size(pc_max_snapshots));
+		shared->dsa_offset = shared->wal_offset +
+			MAXALIGN(pc_wal_pending_size());
 		pc_ring_init((PcRequestRing *) (base + shared->ring_offset));
 		pc_snap_shmem_init(base + shared->snap_offset, pc_max_snapshots);
+		pc_wal_pending_init((PcWalPending *) (base + shared->wal_offset));
 
 		shared->dsa_tranche = LWLockNewTrancheId();
 		shared->keymap_tranche = LWLockNewTrancheId();

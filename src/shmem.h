@@ -60,6 +60,8 @@ typedef enum PcCounter
  *	 'requests', which is atomic; the DSA chunks an entry points to are
  *	 read only under that entry's lock and freed only by the worker, after
  *	 it has unlinked them under the lock.
+ * - wal_lock (LWLock): the list of keys replayed on a standby and waiting
+ *	 for their transaction's commit (wal.h).
  * - the DSA's own lock: its allocator.
  * - counters, memory_used (DSA bytes taken, as pc_dsa_footprint counts
  *	 them), clock_offset_ms, ring_overflow,
@@ -110,6 +112,8 @@ typedef struct PcShared
 	int			max_snapshots;
 	LWLock	   *snap_map_lock;	/* which slot caches which snapshot */
 	LWLockPadded *snap_slot_locks;	/* one per slot; see snapshot_store.c */
+	Size		wal_offset;		/* PcWalPending */
+	LWLock	   *wal_lock;		/* the replayed keys list (wal.h) */
 } PcShared;
 
 extern PcShared *pc_shared;

@@ -26,6 +26,7 @@ typedef struct PcSnapInfo
 	int64		rows;
 	int64		bytes;
 	int64		loaded_at_ms;
+	bool		marked_stale;	/* by WAL redo, until the next load */
 	bool		attempted;
 	int64		last_attempt_ms;
 	int64		refresh_errors;
@@ -79,8 +80,10 @@ extern void pc_snap_pin_copy(const char *blob);
 extern void pc_snap_unpin_copy(const char *blob);
 extern bool pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms);
 extern void pc_snap_lease_drop(PcSnapRef ref);
+extern uint64 pc_snap_stale_marks(PcSnapRef ref);
+extern void pc_snap_mark_stale(Oid dbid, const char *name);
 extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
-							int64 rows, int64 now);
+							int64 rows, int64 now, uint64 stale_marks);
 extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
 									int64 now, bool drop_rows);
 extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,

@@ -76,6 +76,7 @@ typedef struct LoadTask
 	Oid			owner;
 	Oid			view;			/* InvalidOid: run query_offset's text */
 	PcSnapRef	ref;
+	uint64		stale_marks;	/* the slot's, before the query runs */
 	char		name[NAMEDATALEN];
 	int			natts;
 	int			key_attno;		/* key column to index (1-based), or 0 */
@@ -286,7 +287,8 @@ run_load(LoadTask *task, const char *sql)
 	AtEOXact_GUC(false, nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 
-	if (!pc_snap_publish(task->ref, rows.data, rows.len, nrows, pc_now_ms()))
+	if (!pc_snap_publish(task->ref, rows.data, rows.len, nrows, pc_now_ms(),
+						 task->stale_marks))
 		task_report(task, PC_LOAD_FAILED, ERRCODE_OUT_OF_MEMORY,
 					psprintf("snapshot of %d bytes does not fit in projcache.max_memory (%d kB; %zu bytes in use)",
 							 rows.len, pc_max_memory_kb, pc_memory_used()));
@@ -456,6 +458,7 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 	task->owner = owner;
 	task->view = view;
 	task->ref = ref;
+	task->stale_marks = pc_snap_stale_marks(ref);
 	strlcpy(task->name, name, NAMEDATALEN);
 	task->natts = natts;
 	task->key_attno = key_attno;

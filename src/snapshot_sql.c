@@ -69,6 +69,7 @@
 #include "utils/timestamp.h"
 
 #include "snapshot.h"
+#include "wal.h"
 
 
 PG_FUNCTION_INFO_V1(projcache_create_snapshot);
@@ -465,6 +466,8 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 				 errmsg("cannot refresh snapshot \"%s\" in a transaction that has written data",
 						reg->name),
 				 errdetail("The load would publish the transaction's uncommitted changes.")));
+	/* The standbys load it again on their next read, whatever happens here. */
+	pc_wal_log_refresh(MyDatabaseId, reg->name);
 	ref = acquire_slot(reg);
 	switch (load_and_publish(reg, ref, &error, &sqlerrcode))
 	{
@@ -905,7 +908,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 			status = "failing";
 		else if (!has_slot || !info.loaded)
 			status = "cold";
-		else if (now - info.loaded_at_ms < ttl_ms[i])
+		else if (!info.marked_stale && now - info.loaded_at_ms < ttl_ms[i])
 			status = "fresh";
 		else
 			status = "stale";

@@ -73,6 +73,9 @@ typedef struct PcSnapSlot
 	dsa_pointer last_error;		/* NUL-terminated, or InvalidDsaPointer */
 	Size		last_error_bytes;
 	bool		error_unstored; /* last attempt failed; no room for its text */
+	bool		marked_stale;	/* refreshed on the primary (WAL redo): stale
+								 * until the next load */
+	uint64		stale_marks;	/* times it was so marked, ever */
 } PcSnapSlot;
 
 static PcSnapSlot *
@@ -158,6 +161,8 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	s->last_error = InvalidDsaPointer;
 	s->last_error_bytes = 0;
 	s->error_unstored = false;
+	s->marked_stale = false;
+	s->stale_marks = 0;
 	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
 	pg_atomic_write_u32(&s->lease_pid, 0);
@@ -466,7 +471,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 
 	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
-		(!only_fresh || now - s->fetched_at_ms < ttl_ms))
+		(!only_fresh || (!s->marked_stale && now - s->fetched_at_ms < ttl_ms)))
 	{
 		bool		current = lc->index == ref.index &&
 			lc->generation == ref.generation && lc->version == s->version;
@@ -592,7 +597,7 @@ pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
 
 	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
 	*loaded = s->generation == ref.generation && DsaPointerIsValid(s->data);
-	fresh = *loaded && now - s->fetched_at_ms < ttl_ms;
+	fresh = *loaded && !s->marked_stale && now - s->fetched_at_ms < ttl_ms;
 	LWLockRelease(slot_lock(ref.index));
 	return fresh;
 }
@@ -704,13 +709,56 @@ pc_snap_lease_drop(PcSnapRef ref)
 }
 
 /*
+ * How often the slot was marked stale by WAL redo; a load reads it before
+ * its query starts and passes it to pc_snap_publish().
+ */
+uint64
+pc_snap_stale_marks(PcSnapRef ref)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	uint64		marks;
+
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	marks = s->stale_marks;
+	LWLockRelease(slot_lock(ref.index));
+	return marks;
+}
+
+/*
+ * On a standby, replaying refresh_snapshot() of the primary: the snapshot
+ * is stale until its next load.  Called by redo, so it allocates nothing
+ * and raises nothing; a snapshot not cached here is skipped.
+ */
+void
+pc_snap_mark_stale(Oid dbid, const char *name)
+{
+	int			index;
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	index = find_slot(dbid, name);
+	if (index >= 0)
+	{
+		PcSnapSlot *s = &slots()[index];
+
+		LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
+		s->marked_stale = true;
+		s->stale_marks++;
+		LWLockRelease(slot_lock(index));
+	}
+	LWLockRelease(pc_shared->snap_map_lock);
+}
+
+/*
  * Publish freshly loaded rows.  The chunk is allocated and filled before
  * the lock is taken; the swap itself is a few stores.  Returns false, with
  * nothing changed, if projcache.max_memory has no room for it.
+ * stale_marks is pc_snap_stale_marks() from before the load's query: if
+ * redo marked the slot since, the query may have missed what the mark
+ * stands for, so the new rows stay stale.
  */
 bool
 pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
-				int64 now)
+				int64 now, uint64 stale_marks)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 	dsa_pointer dp = pc_alloc(Max(size, 1));
@@ -737,6 +785,7 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		s->version++;
 		s->loaded_at_ms = now;
 		s->fetched_at_ms = now;
+		s->marked_stale = s->stale_marks != stale_marks;
 		s->last_failed = false;
 		s->last_error = InvalidDsaPointer;
 		s->last_error_bytes = 0;
@@ -791,7 +840,9 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
 		}
 		if (DsaPointerIsValid(s->data))
 		{
+			/* last good rows serve for a TTL before the next attempt */
 			s->fetched_at_ms = now;
+			s->marked_stale = false;
 			age = now - s->loaded_at_ms;
 		}
 		pg_atomic_write_u64(&s->last_attempt_ms, (uint64) now);
@@ -835,6 +886,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	info->rows = s->rows;
 	info->bytes = info->loaded ? s->data_bytes : 0;
 	info->loaded_at_ms = s->loaded_at_ms;
+	info->marked_stale = s->marked_stale;
 	last_attempt = (int64) pg_atomic_read_u64(&s->last_attempt_ms);
 	info->attempted = last_attempt != PC_NEVER;
 	info->last_attempt_ms = last_attempt;

@@ -1,0 +1,396 @@
+/*-------------------------------------------------------------------------
+ *
+ * keycache_replay.c
+ *	  On a standby, the worker's side of invalidations replayed from WAL:
+ *	  mark the keys stale, wait for the commit, refetch.
+ *
+ * Redo appends each invalidated key, with its transaction's id, to the
+ * shared list (wal.h, wal_records.c).  On each pass of its loop the worker:
+ *
+ * 1. takes the new items: marks each key it has cached stale and
+ *	  awaiting_commit (readers then serve the old value as stale and ask for
+ *	  no fetch), and counts the key in a private table of waiting keys;
+ * 2. asks what became of the transactions of the items it marked:
+ *	  TransactionIdIsInProgress() is false once the commit or abort record
+ *	  has been replayed (a standby tracks the transactions it saw in WAL),
+ *	  and then TransactionIdDidCommit() says which.  Ended items leave the
+ *	  list; a key none of whose items is left stops waiting, and if one of
+ *	  them committed it is refetched now, with a snapshot that sees the
+ *	  commit.  A key whose transaction aborted stays stale and is refetched
+ *	  on its next read, as on the primary.
+ *
+ * PostgreSQL 15 has no hook on commit redo, so this is polled: every 5 ms
+ * while items wait, backing off to once a second while nothing ends.
+ *
+ * A fetch answered while its key waits (a refresh, or a first read of a key
+ * not cached when its record was replayed) is stored stale and waiting: it
+ * may have read the rows from before the commit.
+ *
+ * When the list is full, redo drops the record and notes its transaction.
+ * Then every cached key counts as waiting until every transaction up to the
+ * newest dropped one has ended (a snapshot's xmin passes it); after that,
+ * the keys stay stale and each is refetched on its next read.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "storage/lwlock.h"
+#include "storage/procarray.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "keycache.h"
+#include "wal.h"
+
+#define PC_REPLAY_POLL_MIN_MS	5
+#define PC_REPLAY_POLL_MAX_MS	1000
+
+/* A key with items in the list, and whether one of them committed. */
+typedef struct WaitingKey
+{
+	char		key[PC_MAX_KEY_BYTES + 1];	/* NUL-terminated: keys are text */
+	int			items;
+	bool		committed;
+} WaitingKey;
+
+static HTAB *waiting = NULL;
+static bool overflow_active = false;	/* every cached key waits */
+static int	idle_polls = 0;
+
+typedef enum XidFate
+{
+	XID_RUNNING,
+	XID_COMMITTED,
+	XID_ABORTED
+} XidFate;
+
+typedef struct XidFateEntry
+{
+	TransactionId xid;
+	XidFate		fate;
+} XidFateEntry;
+
+/*
+ * Start over: the items a previous worker marked are marked again (marking
+ * is idempotent), so that this worker's table of waiting keys is complete.
+ */
+void
+pc_replay_init(void)
+{
+	HASHCTL		ctl;
+	PcWalPending *pending = pc_wal_pending();
+
+	ctl.keysize = PC_MAX_KEY_BYTES + 1;
+	ctl.entrysize = sizeof(WaitingKey);
+	ctl.hcxt = TopMemoryContext;
+	waiting = hash_create("projcache keys waiting for a commit", 256, &ctl,
+						  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+
+	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pending->marked = 0;
+	pending->overflow_marked = false;
+	LWLockRelease(pc_shared->wal_lock);
+}
+
+static WaitingKey *
+waiting_lookup(const char *key, uint32 len, HASHACTION action)
+{
+	char		buf[PC_MAX_KEY_BYTES + 1];
+
+	Assert(len <= PC_MAX_KEY_BYTES);
+	memcpy(buf, key, len);
+	buf[len] = '\0';
+	return (WaitingKey *) hash_search(waiting, buf, action, NULL);
+}
+
+/* Is a fetch answered now possibly older than a replayed invalidation? */
+bool
+pc_replay_key_waiting(const char *key, uint32 len)
+{
+	return overflow_active ||
+		(hash_get_num_entries(waiting) > 0 &&
+		 waiting_lookup(key, len, HASH_FIND) != NULL);
+}
+
+/* Mark or unmark one cached key as waiting for a commit. */
+static void
+set_awaiting(const char *key, uint32 len, bool awaiting)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+
+	entry = pc_entry_find(&search, true);
+	if (entry == NULL)
+		return;					/* not cached here: skipped */
+	entry->awaiting_commit = awaiting;
+	if (awaiting && entry->state != PC_STATE_PENDING)
+		entry->invalidated = true;
+	pc_entry_release(entry);
+}
+
+/*
+ * Set (after an overflow) or clear (once it is over) awaiting_commit on
+ * every cached key; when clearing, keys that still have items keep it.
+ */
+static void
+set_awaiting_all(bool awaiting)
+{
+	dshash_seq_status status;
+	PcEntry    *entry;
+
+	pc_entry_scan_begin(&status, true);
+	while ((entry = dshash_seq_next(&status)) != NULL)
+	{
+		if (!awaiting && hash_get_num_entries(waiting) > 0)
+		{
+			const char *key = pc_key_bytes(pc_area(), &entry->key);
+			char		buf[PC_MAX_KEY_BYTES + 1];
+
+			memcpy(buf, key, entry->key.len);
+			buf[entry->key.len] = '\0';
+			if (hash_search(waiting, buf, HASH_FIND, NULL) != NULL)
+				continue;
+		}
+		entry->awaiting_commit = awaiting;
+		if (awaiting && entry->state != PC_STATE_PENDING)
+			entry->invalidated = true;
+	}
+	pc_entry_scan_end(&status);
+}
+
+/* Step 1: take the items redo appended since the last pass. */
+static bool
+take_new_items(void)
+{
+	PcWalPending *pending = pc_wal_pending();
+	char	   *copy;
+	Size		n;
+	Size		pos;
+	bool		mark_all;
+	TransactionId overflow_xid;
+
+	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
+	n = pending->used - pending->marked;
+	mark_all = pending->overflowed && !pending->overflow_marked;
+	LWLockRelease(pc_shared->wal_lock);
+	if (n == 0 && !mark_all)
+		return false;
+
+	/* Only this process moves 'marked' or removes items: n stays valid. */
+	copy = palloc(Max(n, 1));
+	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	memcpy(copy, pending->data + pending->marked, n);
+	pending->marked += n;
+	overflow_xid = pending->overflow_xid;
+	if (pending->overflowed)
+		pending->overflow_marked = true;
+	LWLockRelease(pc_shared->wal_lock);
+
+	for (pos = 0; pos < n;)
+	{
+		PcWalItem  *item = (PcWalItem *) (copy + pos);
+		WaitingKey *w = waiting_lookup(item->key, item->keylen, HASH_ENTER);
+
+		if (w->items == 0)
+			w->committed = false;
+		w->items++;
+		set_awaiting(item->key, item->keylen, true);
+		pos += PC_WAL_ITEM_SIZE(item->keylen);
+	}
+	pfree(copy);
+
+	if (mark_all)
+	{
+		overflow_active = true;
+		ereport(LOG,
+				(errmsg("projcache: invalidations replayed from WAL did not fit in projcache.wal_pending_memory"),
+				 errdetail("Every cached key is stale, and waits until transaction %u and all before it have ended.",
+						   overflow_xid)));
+		set_awaiting_all(true);
+	}
+	return true;
+}
+
+static XidFate
+xid_fate(TransactionId xid)
+{
+	if (TransactionIdIsInProgress(xid))
+		return XID_RUNNING;
+	if (TransactionIdDidCommit(xid))
+		return XID_COMMITTED;
+	return XID_ABORTED;
+}
+
+/* Step 2: drop the items whose transaction ended; act on their keys. */
+static bool
+resolve_items(PcRefetchFn refetch)
+{
+	PcWalPending *pending = pc_wal_pending();
+	HASHCTL		ctl;
+	HTAB	   *fates;
+	Size		marked;
+	Size		pos;
+	Size		kept;
+	char	   *ended;
+	Size		ended_len = 0;
+	bool		any_ended = false;
+
+	/* Items before 'marked' change only here: read them without the lock. */
+	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
+	marked = pending->marked;
+	LWLockRelease(pc_shared->wal_lock);
+	if (marked == 0)
+		return false;
+
+	ctl.keysize = sizeof(TransactionId);
+	ctl.entrysize = sizeof(XidFateEntry);
+	ctl.hcxt = CurrentMemoryContext;
+	fates = hash_create("projcache transaction fates", 64, &ctl,
+						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (pos = 0; pos < marked;)
+	{
+		PcWalItem  *item = (PcWalItem *) (pending->data + pos);
+		bool		found;
+		XidFateEntry *f = hash_search(fates, &item->xid, HASH_ENTER, &found);
+
+		if (!found)
+		{
+			f->fate = xid_fate(item->xid);
+			any_ended |= f->fate != XID_RUNNING;
+		}
+		pos += PC_WAL_ITEM_SIZE(item->keylen);
+	}
+	if (!any_ended)
+		return false;
+
+	/* Copy the ended items out, and close the gaps under the lock. */
+	ended = palloc(marked);
+	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	for (pos = 0, kept = 0; pos < marked;)
+	{
+		PcWalItem  *item = (PcWalItem *) (pending->data + pos);
+		Size		size = PC_WAL_ITEM_SIZE(item->keylen);
+		XidFateEntry *f = hash_search(fates, &item->xid, HASH_FIND, NULL);
+
+		if (f->fate == XID_RUNNING)
+		{
+			if (kept != pos)
+				memmove(pending->data + kept, item, size);
+			kept += size;
+		}
+		else
+		{
+			memcpy(ended + ended_len, item, size);
+			ended_len += size;
+		}
+		pos += size;
+	}
+	/* Then the items appended after 'marked', which nobody marked yet. */
+	memmove(pending->data + kept, pending->data + marked,
+			pending->used - marked);
+	pending->used -= marked - kept;
+	pending->marked = kept;
+	LWLockRelease(pc_shared->wal_lock);
+
+	for (pos = 0; pos < ended_len;)
+	{
+		PcWalItem  *item = (PcWalItem *) (ended + pos);
+		XidFateEntry *f = hash_search(fates, &item->xid, HASH_FIND, NULL);
+		WaitingKey *w = waiting_lookup(item->key, item->keylen, HASH_FIND);
+
+		pos += PC_WAL_ITEM_SIZE(item->keylen);
+		if (w == NULL)
+			continue;			/* cannot happen: counted when marked */
+		w->committed |= f->fate == XID_COMMITTED;
+		if (--w->items > 0)
+			continue;
+		if (!overflow_active)
+			set_awaiting(item->key, item->keylen, false);
+		if (w->committed && !overflow_active)
+			refetch(item->key, item->keylen);
+		(void) waiting_lookup(item->key, item->keylen, HASH_REMOVE);
+	}
+	pfree(ended);
+	hash_destroy(fates);
+	return true;
+}
+
+/* The oldest transaction still running, as a new snapshot sees it. */
+static TransactionId
+oldest_running_xid(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	TransactionId xmin;
+
+	StartTransactionCommand();
+	xmin = GetLatestSnapshot()->xmin;
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	return xmin;
+}
+
+/* After an overflow: has every transaction up to the newest dropped ended? */
+static bool
+resolve_overflow(void)
+{
+	PcWalPending *pending = pc_wal_pending();
+	TransactionId overflow_xid;
+	TransactionId xmin;
+	bool		over = false;
+
+	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
+	overflow_xid = pending->overflow_xid;
+	LWLockRelease(pc_shared->wal_lock);
+
+	xmin = oldest_running_xid();
+	if (!TransactionIdPrecedes(overflow_xid, xmin))
+		return false;
+
+	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	if (pending->overflow_xid == overflow_xid)
+	{
+		pending->overflowed = false;
+		pending->overflow_marked = false;
+		pending->overflow_xid = InvalidTransactionId;
+		over = true;
+	}
+	LWLockRelease(pc_shared->wal_lock);
+	if (!over)
+		return false;			/* dropped another record meanwhile */
+
+	overflow_active = false;
+	set_awaiting_all(false);
+	ereport(LOG,
+			(errmsg("projcache: transactions up to %u have ended; cached keys are refetched on their next read",
+					overflow_xid)));
+	return true;
+}
+
+/*
+ * One pass: returns how long the worker may sleep before the next one, or
+ * -1 if nothing waits.
+ */
+long
+pc_replay_poll(PcRefetchFn refetch)
+{
+	bool		moved;
+
+	moved = take_new_items();
+	if (hash_get_num_entries(waiting) == 0 && !overflow_active)
+	{
+		idle_polls = 0;
+		return -1;
+	}
+	moved |= resolve_items(refetch);
+	if (overflow_active)
+		moved |= resolve_overflow();
+	idle_polls = moved ? 0 : Min(idle_polls + 1, 16);
+	return Min((long) PC_REPLAY_POLL_MIN_MS << Min(idle_polls, 8),
+			   (long) PC_REPLAY_POLL_MAX_MS);
+}

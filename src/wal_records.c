@@ -1,0 +1,409 @@
+/*-------------------------------------------------------------------------
+ *
+ * wal_records.c
+ *	  projcache's WAL resource manager: invalidations and snapshot refreshes
+ *	  made on a primary reach the caches of its standbys.
+ *
+ * Two records, written only with projcache.wal_invalidations on:
+ * - INVALIDATE: the keys a transaction passed to invalidate(), each once,
+ *	 written just before its commit record (XACT_EVENT_PRE_COMMIT), with
+ *	 the transaction's id in the record header.  A standby cannot refetch a
+ *	 key when it replays this record, since the new rows are not visible
+ *	 until the commit is replayed, which PostgreSQL 15 offers no hook for.
+ *	 So redo only appends the keys to a shared, bounded list, and the
+ *	 standby's worker marks them stale, polls the transaction's fate, and
+ *	 refetches once it committed (keycache_replay.c).
+ * - REFRESH_SNAPSHOT: refresh_snapshot() ran on the primary.  It runs only
+ *	 in a transaction that has written nothing, so the rows it loads were
+ *	 committed before this record: redo marks the snapshot stale at once,
+ *	 and the standby's next read loads it again.
+ *
+ * Redo must never fail: an ERROR in the startup process stops recovery.  It
+ * allocates nothing, runs no SPI and waits for no backend: it takes one
+ * LWLock (the list's, or a snapshot slot's), copies bytes into memory
+ * reserved at server start, and sets the worker's latch.  A record that
+ * does not fit is dropped and noted (see wal.h).  Malformed records are
+ * skipped.
+ *
+ * The resource manager is registered by _PG_init() when the library is
+ * preloaded, whatever projcache.wal_invalidations says: a server that
+ * replays WAL written with it on (a standby, or this server after a crash)
+ * needs it.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/xloginsert.h"
+#include "access/xlogreader.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/lwlock.h"
+#include "utils/builtins.h"
+
+#include "shmem.h"
+#include "snapshot.h"
+#include "wal.h"
+
+/* Record types, in the high bits of xl_info. */
+#define XLOG_PROJCACHE_INVALIDATE		0x00
+#define XLOG_PROJCACHE_REFRESH_SNAPSHOT	0x10
+
+/*
+ * INVALIDATE's data: nkeys, then each key as a uint16 length and its bytes,
+ * unaligned.  A transaction's keys are split into records of at most
+ * PC_WAL_RECORD_BYTES, so that none needs a large allocation to write or
+ * more room than the standby's list has.
+ */
+#define PC_WAL_RECORD_BYTES		(64 * 1024)
+
+/* REFRESH_SNAPSHOT's data. */
+typedef struct PcWalRefresh
+{
+	Oid			dbid;
+	char		name[NAMEDATALEN];
+} PcWalRefresh;
+
+static bool rmgr_registered = false;
+
+static void projcache_redo(XLogReaderState *record);
+static void projcache_desc(StringInfo buf, XLogReaderState *record);
+static const char *projcache_identify(uint8 info);
+
+static RmgrData projcache_rmgr = {
+	.rm_name = "projcache",
+	.rm_redo = projcache_redo,
+	.rm_desc = projcache_desc,
+	.rm_identify = projcache_identify,
+};
+
+/*
+ * Register the resource manager under projcache.wal_rmgr_id.  Called from
+ * _PG_init() while shared_preload_libraries is processed; PostgreSQL
+ * PANICs if another library took the id.
+ */
+void
+pc_wal_register_rmgr(void)
+{
+	RegisterCustomRmgr((RmgrId) pc_wal_rmgr_id, &projcache_rmgr);
+	rmgr_registered = true;
+}
+
+/* Does this transaction write projcache's records? */
+bool
+pc_wal_logging(void)
+{
+	return pc_wal_invalidations && rmgr_registered && !RecoveryInProgress();
+}
+
+/* ----------------------------------------------------------------
+ * Writing (on the primary)
+ * ----------------------------------------------------------------
+ */
+
+static void
+insert_invalidate(StringInfo data, uint32 nkeys)
+{
+	memcpy(data->data, &nkeys, sizeof(uint32));
+	XLogBeginInsert();
+	XLogRegisterData(data->data, data->len);
+	(void) XLogInsert((RmgrId) pc_wal_rmgr_id, XLOG_PROJCACHE_INVALIDATE);
+}
+
+/*
+ * Write the keys a committing transaction invalidated (each once), before
+ * its commit record.  The transaction gets an id if it has none, so that
+ * it writes a commit record the standbys can wait for.
+ */
+void
+pc_wal_log_invalidations(text **keys, int nkeys)
+{
+	StringInfoData data;
+	uint32		in_record = 0;
+	uint32		zero = 0;
+	int			i;
+
+	if (nkeys == 0 || !pc_wal_logging())
+		return;
+	(void) GetTopTransactionId();
+
+	initStringInfo(&data);
+	appendBinaryStringInfo(&data, (char *) &zero, sizeof(uint32));
+	for (i = 0; i < nkeys; i++)
+	{
+		uint16		len = (uint16) VARSIZE_ANY_EXHDR(keys[i]);
+
+		if (in_record > 0 &&
+			data.len + sizeof(uint16) + len > PC_WAL_RECORD_BYTES)
+		{
+			insert_invalidate(&data, in_record);
+			data.len = sizeof(uint32);
+			in_record = 0;
+		}
+		appendBinaryStringInfo(&data, (char *) &len, sizeof(uint16));
+		appendBinaryStringInfo(&data, VARDATA_ANY(keys[i]), len);
+		in_record++;
+	}
+	insert_invalidate(&data, in_record);
+	pfree(data.data);
+}
+
+/*
+ * refresh_snapshot() ran: mark the snapshot stale on the standbys.  The
+ * record is flushed at once, since a transaction that wrote nothing else
+ * does not flush WAL at commit.
+ */
+void
+pc_wal_log_refresh(Oid dbid, const char *name)
+{
+	PcWalRefresh rec;
+	XLogRecPtr	lsn;
+
+	if (!pc_wal_logging())
+		return;
+	memset(&rec, 0, sizeof(rec));
+	rec.dbid = dbid;
+	strlcpy(rec.name, name, NAMEDATALEN);
+	XLogBeginInsert();
+	XLogRegisterData((char *) &rec, sizeof(rec));
+	lsn = XLogInsert((RmgrId) pc_wal_rmgr_id, XLOG_PROJCACHE_REFRESH_SNAPSHOT);
+	XLogFlush(lsn);
+}
+
+/* ----------------------------------------------------------------
+ * The list of replayed keys (see wal.h)
+ * ----------------------------------------------------------------
+ */
+
+Size
+pc_wal_pending_size(void)
+{
+	return add_size(offsetof(PcWalPending, data),
+					(Size) pc_wal_pending_kb * 1024);
+}
+
+void
+pc_wal_pending_init(PcWalPending *pending)
+{
+	memset(pending, 0, offsetof(PcWalPending, data));
+	pending->capacity = (Size) pc_wal_pending_kb * 1024;
+	pending->overflow_xid = InvalidTransactionId;
+}
+
+PcWalPending *
+pc_wal_pending(void)
+{
+	return (PcWalPending *) ((char *) pc_shared + pc_shared->wal_offset);
+}
+
+/*
+ * Walk an INVALIDATE record's keys: calls fn for each, and returns false
+ * if the record is malformed (then nothing past the flaw is visited).
+ */
+static bool
+walk_keys(const char *data, Size size,
+		  void (*fn) (const char *key, uint16 len, void *arg), void *arg)
+{
+	uint32		nkeys;
+	Size		pos = sizeof(uint32);
+	uint32		i;
+
+	if (size < sizeof(uint32))
+		return false;
+	memcpy(&nkeys, data, sizeof(uint32));
+	for (i = 0; i < nkeys; i++)
+	{
+		uint16		len;
+
+		if (size - pos < sizeof(uint16))
+			return false;
+		memcpy(&len, data + pos, sizeof(uint16));
+		pos += sizeof(uint16);
+		if (len == 0 || len > PC_MAX_KEY_BYTES || size - pos < len)
+			return false;
+		if (fn != NULL)
+			fn(data + pos, len, arg);
+		pos += len;
+	}
+	return pos == size;
+}
+
+static void
+add_item_size(const char *key, uint16 len, void *arg)
+{
+	*(Size *) arg += PC_WAL_ITEM_SIZE(len);
+}
+
+typedef struct AppendState
+{
+	PcWalPending *pending;
+	TransactionId xid;
+} AppendState;
+
+static void
+append_item(const char *key, uint16 len, void *arg)
+{
+	AppendState *st = (AppendState *) arg;
+	PcWalItem  *item = (PcWalItem *) (st->pending->data + st->pending->used);
+
+	item->xid = st->xid;
+	item->keylen = len;
+	memcpy(item->key, key, len);
+	st->pending->used += PC_WAL_ITEM_SIZE(len);
+}
+
+static void
+redo_invalidate(XLogReaderState *record)
+{
+	const char *data = XLogRecGetData(record);
+	Size		size = XLogRecGetDataLen(record);
+	TransactionId xid = XLogRecGetXid(record);
+	PcWalPending *pending;
+	Size		need = 0;
+	uint32		nkeys;
+
+	if (pc_shared == NULL || !TransactionIdIsNormal(xid) ||
+		!walk_keys(data, size, add_item_size, &need))
+		return;
+	memcpy(&nkeys, data, sizeof(uint32));
+
+	pending = pc_wal_pending();
+	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pending->keys_replayed += nkeys;
+	if (pending->capacity - pending->used >= need)
+	{
+		AppendState st = {pending, xid};
+
+		(void) walk_keys(data, size, append_item, &st);
+	}
+	else
+	{
+		pending->keys_dropped += nkeys;
+		if (!pending->overflowed ||
+			TransactionIdFollows(xid, pending->overflow_xid))
+			pending->overflow_xid = xid;
+		pending->overflowed = true;
+	}
+	LWLockRelease(pc_shared->wal_lock);
+	pc_wake_worker();
+}
+
+static void
+redo_refresh(XLogReaderState *record)
+{
+	PcWalRefresh rec;
+
+	if (pc_shared == NULL || XLogRecGetDataLen(record) != sizeof(rec))
+		return;
+	memcpy(&rec, XLogRecGetData(record), sizeof(rec));
+	rec.name[NAMEDATALEN - 1] = '\0';
+	pc_snap_mark_stale(rec.dbid, rec.name);
+}
+
+static void
+projcache_redo(XLogReaderState *record)
+{
+	switch (XLogRecGetInfo(record) & ~XLR_INFO_MASK)
+	{
+		case XLOG_PROJCACHE_INVALIDATE:
+			redo_invalidate(record);
+			break;
+		case XLOG_PROJCACHE_REFRESH_SNAPSHOT:
+			redo_refresh(record);
+			break;
+		default:
+			/* written by a newer projcache: nothing this one can do */
+			break;
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Description (pg_walinspect; pg_waldump loads no extension code)
+ * ----------------------------------------------------------------
+ */
+
+#define PC_DESC_MAX_KEYS	20
+
+typedef struct DescState
+{
+	StringInfo	buf;
+	int			shown;
+} DescState;
+
+static void
+desc_key(const char *key, uint16 len, void *arg)
+{
+	DescState  *st = (DescState *) arg;
+
+	if (st->shown < PC_DESC_MAX_KEYS)
+	{
+		char	   *copy = pnstrdup(key, len);
+
+		appendStringInfoString(st->buf, st->shown == 0 ? " " : ", ");
+		appendStringInfoString(st->buf, quote_literal_cstr(copy));
+		pfree(copy);
+	}
+	st->shown++;
+}
+
+static void
+projcache_desc(StringInfo buf, XLogReaderState *record)
+{
+	const char *data = XLogRecGetData(record);
+	Size		size = XLogRecGetDataLen(record);
+
+	switch (XLogRecGetInfo(record) & ~XLR_INFO_MASK)
+	{
+		case XLOG_PROJCACHE_INVALIDATE:
+			{
+				uint32		nkeys = 0;
+				DescState	st = {buf, 0};
+
+				if (size >= sizeof(uint32))
+					memcpy(&nkeys, data, sizeof(uint32));
+				appendStringInfo(buf, "nkeys %u; keys:", nkeys);
+				if (!walk_keys(data, size, desc_key, &st))
+					appendStringInfoString(buf, " (malformed)");
+				else if (st.shown > PC_DESC_MAX_KEYS)
+					appendStringInfo(buf, " and %d more",
+									 st.shown - PC_DESC_MAX_KEYS);
+				break;
+			}
+		case XLOG_PROJCACHE_REFRESH_SNAPSHOT:
+			{
+				PcWalRefresh rec;
+
+				if (size != sizeof(rec))
+				{
+					appendStringInfoString(buf, "(malformed)");
+					break;
+				}
+				memcpy(&rec, data, sizeof(rec));
+				rec.name[NAMEDATALEN - 1] = '\0';
+				appendStringInfo(buf, "database %u; snapshot %s",
+								 rec.dbid, quote_literal_cstr(rec.name));
+				break;
+			}
+		default:
+			break;
+	}
+}
+
+static const char *
+projcache_identify(uint8 info)
+{
+	switch (info & ~XLR_INFO_MASK)
+	{
+		case XLOG_PROJCACHE_INVALIDATE:
+			return "INVALIDATE";
+		case XLOG_PROJCACHE_REFRESH_SNAPSHOT:
+			return "REFRESH_SNAPSHOT";
+		default:
+			return NULL;
+	}
+}
