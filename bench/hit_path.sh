@@ -12,9 +12,10 @@
 # Part 1 builds both trees.  Then, for each pass, for the baseline and then
 # this tree: installs it, starts a throwaway cluster (port 54340, unix
 # socket only, run by the unprivileged "postgres" OS user), caches 1,000
-# keys, and measures with pgbench -M prepared, at -c 1 and -c 8, SELECT 1
-# and a get() hit of a random key, and in one backend the ns a get() hit
-# costs.  The ratios (get() TPS / SELECT 1 TPS) are taken within one
+# keys, and measures with pgbench -M prepared, at -c 1 and -c 8, SELECT 1,
+# a get() hit of a random key and an invalidate() of one (its own
+# transaction, so each asks for a refetch at commit), and in one backend
+# the ns a get() hit costs.  The ratios (get() TPS / SELECT 1 TPS) are taken within one
 # cluster, minutes apart at most, so that the machine's drift cancels out.
 #
 # Part 2 runs the working-set scenario (bench/working_set.sql) on this tree
@@ -99,7 +100,8 @@ for pass in $(seq 1 "$PASSES"); do
 		for c in 1 8; do
 			s1=$(tps select_1.sql $c)
 			get=$(tps get_hit.sql $c)
-			line="$line | -c$c: SELECT 1 $(printf '%7.0f' "$s1") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$s1" %.3f)"
+			inv=$(tps invalidate.sql $c)
+			line="$line | -c$c: SELECT 1 $(printf '%7.0f' "$s1") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$s1" %.3f) invalidate $(printf '%7.0f' "$inv") ratio $(ratio "$inv" "$s1" %.3f)"
 		done
 		ns=$(pgvalue "SELECT bench.loop_get_built_key(20000), bench.loop_built_key(20000);
 		              SELECT round(((g.us_per_call - b.us_per_call) * 1000)::numeric), g.nonnull
