@@ -18,6 +18,10 @@ PACKAGES=(
 	libipc-run-perl           # IPC::Run, needed by the TAP framework
 	build-essential           # gcc, make
 	perl                      # prove, TAP tests
+	postgresql-plpython3-15   # the HTTP upstream's fetch function (plpython3u)
+	prometheus-postgres-exporter  # the Prometheus TAP test scrapes it
+	gnuplot-nox               # bench/run.sh draws its result
+	curl                      # TAP tests talk HTTP to fixtures and the exporter
 )
 
 if [ "$(id -u)" -eq 0 ]; then
