@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * keycache_worker.c
- *	  The "projcache scheduler" background worker.
+ *	  The "projcache scheduler" background worker, started by the launcher
+ *	  (launcher.c) once projcache.database exists.
  *
  * The worker owns the key cache's private state (scheduler.c): per-key
  * fetch state, backoff, eviction and refresh times.  Its loop:
@@ -71,26 +72,6 @@ static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
 static char *ring_buf = NULL;
-
-void
-pc_register_worker(void)
-{
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
-		BGWORKER_BACKEND_DATABASE_CONNECTION;
-	/* Consistent state: a hot standby serves its cache too. */
-	worker.bgw_start_time = BgWorkerStart_ConsistentState;
-	worker.bgw_restart_time = 2;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "projcache");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "pc_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "projcache scheduler");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "projcache scheduler");
-	worker.bgw_main_arg = (Datum) 0;
-	worker.bgw_notify_pid = 0;
-	RegisterBackgroundWorker(&worker);
-}
 
 static void *
 sched_cxt_alloc(size_t size)
@@ -945,6 +926,9 @@ pc_worker_main(Datum main_arg)
 	MemoryContextSwitchTo(batch_cxt);
 	rebuild_private_state(pc_now_ms());
 	pc_replay_init();
+	ereport(LOG,
+			(errmsg("projcache scheduler ready in database \"%s\"",
+					pc_database)));
 	/* Requests may have been left while no worker ran: look for them. */
 	pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
 	MemoryContextReset(batch_cxt);

@@ -256,6 +256,6 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = projcache_shmem_startup;
 
-	pc_register_worker();
+	pc_register_launcher();
 	pc_wal_register_rmgr();
 }
