@@ -13,6 +13,15 @@
 #   fresh install, and the grants a DBA made on the 1.0 objects survive,
 #   also on stats() and entries(), which 1.1 drops and creates again with
 #   new columns.
+# - The update keeps what the server has cached: keys read (get(key, wait))
+#   while the SQL was 1.0 are still in projcache.entries with the same
+#   revision, and reading them afterwards is a hit that calls no fetch
+#   function; the 1.0 registrations keep their rows (id, query, owner,
+#   created_at...).
+# - The check against a fresh install covers each member's description and
+#   ACL (proacl, relacl, fdwacl, srvacl...) and initial privileges
+#   (pg_init_privs), the schema's ACL, and psql's \dx and \dx+ projcache,
+#   version line included.
 
 use strict;
 use warnings;
@@ -26,6 +35,20 @@ use ProjcacheTest;
 use Test::More;
 
 my $node = projcache_node('upgrade');
+
+# The key cache is the server's, whatever the database: the worker runs the
+# fetch function in "postgres" (projcache.database), a get() in old_db
+# reads and fills the same cache.
+create_local_upstream($node);
+$node->safe_psql(
+	'postgres', q{
+INSERT INTO public.upstream (key, revision, config)
+SELECT 'upg-' || i, 'r' || i, jsonb_build_object('id', i)
+FROM generate_series(1, 3) AS i;
+});
+set_fetch_function($node, 'public.fetch');
+my @keys = map { "upg-$_" } 1 .. 3;
+my $keylist = join(', ', map { "'$_'" } @keys);
 
 $node->safe_psql('postgres', 'CREATE ROLE app; CREATE ROLE snap_owner');
 for my $db ('old_db', 'fresh_db')
@@ -76,6 +99,44 @@ SELECT string_agg(user_id || ':' || audience, ',' ORDER BY user_id)
 # 1.0 kept no dependency: the table of "gone" can be dropped under it.
 $node->safe_psql('old_db', 'DROP TABLE public.gone');
 
+# Keys cached through the 1.0 SQL.  get(key, '5s') asks for them; whether
+# they arrived within those 5 s on a busy machine, the entries tell.
+$node->safe_psql('old_db',
+	"SELECT projcache.get(k, '5s') FROM unnest(ARRAY[$keylist]) AS k");
+ok( $node->poll_query_until(
+		'old_db', qq{
+SELECT count(*) = 3 FROM projcache.entries
+ WHERE key IN ($keylist) AND state = 'enabled' AND fetch_state = 'complete'
+   AND revision = 'r' || substr(key, 5)}),
+	'keys read through the 1.0 SQL are cached');
+is( $node->safe_psql(
+		'old_db',
+		"SELECT string_agg(k || '=' || projcache.get(k)::text, ',' ORDER BY k)"
+		  . " FROM unnest(ARRAY[$keylist]) AS k"),
+	'upg-1={"id": 1},upg-2={"id": 2},upg-3={"id": 3}',
+	'get() of the 1.0 SQL reads them');
+
+# What the update must not change.  (fetched_at is derived from the
+# monotonic clock at display time and may move by a millisecond.)
+my $entries_query = qq{
+SELECT key, state, freshness, fetch_state, revision, value_bytes, attempts
+  FROM projcache.entries WHERE key IN ($keylist) ORDER BY key};
+my $counters_query = q{
+SELECT fetch_calls, fetch_requests, fetched_keys, hits, misses, pending_reads
+  FROM projcache.stats};
+my $registry_query = q{
+SELECT name, id, query, ttl, owner, column_names, column_types, readers,
+       created_at
+  FROM projcache.snapshot_registry ORDER BY name};
+my $entries_before = $node->safe_psql('old_db', $entries_query);
+my $registry_before = $node->safe_psql('old_db', $registry_query);
+my $snapshots_before = $node->safe_psql('old_db',
+	'SELECT name, owner, ttl FROM projcache.snapshots ORDER BY name');
+my $calls_before = calls_count($node);
+my ($fetch_calls_before, $fetch_requests_before, $fetched_keys_before,
+	$hits_before, $misses_before, $pending_before)
+  = split /\|/, $node->safe_psql('old_db', $counters_query);
+
 # ---------------------------------------------------------------------------
 # The update.
 # ---------------------------------------------------------------------------
@@ -87,6 +148,41 @@ like($err, qr/snapshot "gone" could not be bound to a view/,
 is($node->safe_psql('old_db',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
 	'1.1', 'old_db is at 1.1');
+
+# ---------------------------------------------------------------------------
+# What the server had cached, and the registrations, survive the update.
+# ---------------------------------------------------------------------------
+is($node->safe_psql('old_db', $entries_query),
+	$entries_before,
+	'the keys cached before the update are still cached, same revisions');
+is( $node->safe_psql(
+		'old_db',
+		"SELECT count(*) FROM projcache.entries WHERE key IN ($keylist) AND visited"),
+	'3',
+	'and the 1.1 entries view shows them as read');
+is( $node->safe_psql(
+		'old_db',
+		"SELECT string_agg(k || '=' || projcache.get(k)::text, ',' ORDER BY k)"
+		  . " FROM unnest(ARRAY[$keylist]) AS k"),
+	'upg-1={"id": 1},upg-2={"id": 2},upg-3={"id": 3}',
+	'get() of the 1.1 SQL reads them');
+is( $node->safe_psql('old_db', $counters_query),
+	join('|',
+		$fetch_calls_before, $fetch_requests_before, $fetched_keys_before,
+		$hits_before + 3, $misses_before, $pending_before),
+	'those reads are 3 hits: no miss, no fetch request, no fetch call');
+is(calls_count($node), $calls_before,
+	'the fetch function was not called because of the update');
+is($node->safe_psql('old_db', $entries_query),
+	$entries_before, 'and the entries are as they were');
+
+is($node->safe_psql('old_db', $registry_query),
+	$registry_before,
+	'the 1.0 registrations keep their rows (id, query, owner, created_at...)');
+is( $node->safe_psql(
+		'old_db', 'SELECT name, owner, ttl FROM projcache.snapshots ORDER BY name'),
+	$snapshots_before,
+	'projcache.snapshots lists the same snapshots');
 
 is( $node->safe_psql(
 		'old_db', q{
@@ -192,12 +288,75 @@ SELECT r.name, r.ttl, r.owner, r.column_names, r.column_types, r.readers,
   FROM projcache.snapshot_registry r JOIN pg_class c ON c.oid = r.view
  WHERE r.name = 'grants'});
 
+# Every member with its ACL, from the catalog its class names.  A class
+# without an ACL column says so, so that a new kind of member shows up.
+$compare{'extension members with their ACLs'} = q{
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
+       CASE d.classid
+         WHEN 'pg_proc'::regclass THEN
+           (SELECT coalesce(proacl::text, 'default') FROM pg_proc WHERE oid = d.objid)
+         WHEN 'pg_class'::regclass THEN
+           (SELECT coalesce(relacl::text, 'default') FROM pg_class WHERE oid = d.objid)
+           || coalesce((SELECT ' columns ' || string_agg(attname || '=' || attacl::text, ' ' ORDER BY attnum)
+                          FROM pg_attribute WHERE attrelid = d.objid AND attacl IS NOT NULL), '')
+         WHEN 'pg_namespace'::regclass THEN
+           (SELECT coalesce(nspacl::text, 'default') FROM pg_namespace WHERE oid = d.objid)
+         WHEN 'pg_foreign_data_wrapper'::regclass THEN
+           (SELECT coalesce(fdwacl::text, 'default') FROM pg_foreign_data_wrapper WHERE oid = d.objid)
+         WHEN 'pg_foreign_server'::regclass THEN
+           (SELECT coalesce(srvacl::text, 'default') FROM pg_foreign_server WHERE oid = d.objid)
+         WHEN 'pg_type'::regclass THEN
+           (SELECT coalesce(typacl::text, 'default') FROM pg_type WHERE oid = d.objid)
+         ELSE 'no ACL column in ' || d.classid::regclass::text
+       END
+  FROM pg_depend d
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache')
+ ORDER BY 1};
+# What pg_dump takes for the extension's own privileges, to tell the DBA's
+# grants from them: the update rewrites proacl and relacl by hand.
+$compare{'initial privileges of the members'} = q{
+SELECT pg_describe_object(i.classoid, i.objoid, i.objsubid), i.privtype,
+       i.initprivs::text
+  FROM pg_init_privs i
+ WHERE (i.classoid, i.objoid) IN
+       (SELECT classid, objid FROM pg_depend
+         WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+           AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache'))
+ ORDER BY 1, 2, 3};
+# The schema is the extension's (relocatable = false), not a member.
+$compare{'the schema and its ACL'} = q{
+SELECT n.nspname, n.nspowner::regrole, n.nspacl
+  FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+ WHERE e.extname = 'projcache'};
+
 for my $what (sort keys %compare)
 {
 	is($node->safe_psql('old_db', $compare{$what}),
 		$node->safe_psql('fresh_db', $compare{$what}),
 		"$what equal a fresh install's");
 }
+
+# psql's own view of both, as text: \dx has the version line, \dx+ the
+# members.
+my %dx;
+for my $db ('old_db', 'fresh_db')
+{
+	my ($stdout, $stderr) = run_command(
+		[
+			$node->installed_command('psql'), '-X',
+			'-d', $node->connstr($db),
+			'-c', '\dx projcache',
+			'-c', '\dx+ projcache'
+		]);
+	is($stderr, '', "psql \\dx+ projcache runs in $db");
+	$dx{$db} = $stdout;
+}
+like($dx{old_db}, qr/^ projcache \| 1\.1 +\| projcache \|/m,
+	'\dx shows old_db at 1.1');
+like($dx{old_db}, qr/Objects in extension "projcache"/,
+	'\dx+ lists the members');
+is($dx{old_db}, $dx{fresh_db}, '\dx and \dx+ projcache equal a fresh install\'s');
 
 $node->stop;
 done_testing();
