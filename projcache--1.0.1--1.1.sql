@@ -5,7 +5,10 @@
 
 ------------------------------------------------------------------------
 -- Eviction under memory pressure: stats() gains evictions by cause,
--- refused reads and the hit ratio; entries() gains visited.  New output
+-- refused reads and the hit ratio; entries() gains visited.  Also,
+-- entries() gains next_attempt_at (a key waiting out its retry backoff
+-- shows fetch_state 'backoff'), and stats() fetch_delay_buckets, the delay
+-- histogram as an array in bucket order.  New output
 -- columns mean dropping and creating the functions (and their views).
 -- The privileges granted on them since they were created are carried
 -- over: they are saved first and put back as they were, so that pg_dump
@@ -34,7 +37,8 @@ CREATE FUNCTION projcache.entries(
 	OUT key text, OUT state text, OUT freshness text, OUT fetch_state text,
 	OUT revision text, OUT value_bytes bigint, OUT fetched_at timestamptz,
 	OUT age interval, OUT expires_in interval, OUT refresh_in interval,
-	OUT attempts integer, OUT last_error text, OUT visited boolean)
+	OUT attempts integer, OUT last_error text, OUT visited boolean,
+	OUT next_attempt_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'projcache_entries'
 LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
@@ -55,7 +59,7 @@ CREATE FUNCTION projcache.stats(
 	OUT stats_reset timestamptz,
 	OUT evictions_expired bigint, OUT evictions_memory bigint,
 	OUT evictions_requested bigint, OUT refused_reads bigint,
-	OUT hit_ratio double precision)
+	OUT hit_ratio double precision, OUT fetch_delay_buckets jsonb)
 RETURNS record
 AS 'MODULE_PATHNAME', 'projcache_stats'
 LANGUAGE C STRICT VOLATILE PARALLEL SAFE;

@@ -8,8 +8,15 @@ INSERT INTO upstream VALUES ('pend-1', 'pending', NULL, NULL);
 SELECT projcache.fetch('pend-1');
 SELECT wait_for($$(SELECT attempts >= 2 FROM projcache.entries WHERE key = 'pend-1')$$);
 SELECT pg_sleep(0.3);
-SELECT state, fetch_state, attempts FROM projcache.entries WHERE key = 'pend-1';
+-- While it waits out its backoff it shows as such, with the time of the
+-- next attempt and why it is pending.
+SELECT state, fetch_state, attempts, next_attempt_at > now() AS next_attempt_later,
+       last_error
+  FROM projcache.entries WHERE key = 'pend-1';
+SELECT pending_reads AS pending_reads_before FROM projcache.stats \gset
 SELECT projcache.get('pend-1') IS NULL AS still_null;
+SELECT projcache.get('pend-1', '10ms') IS NULL AS still_null_after_waiting;
+SELECT pending_reads - :pending_reads_before AS pending_reads_counted FROM projcache.stats;
 
 -- 1 s later the third attempt runs, then the backoff grows to 1.5 s.
 SELECT projcache.debug_advance_clock('1s');
@@ -25,7 +32,8 @@ UPDATE upstream SET state = 'enabled', revision = 'r1', config = '{"v": 1}'
  WHERE key = 'pend-1';
 SELECT projcache.debug_advance_clock('3s');
 SELECT projcache.get('pend-1', '10s');
-SELECT state, fetch_state, attempts FROM projcache.entries WHERE key = 'pend-1';
+SELECT state, fetch_state, attempts, next_attempt_at, last_error
+  FROM projcache.entries WHERE key = 'pend-1';
 
 -- A pending answer for a cached key keeps the old value.
 INSERT INTO upstream VALUES ('pend-2', 'enabled', 'r1', '{"v": "old"}');

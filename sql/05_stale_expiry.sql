@@ -33,3 +33,25 @@ SELECT evictions > :evictions_before AS eviction_counted FROM projcache.stats;
 -- Read again, it is a cold key.
 SELECT state FROM projcache.lookup('st-2');
 SELECT projcache.get('st-2', '10s');
+
+-- A stored instant reads the same every time.
+SELECT fetched_at AS st2_fetched_at FROM projcache.entries WHERE key = 'st-2' \gset
+SELECT pg_sleep(0.05);
+SELECT fetched_at = :'st2_fetched_at' AS fetched_at_same_in_entries
+  FROM projcache.entries WHERE key = 'st-2';
+SELECT fetched_at = :'st2_fetched_at' AS fetched_at_same_in_lookup
+  FROM projcache.lookup('st-2');
+
+-- A new expiry applies to cached keys: their eviction moves with it.
+SELECT extract(epoch FROM expires_in) AS st2_expires_in
+  FROM projcache.entries WHERE key = 'st-2' \gset
+ALTER SYSTEM SET projcache.expiry = '10min';
+SELECT reload_and_wait();
+-- (expires_in counts down between the two reads: allow a few seconds)
+SELECT abs(extract(epoch FROM expires_in) - :st2_expires_in - 300) < 5 AS eviction_moved_300s,
+       freshness
+  FROM projcache.entries WHERE key = 'st-2';
+ALTER SYSTEM RESET projcache.expiry;
+SELECT reload_and_wait();
+SELECT abs(extract(epoch FROM expires_in) - :st2_expires_in) < 5 AS eviction_moved_back
+  FROM projcache.entries WHERE key = 'st-2';

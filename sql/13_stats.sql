@@ -34,3 +34,9 @@ SELECT projcache.evict('stats-gone');
 SELECT evictions, evictions_requested, evictions_memory, evictions_expired,
 	   round(hit_ratio::numeric, 2) AS hit_ratio
   FROM projcache.stats;
+
+-- The delay histogram in bucket order.
+SELECT jsonb_path_query_array(fetch_delay_buckets, '$[*].bucket') AS buckets,
+       (SELECT sum((b->>'count')::bigint) FROM jsonb_array_elements(fetch_delay_buckets) b)
+         = (SELECT sum(value::bigint) FROM jsonb_each_text(fetch_delay_histogram)) AS same_counts
+  FROM projcache.stats;

@@ -7,7 +7,9 @@
  * on CLOCK_MONOTONIC, which is the same in every process of the machine and
  * never steps with the wall clock, so a clock correction can neither shorten
  * nor widen a TTL.  Wall-clock times shown to users (fetched_at, loaded_at)
- * are derived from it at display time.
+ * are derived from it through one pair of readings taken at server start,
+ * so a stored instant reads the same every time (to the millisecond).  A
+ * step of the wall clock after the start is not followed.
  *
  * With projcache.debug_clock = on, projcache.debug_advance_clock() adds to a
  * shared offset, so tests can cross a TTL in milliseconds.
@@ -49,11 +51,20 @@ pc_now_ms(void)
 	return pc_real_now_ms() + offset;
 }
 
-/* The wall-clock time at which projcache's clock read mono_ms. */
+/*
+ * The wall-clock time at which projcache's clock read mono_ms.  The test
+ * offset is taken out, so that moving the clock ages what is cached
+ * instead of moving it into the future.
+ */
 TimestampTz
 pc_mono_to_timestamp(int64 mono_ms)
 {
-	return GetCurrentTimestamp() - (pc_now_ms() - mono_ms) * INT64CONST(1000);
+	int64		offset = 0;
+
+	if (pc_debug_clock)
+		offset = (int64) pg_atomic_read_u64(&pc_shared->clock_offset_ms);
+	return pc_shared->wall_anchor +
+		(mono_ms - offset - pc_shared->mono_anchor_ms) * INT64CONST(1000);
 }
 
 /* An interval datum of ms milliseconds, for the views. */

@@ -72,6 +72,8 @@ typedef struct PcEntry
 	int64		fetched_at;		/* pc clock of the last success, if any */
 	int64		expires_at;		/* eviction due, if fetched */
 	int64		refresh_at;		/* refresh due, if has_refresh */
+	int64		retry_at;		/* for display: the next attempt of a key
+								 * waiting out its retry backoff, or 0 */
 	dsa_pointer value;			/* PcValue, or InvalidDsaPointer */
 	dsa_pointer last_error;		/* NUL-terminated message, or invalid */
 } PcEntry;

@@ -222,6 +222,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->fetched_at = 0;
 		entry->expires_at = 0;
 		entry->refresh_at = 0;
+		entry->retry_at = 0;
 		entry->value = InvalidDsaPointer;
 		entry->last_error = InvalidDsaPointer;
 		pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);

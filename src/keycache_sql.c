@@ -62,6 +62,7 @@ typedef struct PcRead
 	int64		fetched_at;
 	int64		expires_at;
 	int64		refresh_at;
+	int64		retry_at;
 	uint32		value_bytes;
 	Jsonb	   *config;			/* NULL unless enabled */
 	char	   *revision;		/* details only */
@@ -90,6 +91,7 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 	r->fetched_at = entry->fetched_at;
 	r->expires_at = entry->expires_at;
 	r->refresh_at = entry->refresh_at;
+	r->retry_at = entry->retry_at;
 	r->value_bytes = 0;
 	r->config = NULL;
 	r->revision = NULL;
@@ -801,15 +803,18 @@ projcache_entries(PG_FUNCTION_ARGS)
 	for (i = 0; i < count; i++)
 	{
 		PcRead	   *r = &rows[i];
-		Datum		values[13];
-		bool		nulls[13];
+		Datum		values[14];
+		bool		nulls[14];
+		bool		backoff = r->retry_at > now;
 
 		memset(nulls, true, sizeof(nulls));
 		values[0] = CStringGetTextDatum(keys[i]);
 		nulls[0] = false;
 		values[1] = CStringGetTextDatum(state_name(r->state));
 		nulls[1] = false;
-		values[3] = CStringGetTextDatum(fetch_state_name(r->fetch_state));
+		/* Readers still see in_progress: they must not ask meanwhile. */
+		values[3] = CStringGetTextDatum(backoff ? "backoff" :
+										fetch_state_name(r->fetch_state));
 		nulls[3] = false;
 		if (r->revision != NULL)
 		{
@@ -847,6 +852,11 @@ projcache_entries(PG_FUNCTION_ARGS)
 		/* Since 1.1 (the 1.0 SQL declares the columns above only). */
 		values[12] = BoolGetDatum(r->visited);
 		nulls[12] = false;
+		if (backoff)
+		{
+			values[13] = TimestampTzGetDatum(pc_mono_to_timestamp(r->retry_at));
+			nulls[13] = false;
+		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -867,7 +877,7 @@ projcache_stats(PG_FUNCTION_ARGS)
 		PC_CTR_EVICTIONS, PC_CTR_REFRESHES, PC_CTR_REQUEST_OVERFLOWS
 	};
 	TupleDesc	tupdesc;
-	Datum		values[3 + lengthof(columns) + 4 + 5];
+	Datum		values[3 + lengthof(columns) + 4 + 6];
 	bool		nulls[lengthof(values)];
 	StringInfoData histogram;
 	int			col = 0;
@@ -920,6 +930,16 @@ projcache_stats(PG_FUNCTION_ARGS)
 		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REFUSED_READS]));
 		values[col] = Float8GetDatum(reads > 0 ? (double) hits / (double) reads : 0.0);
 		nulls[col++] = reads == 0;
+
+		/* The same buckets in their order (jsonb sorts an object's keys). */
+		resetStringInfo(&histogram);
+		appendStringInfoChar(&histogram, '[');
+		for (i = 0; i < lengthof(delay_names); i++)
+			appendStringInfo(&histogram, "%s{\"bucket\": \"%s\", \"count\": " UINT64_FORMAT "}",
+							 i > 0 ? ", " : "", delay_names[i],
+							 pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DELAY_LTE15S + i]));
+		appendStringInfoChar(&histogram, ']');
+		values[col++] = DirectFunctionCall1(jsonb_in, CStringGetDatum(histogram.data));
 	}
 
 	Assert(col == tupdesc->natts);

@@ -112,7 +112,22 @@ load_settings(void)
 	if (sched == NULL)
 		sched = sched_create(&config, sched_cxt_alloc, sched_cxt_free);
 	else
-		sched_set_config(sched, &config);
+	{
+		int64		shift = sched_set_config(sched, &config);
+
+		/* Evictions moved with a new expiry or grace period: show it. */
+		if (shift != 0)
+		{
+			dshash_seq_status status;
+			PcEntry    *entry;
+
+			pc_entry_scan_begin(&status, true);
+			while ((entry = dshash_seq_next(&status)) != NULL)
+				if (entry->expires_at != 0)
+					entry->expires_at += shift;
+			pc_entry_scan_end(&status);
+		}
+	}
 	pg_atomic_fetch_add_u64(&pc_shared->config_generation, 1);
 }
 
@@ -151,6 +166,12 @@ mirror_entry(SchedEntry *e)
 			break;
 	}
 	entry->attempts = e->attempts;
+	/* Waiting out a backoff is shown as such (entries.fetch_state). */
+	entry->retry_at = 0;
+	if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when && !e->dispatched)
+		entry->retry_at = e->fetch_when;
+	else if (e->state == SCHED_PENDING && e->has_next_attempt)
+		entry->retry_at = e->next_attempt;
 	if (e->returning)
 	{
 		/* evicted lately and read again: spare it once (sched_evict_victim) */
@@ -610,6 +631,25 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	/* An invalidation replayed from WAL may be newer than this answer. */
 	waiting = pc_replay_key_waiting(key, len);
 
+	/* Say why a key stays pending, and when it is asked for again. */
+	if (item->answer == PC_ANSWER_PENDING)
+	{
+		int64		next = 0;
+		char	   *msg;
+
+		if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when)
+			next = e->fetch_when;
+		else if (e->state == SCHED_PENDING && e->has_next_attempt)
+			next = e->next_attempt;
+		if (next > now)
+			msg = psprintf("upstream answered \"pending\" (attempt %d); next attempt in %.1f s",
+						   e->attempts, (double) (next - now) / 1000.0);
+		else
+			msg = psprintf("upstream answered \"pending\" (attempt %d)",
+						   e->attempts);
+		new_error = pc_store_message(msg, &new_error_size);
+	}
+
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
 	if (entry == NULL)
@@ -635,7 +675,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	}
 	if (waiting)
 		entry->awaiting_commit = true;
-	/* A success or a clean "pending" clears the error; a failure sets it. */
+	/* A success clears the message; a failure or "pending" sets it. */
 	old_error = entry->last_error;
 	if (DsaPointerIsValid(old_error))
 		old_error_size = strlen(dsa_get_address(pc_area(), old_error)) + 1;

@@ -442,10 +442,31 @@ sched_destroy(Sched *s)
  * New settings apply to what is scheduled from now on; times already in
  * the queues stay as they were.
  */
-void
+/*
+ * New settings.  A changed expiry or grace period moves the eviction of
+ * every cached key by the difference, so that a key is evicted at expiry +
+ * grace period after the fetch that scheduled it, under the settings now in
+ * force.  Returns that difference in ms (0 if none).
+ */
+int64_t
 sched_set_config(Sched *s, const SchedConfig *config)
 {
+	int64_t		shift = (config->expiry_ms + config->grace_period_ms) -
+		(s->config.expiry_ms + s->config.grace_period_ms);
+	SchedEntry *e;
+
 	s->config = *config;
+	if (shift == 0)
+		return 0;
+	for (e = s->fifo_head; e != NULL; e = e->fifo_older)
+	{
+		if (!e->has_expiry)
+			continue;
+		e->expiry += shift;
+		if (e->heap_pos[SCHED_QUEUE_EVICT] >= 0)
+			queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
+	}
+	return shift;
 }
 
 const SchedConfig *

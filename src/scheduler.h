@@ -170,7 +170,7 @@ typedef void (*SchedFreeFn) (void *ptr);
 extern Sched *sched_create(const SchedConfig *config,
 						   SchedAllocFn alloc_fn, SchedFreeFn free_fn);
 extern void sched_destroy(Sched *s);
-extern void sched_set_config(Sched *s, const SchedConfig *config);
+extern int64_t sched_set_config(Sched *s, const SchedConfig *config);
 extern const SchedConfig *sched_config(const Sched *s);
 
 /* Pure helpers, also used by readers outside the worker. */

@@ -116,6 +116,8 @@ pc_shmem_startup(void)
 		pg_atomic_init_u32(&shared->ring_overflow, 0);
 		pg_atomic_init_u32(&shared->room_wanted, 0);
 		pg_atomic_init_u64(&shared->clock_offset_ms, 0);
+		shared->mono_anchor_ms = pc_real_now_ms();
+		shared->wall_anchor = GetCurrentTimestamp();
 		pg_atomic_init_u64(&shared->config_generation, 0);
 		pg_atomic_init_u64(&shared->registry_generation, 0);
 		pg_atomic_init_u64(&shared->memory_used, 0);

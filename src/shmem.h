@@ -87,6 +87,9 @@ typedef struct PcShared
 	pg_atomic_uint32 room_wanted;	/* a reader found no room for a new key */
 
 	pg_atomic_uint64 clock_offset_ms;	/* projcache.debug_clock */
+	TimestampTz wall_anchor;	/* the wall clock when projcache's clock read
+								 * mono_anchor_ms (set once, at start) */
+	int64		mono_anchor_ms;
 	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads
 										 * its settings */
 	pg_atomic_uint64 registry_generation;	/* bumped after a transaction

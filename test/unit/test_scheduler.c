@@ -1948,6 +1948,43 @@ test_sieve_returning_keys(void **state)
 	assert_false(asked_for(f, "a"));
 }
 
+/*
+ * A changed expiry or grace period applies to keys already cached: each
+ * eviction moves by the difference (raising expiry must not leave keys
+ * evicted on the old schedule while they read as fresh).
+ */
+static void
+test_expiry_change_moves_evictions(void **state)
+{
+	Store		st;
+	SchedConfig config;
+	SchedTime	when;
+
+	(void) state;
+	store_init(&st, 1000, 500, 0);
+	(void) sched_restore_complete(st.sched, "a", 1, 0, 1500, false, 0);
+	(void) sched_restore_complete(st.sched, "b", 1, 100, 1600, false, 0);
+
+	config = *sched_config(st.sched);
+	config.expiry_ms = 5000;
+	assert_int_equal(sched_set_config(st.sched, &config), 4000);
+	assert_true(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_int_equal(when, 5500);
+	assert_int_equal(lookup(&st, "b")->expiry, 5600);
+	assert_null(sched_pop_eviction(st.sched, 1600));
+	assert_true(entry_is_key(sched_pop_eviction(st.sched, 5500), "a"));
+
+	/* lowered: due at once */
+	config.expiry_ms = 100;
+	config.grace_period_ms = 0;
+	assert_int_equal(sched_set_config(st.sched, &config), -5400);
+	assert_true(entry_is_key(sched_pop_eviction(st.sched, 300), "b"));
+
+	/* unchanged: nothing moves */
+	assert_int_equal(sched_set_config(st.sched, &config), 0);
+	store_free(&st);
+}
+
 int
 main(void)
 {
@@ -1970,6 +2007,7 @@ main(void)
 		cmocka_unit_test(test_invalidate),
 		cmocka_unit_test(test_request_evict),
 		cmocka_unit_test(test_restore_complete),
+		cmocka_unit_test(test_expiry_change_moves_evictions),
 		cmocka_unit_test(test_pending_never_evicted),
 		cmocka_unit_test(test_refresh_unknown_key),
 		cmocka_unit_test(test_heap_stress),
