@@ -111,25 +111,27 @@ SET ROLE regress_snap_other;
 SELECT sqlstate_of($$SELECT * FROM projcache.snapshot('secret') AS t(id int, payload text)$$);
 RESET ROLE;
 
--- The query runs as the owner.  Registering only parses it, so a query on
--- a table the owner may not read registers; loading it fails, even when a
--- superuser reads: PC001 with the permission error as the detail.
+-- The query runs as the owner.  Registering checks that the owner may run
+-- it: a query on a table the owner may not read is refused.
+SET ROLE regress_snap_owner;
+SELECT sqlstate_of($$SELECT projcache.create_snapshot('not_mine', 'SELECT id FROM snap_priv.other_secret')$$);
+RESET ROLE;
+SELECT count(*) AS not_registered FROM projcache.snapshots WHERE name = 'not_mine';
+-- Once the owner may read the table, it registers and loads.
+GRANT SELECT ON snap_priv.other_secret TO regress_snap_owner;
 SET ROLE regress_snap_owner;
 SELECT projcache.create_snapshot('not_mine', 'SELECT id FROM snap_priv.other_secret');
 RESET ROLE;
-SELECT * FROM projcache.snapshot('not_mine') AS t(id int);
-\echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT projcache.refresh_snapshot('not_mine');
-SELECT last_error, status FROM projcache.snapshots WHERE name = 'not_mine';
--- Once the owner may read the table, it loads.
-GRANT SELECT ON snap_priv.other_secret TO regress_snap_owner;
 SELECT projcache.refresh_snapshot('not_mine');
 SELECT * FROM projcache.snapshot('not_mine') AS t(id int);
 -- Losing that privilege makes the next refresh fail and drops the cached
--- rows: last-good is for a failing source, not for lost rights.
+-- rows: last-good is for a failing source, not for lost rights.  Reads
+-- fail with PC001, the permission error as the detail, even a superuser's.
 REVOKE SELECT ON snap_priv.other_secret FROM regress_snap_owner;
 SELECT projcache.refresh_snapshot('not_mine');
 SELECT * FROM projcache.snapshot('not_mine') AS t(id int);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT last_error, status FROM projcache.snapshots WHERE name = 'not_mine';
 
 -- current_user inside the query is the owner, whoever reads or refreshes.
 SET ROLE regress_snap_owner;

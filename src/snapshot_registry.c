@@ -800,6 +800,28 @@ writes_or_locks(Node *node, void *context)
 }
 
 /*
+ * The creator owns the snapshot and its loads run as it: refuse a query it
+ * may not run now (permission denied for a table it cannot read), as the
+ * executor would check it, on the planned range table.
+ */
+static void
+check_query_rights(SPIPlanPtr plan)
+{
+	CachedPlan *cplan = SPI_plan_get_cached_plan(plan);
+	ListCell   *lc;
+
+	foreach(lc, cplan->stmt_list)
+	{
+		PlannedStmt *stmt = lfirst_node(PlannedStmt, lc);
+
+		if (stmt->commandType != CMD_UTILITY)
+			(void) ExecCheckRTPerms(stmt->rtable, true);
+	}
+	/* The plan is not saved: its cached plan has no resource owner. */
+	ReleaseCachedPlan(cplan, NULL);
+}
+
+/*
  * Check a snapshot query as the caller would run it: one read-only SELECT,
  * parsed and analyzed now with the given search path, so a typo fails at
  * registration.  Returns its result columns.
@@ -840,6 +862,7 @@ pc_snap_check_query(const char *query, const char *search_path)
 					 errmsg("snapshot query must be read-only"),
 					 errdetail("It must not write, nor lock rows with FOR UPDATE or FOR SHARE, at any level.")));
 	}
+	check_query_rights(plan);
 	for (i = 0; i < ps->resultDesc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(ps->resultDesc, i);
