@@ -246,7 +246,7 @@ like($err, qr/PC001.*\n.*could not be bound to a view when projcache was updated
 # pg_dump still tells the DBA's grants from the extension's own.
 my ($dump, $dump_err) = run_command(
 	[ 'pg_dump', '--schema-only', '-d', $node->connstr('old_db') ]);
-like($dump, qr/GRANT ALL ON FUNCTION projcache\.stats\(OUT entries bigint.*hit_ratio double precision\) TO app;/,
+like($dump, qr/GRANT ALL ON FUNCTION projcache\.stats\(OUT entries bigint.*hit_ratio double precision, OUT fetch_delay_buckets jsonb\) TO app;/,
 	'pg_dump keeps the grant on stats() made before the update');
 like($dump, qr/GRANT SELECT ON TABLE projcache\.entries TO app;/,
 	'and the one on the entries view');
