@@ -586,7 +586,7 @@ invalidate_at_commit(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			if (invalidated_keys != NULL)
+			if (invalidated_keys != NULL && pc_wal_logging())
 				log_invalidated_keys();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
