@@ -34,7 +34,9 @@
 # checked: a trigger that calls invalidate() fails with 42883 once the
 # extension is dropped; an extension created again before a restart sees
 # the keys cached before; the server starts without the library (and
-# CREATE EXTENSION then fails with 55000).
+# CREATE EXTENSION then fails with 55000).  And the README's tables of the
+# columns of projcache.entries, stats and snapshots are checked against
+# the views, column by column.
 
 use strict;
 use warnings;
@@ -362,6 +364,34 @@ is( $node->safe_psql(
 		"SELECT state FROM projcache.entries WHERE key = 'acme'"),
 	'enabled',
 	'an extension created again sees the keys cached before');
+
+# Every column of the three views is defined in the README, one table
+# row each, in the view's order (the tables after "`projcache.VIEW`, one
+# row ...").
+for my $view (qw(entries stats snapshots))
+{
+	my @documented;
+	my $in = 0;
+	for my $line (@readme)
+	{
+		if (!$in)
+		{
+			$in = 1 if $line =~ /^`projcache\.$view`, one row/;
+			next;
+		}
+		next if $line =~ /^\| (column|---) / || ($line eq '' && !@documented);
+		last unless $line =~ /^\| `(\w+)` \|/;
+		push @documented, $1;
+	}
+	my @columns = split /\n/,
+	  $node->safe_psql(
+		$dbname, qq{
+SELECT attname FROM pg_attribute
+ WHERE attrelid = 'projcache.$view'::regclass AND attnum > 0 AND NOT attisdropped
+ ORDER BY attnum});
+	is_deeply(\@columns, \@documented,
+		"README defines every column of projcache.$view, in order");
+}
 
 $node->safe_psql(
 	$dbname, q{
