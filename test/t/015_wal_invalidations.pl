@@ -125,6 +125,30 @@ sub flush_lsn
 		'SELECT pg_current_wal_flush_lsn()');
 }
 
+# Run $sql on $node every 50 ms until it returns $new (or the test timeout
+# passes); returns whether it did, and how many answers matched
+# $old_fresh, an old value served as fresh, meanwhile.
+sub watch_key
+{
+	my ($node, $sql, $old_fresh, $new) = @_;
+	my ($seen_new, $seen_old_fresh) = (0, 0);
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+
+	while (time < $deadline)
+	{
+		my $v = $node->safe_psql('postgres', $sql);
+
+		$seen_old_fresh++ if $v =~ $old_fresh;
+		if ($v eq $new)
+		{
+			$seen_new = 1;
+			last;
+		}
+		usleep(50_000);
+	}
+	return ($seen_new, $seen_old_fresh);
+}
+
 # ---------------------------------------------------------------------------
 # An invalidation reaches both standbys; c is not cached on the primary.
 # ---------------------------------------------------------------------------
@@ -236,19 +260,9 @@ is( $cascade->safe_psql(
 is($cascade->safe_psql('postgres', 'SELECT fetch_requests FROM projcache.stats'),
 	$requests, 'delayed: those reads requested no fetch');
 
-my ($seen_old_fresh, $seen_new) = (0, 0);
-my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-while (time < $deadline)
-{
-	my $v = look($cascade, 'b');
-	$seen_old_fresh++ if $v eq '{"v": 1}|fresh';
-	if ($v eq '{"v": 3}|fresh')
-	{
-		$seen_new = 1;
-		last;
-	}
-	usleep(50_000);
-}
+my ($seen_new, $seen_old_fresh) = watch_key($cascade,
+	"SELECT config::text || '|' || freshness FROM projcache.lookup('b')",
+	qr/^\{"v": 1\}\|fresh$/, '{"v": 3}|fresh');
 ok($seen_new, 'delayed: the new value arrives after the commit is replayed');
 is($seen_old_fresh, 0, 'delayed: the old value was never served as fresh');
 
@@ -267,21 +281,9 @@ ok( $cascade->poll_query_until(
 	'restart: the record is replayed, b is stale');
 $cascade->restart;
 wait_for_worker($cascade);
-($seen_old_fresh, $seen_new) = (0, 0);
-$deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-while (time < $deadline)
-{
-	my $v = $cascade->safe_psql('postgres',
-		"SELECT projcache.get('b', '1s')::text || '|' || freshness FROM projcache.lookup('b')"
-	);
-	$seen_old_fresh++ if $v =~ /^\{"v": [13]\}\|fresh$/;
-	if ($v eq '{"v": 4}|fresh')
-	{
-		$seen_new = 1;
-		last;
-	}
-	usleep(50_000);
-}
+($seen_new, $seen_old_fresh) = watch_key($cascade,
+	"SELECT projcache.get('b', '1s')::text || '|' || freshness FROM projcache.lookup('b')",
+	qr/^\{"v": [13]\}\|fresh$/, '{"v": 4}|fresh');
 ok($seen_new, 'restart: the new value arrives after the commit is replayed');
 is($seen_old_fresh, 0, 'restart: an old value was never served as fresh');
 
@@ -364,14 +366,17 @@ is($standby->safe_psql('postgres', 'SELECT fetch_calls FROM projcache.stats'),
 # ---------------------------------------------------------------------------
 # A standby that does not preload projcache cannot replay the records.
 # ---------------------------------------------------------------------------
-# Its base backup predates every record written above, so replay meets
-# one as soon as it streams: the server may be gone before start() returns.
+# A standby with no source yet, so that it is up before it meets a record
+# (its base backup predates them all); then it streams from the primary.
 my $bare = PostgreSQL::Test::Cluster->new('bare');
-$bare->init_from_backup($primary, 'backup', has_streaming => 1);
+$bare->init_from_backup($primary, 'backup');
+$bare->set_standby_mode;
 $bare->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
+$bare->start;
 $primary->safe_psql('postgres',
 	"BEGIN; SELECT projcache.invalidate('a'); COMMIT;");
-$bare->start(fail_ok => 1);
+$bare->enable_streaming($primary);
+$bare->reload;
 ok( $bare->wait_for_log(
 		qr/FATAL:  resource manager with ID 128 not registered/, 0),
 	'no library: replay stops with a FATAL naming the id');
