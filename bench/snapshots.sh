@@ -15,6 +15,14 @@
 # cancels out of the ratios), and reports TPS and each read's ratio to the
 # table's TPS.  It prints the EXPLAIN of the lookup and of the join.
 #
+# Then the paired rounds: a ratio taken from one table run and one run of
+# the cached form just before or after it still swings with whatever else
+# the machine does in those seconds.  So, for each read with a target, at
+# -c 1 and -c 8, BENCH_ROUNDS (default 5) rounds each run the table and the
+# cached form for BENCH_PAIR_SECONDS (default 3) each, alternating which
+# goes first, and the report gives the median of the rounds' ratios with
+# their lowest and highest.  BENCH_PASSES=0 runs the paired rounds alone.
+#
 # It asserts nothing about speed: it reports what it measured.
 set -euo pipefail
 
@@ -29,6 +37,11 @@ DATA=
 SOCK=
 
 bench_settings
+ROUNDS=${BENCH_ROUNDS:-5}
+PAIR_SECONDS=${BENCH_PAIR_SECONDS:-3}
+case $ROUNDS$PAIR_SECONDS in
+'' | *[!0-9]*) echo "BENCH_ROUNDS and BENCH_PAIR_SECONDS must be whole numbers" >&2; exit 2 ;;
+esac
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
@@ -68,6 +81,33 @@ row() {
 	done
 }
 
+# paired LABEL TABLE FORM: the median, lowest and highest of ROUNDS ratios
+# FORM TPS / TABLE TPS, each from two runs of PAIR_SECONDS back to back,
+# the table first in odd rounds and second in even ones.
+paired() {
+	local label=$1 table=$2 form=$3 c r t v ratios sorted
+	for c in 1 8; do
+		ratios=()
+		for r in $(seq 1 "$ROUNDS"); do
+			if [ $((r % 2)) -eq 1 ]; then
+				t=$(DURATION=$PAIR_SECONDS tps "$table" $c)
+				v=$(DURATION=$PAIR_SECONDS tps "$form" $c)
+			else
+				v=$(DURATION=$PAIR_SECONDS tps "$form" $c)
+				t=$(DURATION=$PAIR_SECONDS tps "$table" $c)
+			fi
+			ratios+=("$(ratio "$v" "$t" %.3f)")
+		done
+		sorted=$(printf '%s\n' "${ratios[@]}" | sort -g | tr '\n' ' ')
+		REPORT+=("$(printf '%-34s -c%-2s %-10s median %s (lowest %s, highest %s; rounds: %s)' \
+			"$label" "$c" "${form%.sql}" \
+			"$(echo "$sorted" | awk '{print $(int((NF+1)/2))}')" \
+			"$(echo "$sorted" | awk '{print $1}')" \
+			"$(echo "$sorted" | awk '{print $NF}')" \
+			"${ratios[*]}")")
+	done
+}
+
 for pass in $(seq 1 "$PASSES"); do
 	echo "=== pass $pass"
 	REPORT+=("pass $pass")
@@ -76,6 +116,15 @@ for pass in $(seq 1 "$PASSES"); do
 	row "key lookup, 10,000 rows" lookup_table.sql lookup_ft.sql
 	row "join projects -> owner by key" join_table.sql join_ft.sql
 done
+
+if [ "$ROUNDS" -gt 0 ]; then
+	echo "=== paired rounds"
+	REPORT+=("paired rounds: $ROUNDS rounds of ${PAIR_SECONDS}s + ${PAIR_SECONDS}s; ratio = cached form TPS / table TPS")
+	paired "count(*), 10,000 rows (text, text)" big_table.sql big_ft.sql
+	paired "count(*), 100 rows (1 kB jsonb)" small_table.sql small_ft.sql
+	paired "count(*), 100 rows (1 kB jsonb)" small_table.sql small_fn.sql
+	paired "key lookup, 10,000 rows" lookup_table.sql lookup_ft.sql
+fi
 
 LOOKUP_PLAN=$(pgvalue "EXPLAIN (COSTS OFF) SELECT v FROM snapbench.big WHERE k = 'k42'")
 JOIN_PLAN=$(pgvalue "EXPLAIN (COSTS OFF) SELECT g.v FROM public.projects p JOIN snapbench.big g ON g.k = p.owner_id WHERE p.key = 'p42'")
