@@ -125,6 +125,21 @@ sub flush_lsn
 		'SELECT pg_current_wal_flush_lsn()');
 }
 
+# On the primary, in one transaction: key b gets revision b<n> and config
+# {"v": n}, and invalidate('b').
+sub change_b
+{
+	my ($n) = @_;
+	$primary->safe_psql(
+		'postgres', qq{
+BEGIN;
+UPDATE public.upstream SET revision = 'b$n', config = '{"v": $n}' WHERE key = 'b';
+SELECT projcache.invalidate('b');
+COMMIT;
+});
+	return;
+}
+
 # Run $sql on $node every 50 ms until it returns $new (or the test timeout
 # passes); returns whether it did, and how many answers matched
 # $old_fresh, an old value served as fresh, meanwhile.
@@ -239,13 +254,7 @@ $cascade->append_conf('postgresql.conf', "recovery_min_apply_delay = '4s'\n");
 $cascade->reload;
 $cascade->poll_query_until('postgres',
 	"SELECT current_setting('recovery_min_apply_delay') = '4s'");
-$primary->safe_psql(
-	'postgres', q{
-BEGIN;
-UPDATE public.upstream SET revision = 'b3', config = '{"v": 3}' WHERE key = 'b';
-SELECT projcache.invalidate('b');
-COMMIT;
-});
+change_b(3);
 ok( $cascade->poll_query_until(
 		'postgres', "SELECT freshness = 'stale' FROM projcache.lookup('b')"),
 	'delayed: the record is replayed and b is stale');
@@ -269,13 +278,7 @@ is($seen_old_fresh, 0, 'delayed: the old value was never served as fresh');
 # ---------------------------------------------------------------------------
 # Restart of the delayed standby while a record is in flight.
 # ---------------------------------------------------------------------------
-$primary->safe_psql(
-	'postgres', q{
-BEGIN;
-UPDATE public.upstream SET revision = 'b4', config = '{"v": 4}' WHERE key = 'b';
-SELECT projcache.invalidate('b');
-COMMIT;
-});
+change_b(4);
 ok( $cascade->poll_query_until(
 		'postgres', "SELECT freshness = 'stale' FROM projcache.lookup('b')"),
 	'restart: the record is replayed, b is stale');
