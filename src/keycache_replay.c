@@ -41,6 +41,7 @@
 #include "access/xact.h"
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
+#include "common/hashfn.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -51,10 +52,14 @@
 #define PC_REPLAY_POLL_MIN_MS	5
 #define PC_REPLAY_POLL_MAX_MS	1000
 
-/* A key with items in the list, and whether one of them committed. */
+/*
+ * A key with items in the list, and whether one of them committed.  The
+ * hash key is a pointer to a NUL-terminated copy (keys are text), so that
+ * an entry costs what its key does.
+ */
 typedef struct WaitingKey
 {
-	char		key[PC_MAX_KEY_BYTES + 1];	/* NUL-terminated: keys are text */
+	char	   *key;
 	int			items;
 	bool		committed;
 } WaitingKey;
@@ -76,6 +81,22 @@ typedef struct XidFateEntry
 	XidFate		fate;
 } XidFateEntry;
 
+static void set_awaiting_all(bool awaiting);
+
+static uint32
+waiting_key_hash(const void *key, Size keysize)
+{
+	const char *s = *(char *const *) key;
+
+	return hash_bytes((const unsigned char *) s, strlen(s));
+}
+
+static int
+waiting_key_match(const void *key1, const void *key2, Size keysize)
+{
+	return strcmp(*(char *const *) key1, *(char *const *) key2);
+}
+
 /*
  * Start over: the items a previous worker marked are marked again (marking
  * is idempotent), so that this worker's table of waiting keys is complete.
@@ -86,27 +107,61 @@ pc_replay_init(void)
 	HASHCTL		ctl;
 	PcWalPending *pending = pc_wal_pending();
 
-	ctl.keysize = PC_MAX_KEY_BYTES + 1;
+	ctl.keysize = sizeof(char *);
 	ctl.entrysize = sizeof(WaitingKey);
+	ctl.hash = waiting_key_hash;
+	ctl.match = waiting_key_match;
 	ctl.hcxt = TopMemoryContext;
 	waiting = hash_create("projcache keys waiting for a commit", 256, &ctl,
-						  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+						  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+						  HASH_CONTEXT);
 
+	/*
+	 * A previous worker may have died between dropping items and clearing
+	 * their keys' flags: clear every flag, then mark again from the list.
+	 */
+	set_awaiting_all(false);
 	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
 	pending->marked = 0;
 	pending->overflow_marked = false;
 	LWLockRelease(pc_shared->wal_lock);
 }
 
+/*
+ * Find, add or remove a key of the table.  An added entry gets a copy of
+ * the key of its own; a removed one gives it back.
+ */
 static WaitingKey *
 waiting_lookup(const char *key, uint32 len, HASHACTION action)
 {
 	char		buf[PC_MAX_KEY_BYTES + 1];
+	char	   *search = buf;
+	WaitingKey *w;
+	bool		found;
 
 	Assert(len <= PC_MAX_KEY_BYTES);
 	memcpy(buf, key, len);
 	buf[len] = '\0';
-	return (WaitingKey *) hash_search(waiting, buf, action, NULL);
+	if (action == HASH_REMOVE)
+	{
+		w = (WaitingKey *) hash_search(waiting, &search, HASH_FIND, NULL);
+		if (w != NULL)
+		{
+			char	   *copy = w->key;
+
+			(void) hash_search(waiting, &search, HASH_REMOVE, NULL);
+			pfree(copy);
+		}
+		return NULL;
+	}
+	w = (WaitingKey *) hash_search(waiting, &search, action, &found);
+	if (action == HASH_ENTER && !found)
+	{
+		w->key = MemoryContextStrdup(TopMemoryContext, buf);
+		w->items = 0;
+		w->committed = false;
+	}
+	return w;
 }
 
 /* Is a fetch answered now possibly older than a replayed invalidation? */
@@ -151,10 +206,11 @@ set_awaiting_all(bool awaiting)
 		{
 			const char *key = pc_key_bytes(pc_area(), &entry->key);
 			char		buf[PC_MAX_KEY_BYTES + 1];
+			char	   *search = buf;
 
 			memcpy(buf, key, entry->key.len);
 			buf[entry->key.len] = '\0';
-			if (hash_search(waiting, buf, HASH_FIND, NULL) != NULL)
+			if (hash_search(waiting, &search, HASH_FIND, NULL) != NULL)
 				continue;
 		}
 		entry->awaiting_commit = awaiting;
@@ -182,13 +238,18 @@ take_new_items(void)
 	if (n == 0 && !mark_all)
 		return false;
 
-	/* Only this process moves 'marked' or removes items: n stays valid. */
+	/*
+	 * Only this process moves 'marked' or removes items: n stays valid.  An
+	 * overflow may have happened since the look above, so it is decided
+	 * again under the exclusive lock.
+	 */
 	copy = palloc(Max(n, 1));
 	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
 	memcpy(copy, pending->data + pending->marked, n);
 	pending->marked += n;
+	mark_all = pending->overflowed && !pending->overflow_marked;
 	overflow_xid = pending->overflow_xid;
-	if (pending->overflowed)
+	if (mark_all)
 		pending->overflow_marked = true;
 	LWLockRelease(pc_shared->wal_lock);
 
@@ -197,8 +258,6 @@ take_new_items(void)
 		PcWalItem  *item = (PcWalItem *) (copy + pos);
 		WaitingKey *w = waiting_lookup(item->key, item->keylen, HASH_ENTER);
 
-		if (w->items == 0)
-			w->committed = false;
 		w->items++;
 		set_awaiting(item->key, item->keylen, true);
 		pos += PC_WAL_ITEM_SIZE(item->keylen);

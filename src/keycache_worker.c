@@ -950,7 +950,23 @@ pc_worker_main(Datum main_arg)
 	pgstat_report_appname("projcache scheduler");
 
 	pc_attach();
+
+	/*
+	 * One scheduler at a time: it alone deletes keys and frees their
+	 * chunks.  A launcher started again while its scheduler lived on waits
+	 * for it (launcher.c); this is the last word, under the mutex.
+	 */
 	SpinLockAcquire(&pc_shared->mutex);
+	if (pc_shared->worker_pid != 0)
+	{
+		int			other = pc_shared->worker_pid;
+
+		SpinLockRelease(&pc_shared->mutex);
+		ereport(LOG,
+				(errmsg("projcache scheduler not started: the scheduler with PID %d is running",
+						other)));
+		proc_exit(0);
+	}
 	pc_shared->worker_latch = MyLatch;
 	pc_shared->worker_pid = MyProcPid;
 	SpinLockRelease(&pc_shared->mutex);

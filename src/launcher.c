@@ -14,7 +14,9 @@
  * dynamic worker.  When the scheduler exits (an ERROR, a signal, the
  * database dropped), the launcher waits PC_SCHEDULER_RESTART_MS and starts
  * it again; a crash of any process makes the postmaster restart all of
- * them, the launcher included.
+ * them, the launcher included.  If the launcher itself is terminated, the
+ * postmaster starts it again; while the old scheduler lives on, the new
+ * launcher starts none beside it.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -38,6 +40,7 @@
 #include "utils/timestamp.h"
 
 #include "keycache.h"
+#include "shmem.h"
 
 /* How long after the scheduler exited it is started again. */
 #define PC_SCHEDULER_RESTART_MS		2000
@@ -144,13 +147,33 @@ wait_for_database(void)
 						pc_database)));
 }
 
+/* Is a scheduler running (one a previous launcher started, say)? */
+static bool
+scheduler_running(void)
+{
+	int			pid;
+
+	SpinLockAcquire(&pc_shared->mutex);
+	pid = pc_shared->worker_pid;
+	SpinLockRelease(&pc_shared->mutex);
+	return pid != 0;
+}
+
 /* Start the scheduler and wait until it exits. */
 static void
 run_scheduler(void)
 {
+	static bool no_slot_reported = false;
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
+
+	/*
+	 * This launcher may have been started again while the scheduler of the
+	 * previous one lives on: never start a second one beside it.
+	 */
+	if (scheduler_running())
+		return;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
@@ -165,12 +188,16 @@ run_scheduler(void)
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
-		ereport(WARNING,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("projcache: could not start the scheduler: no background worker slot is free"),
-				 errhint("Raise max_worker_processes.")));
+		/* Said once, not at every retry. */
+		if (!no_slot_reported)
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("projcache: could not start the scheduler: no background worker slot is free"),
+					 errhint("Raise max_worker_processes.  The launcher keeps trying.")));
+		no_slot_reported = true;
 		return;
 	}
+	no_slot_reported = false;
 	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_STARTED)
 		(void) WaitForBackgroundWorkerShutdown(handle);
 	pfree(handle);
@@ -181,6 +208,8 @@ pc_launcher_main(Datum main_arg)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
+	/* It runs no query: a cancel would only end it, as FATAL. */
+	pqsignal(SIGINT, SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 
 	/* No database: only the shared catalogs are readable. */

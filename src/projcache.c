@@ -18,6 +18,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "keycache.h"
 #include "snapshot.h"
@@ -221,7 +222,7 @@ define_settings(void)
 							"Sets the shared memory for keys a standby replayed and that wait for their transaction's commit.",
 							NULL,
 							&pc_wal_pending_kb,
-							1024, 8, INT_MAX / 1024,
+							1024, 8, (int) (MaxAllocSize / 1024),
 							PGC_POSTMASTER,
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);

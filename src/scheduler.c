@@ -440,13 +440,11 @@ sched_destroy(Sched *s)
 
 /*
  * New settings apply to what is scheduled from now on; times already in
- * the queues stay as they were.
- */
-/*
- * New settings.  A changed expiry or grace period moves the eviction of
- * every cached key by the difference, so that a key is evicted at expiry +
- * grace period after the fetch that scheduled it, under the settings now in
- * force.  Returns that difference in ms (0 if none).
+ * the queues stay as they were, except evictions: a changed expiry or
+ * grace period moves the eviction of every cached key by the difference,
+ * so that a key is evicted at expiry + grace period after the fetch that
+ * scheduled it, under the settings now in force.  Returns that difference
+ * in ms (0 if none).
  */
 int64_t
 sched_set_config(Sched *s, const SchedConfig *config)

@@ -40,8 +40,8 @@ typedef struct PcWalPending
 	Size		capacity;		/* bytes of data[] */
 	Size		used;			/* bytes of items in data[] */
 	Size		marked;			/* items before this offset were marked */
-	bool		overflowed;		/* a record was dropped since the worker
-								 * last looked */
+	bool		overflowed;		/* a record was dropped; set until every
+								 * transaction up to overflow_xid ended */
 	TransactionId overflow_xid; /* the newest transaction dropped */
 	bool		overflow_marked;	/* the worker marked every cached key */
 	uint64		keys_replayed;	/* keys redo was given, ever */

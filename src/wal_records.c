@@ -14,9 +14,10 @@
  *	 standby's worker marks them stale, polls the transaction's fate, and
  *	 refetches once it committed (keycache_replay.c).
  * - REFRESH_SNAPSHOT: refresh_snapshot() ran on the primary.  It runs only
- *	 in a transaction that has written nothing, so the rows it loads were
- *	 committed before this record: redo marks the snapshot stale at once,
- *	 and the standby's next read loads it again.
+ *	 in a transaction that has written nothing, so the changes it is meant
+ *	 to publish were committed before this record was written, and replayed
+ *	 before it: redo marks the snapshot stale at once, and the standby's
+ *	 next read loads it again.
  *
  * Redo must never fail: an ERROR in the startup process stops recovery.  It
  * allocates nothing, runs no SPI and waits for no backend: it takes one
@@ -57,8 +58,10 @@
 /*
  * INVALIDATE's data: nkeys, then each key as a uint16 length and its bytes,
  * unaligned.  A transaction's keys are split into records of at most
- * PC_WAL_RECORD_BYTES, so that none needs a large allocation to write or
- * more room than the standby's list has.
+ * PC_WAL_RECORD_BYTES, so that none needs a large allocation.  On the
+ * standby the keys of one record take up to about 2.5 times its size in
+ * the list (each item adds an xid and alignment); a record that does not
+ * fit there overflows (keycache_replay.c).
  */
 #define PC_WAL_RECORD_BYTES		(64 * 1024)
 

@@ -76,4 +76,23 @@ is(scalar(() = $log =~ /$missing/g), 1, 'logged once for that wait too');
 unlike($log, qr/FATAL:  database "appdb" does not exist/,
 	'still no FATAL about the missing database');
 
+# The launcher terminated: the postmaster starts it again, and the new one
+# starts no second scheduler beside the one that lives on.
+my $launcher = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'projcache launcher'");
+$pid = wait_for_worker($node);
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($launcher)");
+ok( $node->poll_query_until(
+		'postgres', qq{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'projcache launcher' AND pid <> $launcher
+   AND wait_event = 'Extension'}),
+	'a new launcher runs, and sleeps after looking at the scheduler');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type = 'projcache scheduler'"
+	),
+	$pid,
+	'the scheduler is the one that was running, and it is the only one');
+
 done_testing();
