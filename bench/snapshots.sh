@@ -46,14 +46,8 @@ esac
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-snapbench.XXXXXX")
+setup_work projcache-snapbench
 DATA=$WORK/data
-SOCK=$WORK/sock
-mkdir -p "$WORK/src" "$SOCK"
-copy_tree "$WORK/src"
-own_work
-cd "$WORK/src"
-build_install
 start_cluster <<EOF
 listen_addresses = ''
 fsync = off

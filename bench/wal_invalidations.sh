@@ -49,15 +49,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
 bash "$REPO/scripts/install-deps.sh"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-walinv.XXXXXX")
-SOCK=$WORK/sock
+setup_work projcache-walinv
 DATA=$WORK/primary
 STANDBY=$WORK/standby
-mkdir -p "$WORK/src" "$SOCK"
-copy_tree "$WORK/src"
-own_work
-cd "$WORK/src"
-build_install
 
 start_cluster <<EOF
 listen_addresses = ''

@@ -32,14 +32,8 @@ pgsql() { pgrun -a -P null='(null)' "$@"; }
 caption "setup: dependencies, build, install, throwaway cluster on port $PORT"
 bash "$REPO/scripts/install-deps.sh"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-demo.XXXXXX")
+setup_work projcache-demo
 DATA=$WORK/data
-SOCK=$WORK/sock
-mkdir -p "$WORK/src" "$SOCK"
-copy_tree "$WORK/src"
-own_work
-cd "$WORK/src"
-build_install
 
 start_cluster <<EOF
 # projcache demo

@@ -22,6 +22,8 @@
 # the globals WORK (temp dir, $WORK/src the copy), DATA (data directory),
 # SOCK (socket directory), PORT and NAME (the script's name in messages):
 #   build_install         build $WORK/src quietly and install it
+#   setup_work PREFIX     a temp dir $WORK (with $SOCK), a copy of the tree
+#                         in $WORK/src, built and installed; cd's there
 #   start_cluster         initdb $DATA, append stdin to postgresql.conf, start
 #   pgrun ARGS...         psql on the cluster, quiet, stopping at an error
 #   pgvalue SQL           psql's bare values (-At) for one command
@@ -93,6 +95,19 @@ build_install() {
 	fi
 	"${AS_ROOT[@]}" make -s install PG_CONFIG="$PG_CONFIG" >/dev/null
 	echo "built and installed projcache"
+}
+
+# setup_work PREFIX: make $WORK (mktemp, named PREFIX.XXXXXX) with the
+# socket directory $SOCK, copy the tree to $WORK/src, build and install it
+# there (build_install), and leave the current directory there.
+setup_work() {
+	WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+	SOCK=$WORK/sock
+	mkdir -p "$WORK/src" "$SOCK"
+	copy_tree "$WORK/src"
+	own_work
+	cd "$WORK/src" || exit 1
+	build_install
 }
 
 # start_cluster <CONF: initdb $DATA (its output shown only on failure, then
