@@ -73,8 +73,8 @@ typedef struct SnapScanState
 	char	   *blob;			/* its rows: MAXALIGNed MinimalTuples */
 	Size		size;
 	int64		nrows;
-	Size		offset;			/* of the next row in blob */
-	int64		next_row;
+	const char *next;			/* the next row to return, in blob */
+	int64		rows_left;		/* rows from next to the end */
 	HeapTupleData tuple;		/* points into blob: the row being returned */
 	/* when the foreign table has dropped columns: rows are placed */
 	TupleTableSlot *stored_slot;
@@ -442,6 +442,8 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 
 	pc_snap_current_rows(st->reg, &st->blob, &st->size, &st->nrows);
 	pc_snap_pin_copy(st->blob);
+	st->next = st->blob;
+	st->rows_left = st->nrows;
 	/* An ERROR (in a subtransaction, too) skips the end of the scan. */
 	st->unpin_callback.func = unpin_at_query_end;
 	st->unpin_callback.arg = st;
@@ -463,9 +465,9 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	}
 }
 
-/* The next row's place in the blob, by the key index; false at the end. */
-static bool
-next_probed_row(ForeignScanState *node, SnapScanState *st, Size *offset)
+/* The next row the key index gives, or NULL at the end. */
+static MinimalTuple
+next_probed_row(ForeignScanState *node, SnapScanState *st)
 {
 	uint64		found;
 
@@ -480,15 +482,14 @@ next_probed_row(ForeignScanState *node, SnapScanState *st, Size *offset)
 		if (isnull)
 		{
 			st->probe.next = 0; /* NULL equals nothing */
-			return false;
+			return NULL;
 		}
 		pc_snap_probe_begin(&st->probe, st->index,
 							pc_snap_key_hash(st->key_type, value));
 	}
 	if (!pc_snap_probe_next(&st->probe, &found))
-		return false;
-	*offset = (Size) found;
-	return true;
+		return NULL;
+	return (MinimalTuple) (st->blob + found);
 }
 
 /*
@@ -506,29 +507,40 @@ snap_iterate(ForeignScanState *node)
 	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
 	MinimalTuple mt;
 
-	if (st->index != NULL)
+	if (likely(st->index == NULL))
 	{
-		Size		offset;
-
-		if (!next_probed_row(node, st, &offset))
+		if (st->rows_left <= 0)
 			return ExecClearTuple(slot);
-		mt = (MinimalTuple) (st->blob + offset);
+		mt = (MinimalTuple) st->next;
+		st->next += MAXALIGN(mt->t_len);
+		st->rows_left--;
 	}
-	else
-	{
-		if (st->next_row >= st->nrows || st->offset >= st->size)
-			return ExecClearTuple(slot);
-		mt = (MinimalTuple) (st->blob + st->offset);
-		st->offset += MAXALIGN(mt->t_len);
-		st->next_row++;
-	}
+	else if ((mt = next_probed_row(node, st)) == NULL)
+		return ExecClearTuple(slot);
 
-	if (st->stored_slot == NULL)
+	if (likely(st->stored_slot == NULL))
 	{
+		HeapTupleTableSlot *hslot = (HeapTupleTableSlot *) slot;
+
 		/* t_self and t_tableOid were set when the scan began */
 		st->tuple.t_len = mt->t_len + MINIMAL_TUPLE_OFFSET;
 		st->tuple.t_data = (HeapTupleHeader) ((char *) mt - MINIMAL_TUPLE_OFFSET);
-		ExecStoreHeapTuple(&st->tuple, slot, false);
+
+		/*
+		 * A store per row is about a tenth of a count(*)'s time.  While
+		 * the slot still holds this scan's tuple header, not materialized
+		 * (a reader that keeps rows materializes them into copies), that
+		 * header now points at the next row, and all a store would do
+		 * besides is to forget the columns deformed from the last one.
+		 */
+		if (TTS_IS_HEAPTUPLE(slot) && !TTS_EMPTY(slot) &&
+			!TTS_SHOULDFREE(slot) && hslot->tuple == &st->tuple)
+		{
+			slot->tts_nvalid = 0;
+			hslot->off = 0;
+		}
+		else
+			ExecStoreHeapTuple(&st->tuple, slot, false);
 	}
 	else
 	{
@@ -563,8 +575,8 @@ snap_rescan(ForeignScanState *node)
 {
 	SnapScanState *st = (SnapScanState *) node->fdw_state;
 
-	st->offset = 0;
-	st->next_row = 0;
+	st->next = st->blob;
+	st->rows_left = st->nrows;
 	st->probing = false;		/* the value may have changed (a new param) */
 }
 
