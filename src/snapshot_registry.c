@@ -412,9 +412,10 @@ pc_snap_check_reader(SnapReg *reg)
  *	   goes at the next read.  A transaction that changed the registry
  *	   neither uses nor fills the cache: what it sees is not committed, and
  *	   may be rolled back, also to a savepoint.  It drops the cache when it
- *	   changes the registry and when it ends.  A prepared one sends a
- *	   relcache invalidation of the registry instead: COMMIT PREPARED,
- *	   wherever it runs, delivers it to every backend.
+ *	   changes the registry and when it ends.  It also sends a relcache
+ *	   invalidation of the registry, which reaches the backends the
+ *	   generation cannot: those of standbys, which replay it with the
+ *	   commit, and, for a prepared transaction, COMMIT PREPARED delivers it.
  *	 - The owner, the owner of the backing view: a relcache invalidation of
  *	   the view (ALTER VIEW OWNER, REASSIGN OWNED, DROP ... CASCADE) drops
  *	   the entry.
@@ -1066,9 +1067,10 @@ static bool drop_callback_registered = false;
  *
  * If it changed the registry, drop this backend's readers' cache, and
  * once it has committed (its rows are visible by now) move the shared
- * generation, so that every backend drops its own.  COMMIT PREPARED runs
- * no callback of ours: a prepared transaction sends a relcache
- * invalidation of the registry, which that commit delivers.
+ * generation, so that every backend drops its own.  It also sends a
+ * relcache invalidation of the registry: the commit record carries it to
+ * standbys, whose backends see no generation of the primary's, and COMMIT
+ * PREPARED, which runs no callback of ours, delivers it too.
  */
 static void
 snapshot_xact_callback(XactEvent event, void *arg)
@@ -1079,7 +1081,8 @@ snapshot_xact_callback(XactEvent event, void *arg)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
-	if (event == XACT_EVENT_PRE_PREPARE && registry_changed)
+	if ((event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE) &&
+		registry_changed)
 	{
 		Oid			nsp = get_namespace_oid("projcache", true);
 		Oid			rel = OidIsValid(nsp) ?

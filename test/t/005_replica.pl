@@ -170,6 +170,40 @@ is( $primary->safe_psql(
 	'primary: its call was logged');
 
 # ---------------------------------------------------------------------------
+# A snapshot grant changed on the primary reaches a standby session that has
+# already read the snapshot: its readers' cache drops what it knew when the
+# commit replays, as on the primary.
+# ---------------------------------------------------------------------------
+$primary->safe_psql(
+	'postgres', q{
+CREATE ROLE reader;
+GRANT USAGE ON SCHEMA projcache TO reader;
+GRANT EXECUTE ON FUNCTION projcache.snapshot(text) TO reader;
+SELECT projcache.create_snapshot('keys', 'SELECT key FROM public.upstream', '60s');
+SELECT projcache.grant_snapshot('keys', 'reader');
+});
+$primary->wait_for_catchup($standby, 'replay');
+my $reader = $standby->background_psql('postgres', on_error_stop => 0);
+my $read_keys = q{SELECT count(*) FROM projcache.snapshot('keys') AS t(key text)};
+$reader->query_safe('SET ROLE reader');
+is($reader->query_safe($read_keys), '3', 'standby: the granted role reads the snapshot');
+is($reader->query_safe($read_keys), '3', 'standby: and again, from its cache');
+
+$primary->safe_psql('postgres', q{SELECT projcache.revoke_snapshot('keys', 'reader')});
+$primary->wait_for_catchup($standby, 'replay');
+my ($out, $failed) = $reader->query($read_keys);
+ok($failed && $reader->{stderr} =~ /permission denied for snapshot "keys"/,
+	'standby: the revoke takes effect at once in that session')
+  or diag("stdout: $out; stderr: $reader->{stderr}");
+$reader->{stderr} = '';
+
+$primary->safe_psql('postgres', q{SELECT projcache.grant_snapshot('keys', 'reader')});
+$primary->wait_for_catchup($standby, 'replay');
+is($reader->query_safe($read_keys), '3', 'standby: granted again, it reads again');
+$reader->quit;
+$primary->safe_psql('postgres', q{SELECT projcache.drop_snapshot('keys'); DROP OWNED BY reader; DROP ROLE reader;});
+
+# ---------------------------------------------------------------------------
 # Promotion: the standby's worker and cache carry on, and it may now write.
 # ---------------------------------------------------------------------------
 $primary->stop;
