@@ -11,22 +11,30 @@
 -- histogram as an array in bucket order.  New output
 -- columns mean dropping and creating the functions (and their views).
 -- The privileges granted on them since they were created are carried
--- over: they are saved first and put back as they were, so that pg_dump
--- still tells them from the extension's own.
+-- over: saved here, and put back at the end of this script.
 ------------------------------------------------------------------------
-CREATE TEMPORARY TABLE projcache_saved_acls (object text, acl aclitem[]);
+CREATE TEMPORARY TABLE projcache_saved_acls (
+	kind text,					-- as GRANT names it: FUNCTION or TABLE
+	target text,				-- the object that replaces it
+	owner oid,
+	acl aclitem[]
+);
 INSERT INTO projcache_saved_acls
-	SELECT 'stats()', proacl FROM pg_catalog.pg_proc
+	SELECT 'FUNCTION', 'projcache.stats()', proowner, proacl FROM pg_catalog.pg_proc
 	 WHERE oid = 'projcache.stats()'::pg_catalog.regprocedure
 	UNION ALL
-	SELECT 'entries()', proacl FROM pg_catalog.pg_proc
+	SELECT 'FUNCTION', 'projcache.entries()', proowner, proacl FROM pg_catalog.pg_proc
 	 WHERE oid = 'projcache.entries()'::pg_catalog.regprocedure
 	UNION ALL
-	SELECT 'stats', relacl FROM pg_catalog.pg_class
+	SELECT 'TABLE', 'projcache.stats', relowner, relacl FROM pg_catalog.pg_class
 	 WHERE oid = 'projcache.stats'::pg_catalog.regclass
 	UNION ALL
-	SELECT 'entries', relacl FROM pg_catalog.pg_class
-	 WHERE oid = 'projcache.entries'::pg_catalog.regclass;
+	SELECT 'TABLE', 'projcache.entries', relowner, relacl FROM pg_catalog.pg_class
+	 WHERE oid = 'projcache.entries'::pg_catalog.regclass
+	UNION ALL
+	SELECT 'FUNCTION', 'projcache.create_snapshot(text, text, interval, text)', proowner, proacl
+	  FROM pg_catalog.pg_proc
+	 WHERE oid = 'projcache.create_snapshot(text, text, interval)'::pg_catalog.regprocedure;
 
 DROP VIEW projcache.entries;
 DROP FUNCTION projcache.entries();
@@ -75,18 +83,6 @@ REVOKE ALL ON FUNCTION projcache.stats() FROM PUBLIC;
 REVOKE ALL ON projcache.entries FROM PUBLIC;
 REVOKE ALL ON projcache.stats FROM PUBLIC;
 
--- What was granted since, back as it was.
-UPDATE pg_catalog.pg_proc p SET proacl = s.acl
-  FROM projcache_saved_acls s
- WHERE s.acl IS NOT NULL
-   AND ((s.object = 'stats()' AND p.oid = 'projcache.stats()'::pg_catalog.regprocedure)
-     OR (s.object = 'entries()' AND p.oid = 'projcache.entries()'::pg_catalog.regprocedure));
-UPDATE pg_catalog.pg_class c SET relacl = s.acl
-  FROM projcache_saved_acls s
- WHERE s.acl IS NOT NULL
-   AND ((s.object = 'stats' AND c.oid = 'projcache.stats'::pg_catalog.regclass)
-     OR (s.object = 'entries' AND c.oid = 'projcache.entries'::pg_catalog.regclass));
-DROP TABLE projcache_saved_acls;
 
 ------------------------------------------------------------------------
 -- Snapshots as foreign tables (src/snapshot_fdw.c):
@@ -129,10 +125,6 @@ REVOKE ALL ON FUNCTION projcache.fdw_validator(text[], oid) FROM PUBLIC;
 ------------------------------------------------------------------------
 ALTER TABLE projcache.snapshot_registry ADD COLUMN key_column text;
 
-CREATE TEMPORARY TABLE projcache_saved_acls AS
-	SELECT proacl AS acl FROM pg_catalog.pg_proc
-	 WHERE oid = 'projcache.create_snapshot(text, text, interval)'::pg_catalog.regprocedure;
-
 DROP FUNCTION projcache.create_snapshot(text, text, interval);
 
 CREATE FUNCTION projcache.create_snapshot(name text, query text,
@@ -146,8 +138,48 @@ COMMENT ON FUNCTION projcache.create_snapshot(text, text, interval, text) IS
 
 REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text) FROM PUBLIC;
 
-UPDATE pg_catalog.pg_proc p SET proacl = s.acl
-  FROM projcache_saved_acls s
- WHERE s.acl IS NOT NULL
-   AND p.oid = 'projcache.create_snapshot(text, text, interval, text)'::pg_catalog.regprocedure;
+------------------------------------------------------------------------
+-- What was granted on the replaced objects since they were created, back
+-- as it was: granted again, by their owner, so that the grantees'
+-- dependencies are recorded (DROP ROLE refuses a role that still holds
+-- one, DROP OWNED revokes it).  Grants run by an extension script count
+-- as the extension's own (pg_init_privs): those of the new objects are set
+-- back to what this script granted, so that pg_dump still tells the DBA's
+-- grants from the extension's.
+------------------------------------------------------------------------
+CREATE TEMPORARY TABLE projcache_saved_init_privs AS
+	SELECT i.* FROM pg_catalog.pg_init_privs i
+	  JOIN projcache_saved_acls s
+	    ON (s.kind = 'FUNCTION' AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+	        AND i.objoid = s.target::pg_catalog.regprocedure)
+	    OR (s.kind = 'TABLE' AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+	        AND i.objoid = s.target::pg_catalog.regclass);
+
+DO $$
+DECLARE
+	g record;
+BEGIN
+	FOR g IN
+		SELECT s.kind, s.target, a.privilege_type, a.is_grantable,
+			   CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+					ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee
+		  FROM projcache_saved_acls s, pg_catalog.aclexplode(s.acl) a
+		 WHERE a.grantee <> s.owner
+	LOOP
+		EXECUTE pg_catalog.format('GRANT %s ON %s %s TO %s%s', g.privilege_type,
+								  g.kind, g.target, g.grantee,
+								  CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' END);
+	END LOOP;
+END
+$$;
+
+DELETE FROM pg_catalog.pg_init_privs i
+ USING projcache_saved_acls s
+ WHERE (s.kind = 'FUNCTION' AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+        AND i.objoid = s.target::pg_catalog.regprocedure)
+    OR (s.kind = 'TABLE' AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+        AND i.objoid = s.target::pg_catalog.regclass);
+INSERT INTO pg_catalog.pg_init_privs SELECT * FROM projcache_saved_init_privs;
+
+DROP TABLE projcache_saved_init_privs;
 DROP TABLE projcache_saved_acls;

@@ -224,6 +224,16 @@ SELECT projcache.drop_snapshot('by_user')}),
 	"\nuser_id\n",
 	'the DBA grant on create_snapshot() survives its new key argument');
 
+# Grants made again record their roles: a role holding one cannot be dropped.
+($rc, $out, $err) = $node->psql('old_db', 'DROP ROLE app');
+like($err, qr/privileges for function projcache\.stats\(\)/,
+	'app, granted stats() before the update, cannot be dropped: it holds stats()');
+like($err, qr/privileges for view projcache\.entries/,
+	'nor the entries view');
+($rc, $out, $err) = $node->psql('old_db', 'DROP ROLE snap_owner');
+like($err, qr/privileges for function projcache\.create_snapshot\(text,text,interval,text\)/,
+	'nor snap_owner, granted create_snapshot() before the update');
+
 # The bound snapshot still serves; its table is now protected.
 is( $node->safe_psql(
 		'old_db', q{
@@ -314,12 +324,25 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache')
  ORDER BY 1};
 # What pg_dump takes for the extension's own privileges, to tell the DBA's
-# grants from them: the update rewrites proacl and relacl by hand.
+# grants from them: the update sets those of the objects it replaces back
+# by hand, after granting again what the DBA had granted.
 $compare{'initial privileges of the members'} = q{
 SELECT pg_describe_object(i.classoid, i.objoid, i.objsubid), i.privtype,
        i.initprivs::text
   FROM pg_init_privs i
  WHERE (i.classoid, i.objoid) IN
+       (SELECT classid, objid FROM pg_depend
+         WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+           AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache'))
+ ORDER BY 1, 2, 3};
+# The roles each member depends on: its owner, and those its ACL names.
+# DROP ROLE and DROP OWNED go by these.
+$compare{'shared dependencies of the members'} = q{
+SELECT pg_describe_object(s.classid, s.objid, s.objsubid),
+       s.refobjid::regrole, s.deptype
+  FROM pg_shdepend s
+ WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND (s.classid, s.objid) IN
        (SELECT classid, objid FROM pg_depend
          WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
            AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache'))
