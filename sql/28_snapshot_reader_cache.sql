@@ -44,6 +44,21 @@ SET ROLE regress_rc_other;
 SELECT snap_rc.try_read();
 RESET ROLE;
 
+-- Served from the cache, a read asks the registry nothing: in one
+-- transaction, reads add no scan of it to the transaction's counts.
+SET ROLE regress_rc_reader;
+BEGIN;
+SELECT snap_rc.try_read();
+SELECT coalesce((SELECT seq_scan + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables
+				  WHERE relid = 'projcache.snapshot_registry'::regclass), 0) AS registry_scans \gset
+SELECT snap_rc.try_read();
+SELECT snap_rc.try_read();
+SELECT coalesce((SELECT seq_scan + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables
+				  WHERE relid = 'projcache.snapshot_registry'::regclass), 0)
+	   - :registry_scans AS more_registry_scans;
+COMMIT;
+RESET ROLE;
+
 -- 1. A revoke takes effect at the reader's next read.
 SET ROLE regress_rc_owner;
 SELECT projcache.revoke_snapshot('rc', 'regress_rc_reader');
