@@ -192,6 +192,7 @@ extern char *pc_snap_check_name(text *arg);
 extern int64 pc_snap_check_ttl(Interval *ttl);
 extern bool pc_registry_has_views(void);
 extern SnapReg *pc_registry_lookup(const char *name, bool missing_ok);
+extern SnapReg *pc_registry_lookup_cached(const char *name, bool missing_ok);
 extern SnapReg *pc_registry_lookup_for_read(const char *name, bool missing_ok);
 extern void pc_registry_changed(void);
 extern uint64 pc_registry_modify(const char *sql, int nargs, Oid *argtypes,

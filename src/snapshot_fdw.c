@@ -139,7 +139,9 @@ snapshot_option(Oid relid)
  */
 
 /*
- * The row estimate is the snapshot's row count, if it is loaded.  Rows
+ * The row estimate is the snapshot's row count, if it is loaded (the
+ * registration comes from the backend's cache, so that a query planned
+ * each time does no catalog work for it while nothing changed).  Rows
  * carry no system columns but tableoid: a query asking for one is refused
  * here, before it could read a value that is not there.
  */
@@ -178,7 +180,7 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	plan_info->name = name;
 	baserel->fdw_private = plan_info;
 	baserel->rows = PC_FDW_UNKNOWN_ROWS;
-	reg = pc_registry_lookup(name, true);
+	reg = pc_registry_lookup_cached(name, true);
 	if (reg != NULL &&
 		pc_snap_describe(MyDatabaseId, reg->name, reg->id, reg->stamp, &info) &&
 		info.loaded)
@@ -604,7 +606,7 @@ snap_explain(ForeignScanState *node, ExplainState *es)
 {
 	SnapScanState *st = (SnapScanState *) node->fdw_state;
 	ForeignScan *plan = (ForeignScan *) node->ss.ps.plan;
-	SnapReg    *reg = st->reg ? st->reg : pc_registry_lookup(st->name, true);
+	SnapReg    *reg = st->reg ? st->reg : pc_registry_lookup_cached(st->name, true);
 	char	   *key = strVal(list_nth(plan->fdw_private, FDW_PRIVATE_KEY));
 	bool		probes = intVal(list_nth(plan->fdw_private, FDW_PRIVATE_PROBE)) != 0;
 	PcSnapInfo	info;

@@ -642,21 +642,20 @@ regcache_store(const SnapReg *reg)
 }
 
 /*
- * The registration of a snapshot that the current user may read: what
- * pc_registry_lookup() and pc_snap_check_reader() give, with the same
- * errors, from this backend's cache when it can (see above).  With
- * missing_ok, NULL if there is no such snapshot.  The result is the
- * caller's, in its memory context.
+ * The registration of a snapshot, as pc_registry_lookup() gives it, from
+ * this backend's cache when it can (see above); *entry is its cache entry,
+ * or NULL if it is not cached.  The result is the caller's, in its memory
+ * context.
  */
-SnapReg *
-pc_registry_lookup_for_read(const char *name, bool missing_ok)
+static SnapReg *
+regcache_lookup(const char *name, bool missing_ok, RegCacheEntry **entry)
 {
-	Oid			me = GetUserId();
 	RegCacheEntry *e;
 	SnapReg    *reg;
 	uint64		generation;
 	uint64		invals;
-	int			i;
+
+	*entry = NULL;
 
 	/*
 	 * A transaction that changed the registry reads it (and its own
@@ -664,12 +663,7 @@ pc_registry_lookup_for_read(const char *name, bool missing_ok)
 	 * snapshot's.
 	 */
 	if (registry_changed || pc_shared == NULL || strlen(name) >= NAMEDATALEN)
-	{
-		reg = pc_registry_lookup(name, missing_ok);
-		if (reg != NULL)
-			pc_snap_check_reader(reg);
-		return reg;
-	}
+		return pc_registry_lookup(name, missing_ok);
 
 	regcache_set_callbacks();
 	AcceptInvalidationMessages();
@@ -700,7 +694,42 @@ pc_registry_lookup_for_read(const char *name, bool missing_ok)
 		if (regcache_invals == invals)
 			e = regcache_store(reg);
 	}
+	*entry = e;
+	return reg;
+}
 
+/*
+ * The registration of a snapshot, whoever may read it: for the planner,
+ * which estimates a scan before the reader is checked.  With missing_ok,
+ * NULL if there is no such snapshot.
+ */
+SnapReg *
+pc_registry_lookup_cached(const char *name, bool missing_ok)
+{
+	RegCacheEntry *e;
+
+	return regcache_lookup(name, missing_ok, &e);
+}
+
+/*
+ * The registration of a snapshot that the current user may read: what
+ * pc_registry_lookup() and pc_snap_check_reader() give, with the same
+ * errors, from this backend's cache when it can (see above).  With
+ * missing_ok, NULL if there is no such snapshot.  The result is the
+ * caller's, in its memory context.
+ */
+SnapReg *
+pc_registry_lookup_for_read(const char *name, bool missing_ok)
+{
+	Oid			me = GetUserId();
+	RegCacheEntry *e;
+	SnapReg    *reg;
+	uint64		invals;
+	int			i;
+
+	reg = regcache_lookup(name, missing_ok, &e);
+	if (reg == NULL)
+		return NULL;
 	if (e != NULL && e->verdict_epoch == regcache_verdict_epoch)
 	{
 		for (i = 0; i < e->nallowed; i++)
