@@ -271,6 +271,31 @@ CREATE COLLATION snap_fdw_ci (provider = icu, locale = 'und-u-ks-level2', determ
 EXPLAIN (COSTS OFF) SELECT user_id FROM by_name_ft WHERE name = 'USER-9' COLLATE snap_fdw_ci;
 SELECT user_id FROM by_name_ft WHERE name = 'USER-9' COLLATE snap_fdw_ci;
 DROP COLLATION snap_fdw_ci;
+-- A varchar key, a domain key and an array key are compared as their
+-- opclass's type (text, the domain's base, anyarray): probed all the same.
+CREATE DOMAIN snap_fdw.positive AS int CHECK (VALUE > 0);
+SELECT projcache.create_snapshot('by_code',
+	'SELECT name::varchar(20) AS code, user_id FROM snap_fdw.people', '60s', key => 'code');
+CREATE FOREIGN TABLE by_code_ft (code varchar(20), user_id int)
+	SERVER projcache OPTIONS (snapshot 'by_code');
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM by_code_ft WHERE code = 'user-9';
+SELECT projcache.create_snapshot('by_positive',
+	'SELECT user_id::snap_fdw.positive AS id, name FROM snap_fdw.people WHERE user_id > 0',
+	'60s', key => 'id');
+CREATE FOREIGN TABLE by_positive_ft (id snap_fdw.positive, name text)
+	SERVER projcache OPTIONS (snapshot 'by_positive');
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM by_positive_ft WHERE id = 9;
+SELECT projcache.create_snapshot('by_pair',
+	'SELECT ARRAY[user_id, 0] AS pair, name FROM snap_fdw.people', '60s', key => 'pair');
+CREATE FOREIGN TABLE by_pair_ft (pair int[], name text)
+	SERVER projcache OPTIONS (snapshot 'by_pair');
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM by_pair_ft WHERE pair = '{9,0}';
+SELECT c.code, p.name, a.name
+  FROM by_code_ft c, by_positive_ft p, by_pair_ft a
+ WHERE c.code = 'user-9' AND p.id = 9 AND a.pair = '{9,0}';
+DROP FOREIGN TABLE by_code_ft, by_positive_ft, by_pair_ft;
+SELECT projcache.drop_snapshot(n) FROM unnest(ARRAY['by_code', 'by_positive', 'by_pair']) n;
+DROP DOMAIN snap_fdw.positive;
 SELECT projcache.create_snapshot('bad_key', 'SELECT user_id FROM snap_fdw.people', '60s', key => 'nope');
 SELECT projcache.create_snapshot('bad_type', $$SELECT '(1,2)'::point AS p$$, '60s', key => 'p');
 -- A plan made for one key index is not fooled when the snapshot is

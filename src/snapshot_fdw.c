@@ -233,7 +233,24 @@ hash_equality(Oid type)
 
 	if (!OidIsValid(tc->hash_opf))
 		return InvalidOid;
-	return get_opfamily_member(tc->hash_opf, type, type, HTEqualStrategyNumber);
+	/* The opclass's input type: text for varchar, the base of a domain. */
+	return get_opfamily_member(tc->hash_opf, tc->hash_opintype,
+							   tc->hash_opintype, HTEqualStrategyNumber);
+}
+
+/*
+ * Is node the key column of rel?  Under a binary-compatible relabeling, as
+ * when a varchar or a domain is compared with its opclass's type.
+ */
+static bool
+is_key_column(Node *node, RelOptInfo *rel, SnapPlanInfo *plan_info)
+{
+	while (node != NULL && IsA(node, RelabelType))
+		node = (Node *) ((RelabelType *) node)->arg;
+	return node != NULL && IsA(node, Var) &&
+		((Var *) node)->varno == rel->relid &&
+		((Var *) node)->varattno == plan_info->key_attnum &&
+		((Var *) node)->varlevelsup == 0;
 }
 
 /*
@@ -258,13 +275,9 @@ key_clause_value(PlannerInfo *root, RelOptInfo *baserel,
 		return NULL;
 	left = linitial(op->args);
 	right = lsecond(op->args);
-	if (IsA(left, Var) && ((Var *) left)->varno == baserel->relid &&
-		((Var *) left)->varattno == plan_info->key_attnum &&
-		((Var *) left)->varlevelsup == 0)
+	if (is_key_column(left, baserel, plan_info))
 		value = right;
-	else if (IsA(right, Var) && ((Var *) right)->varno == baserel->relid &&
-			 ((Var *) right)->varattno == plan_info->key_attnum &&
-			 ((Var *) right)->varlevelsup == 0)
+	else if (is_key_column(right, baserel, plan_info))
 		value = left;
 	else
 		return NULL;
@@ -279,11 +292,7 @@ static bool
 key_member(PlannerInfo *root, RelOptInfo *rel, EquivalenceClass *ec,
 		   EquivalenceMember *em, void *arg)
 {
-	SnapPlanInfo *plan_info = (SnapPlanInfo *) arg;
-	Var		   *var = (Var *) em->em_expr;
-
-	return IsA(var, Var) && var->varno == rel->relid &&
-		var->varattno == plan_info->key_attnum && var->varlevelsup == 0;
+	return is_key_column((Node *) em->em_expr, rel, (SnapPlanInfo *) arg);
 }
 
 /*
