@@ -332,6 +332,47 @@ SELECT label FROM labels_ft WHERE id = 3;
 CLOSE c;
 COMMIT;
 
+-- A backend keeps a copy of each of the last few snapshots it read (four):
+-- five read in turn, or together in one query (every copy pinned, the
+-- fifth read gets one of its own), each give their own rows, before and
+-- after two of them are refreshed, and an open cursor keeps its load.
+CREATE TABLE turns (n int);
+INSERT INTO turns SELECT generate_series(1, 10);
+SELECT projcache.create_snapshot('turn' || i, format('SELECT n * %s AS v FROM snap_fdw.turns', i), '60s')
+  FROM generate_series(1, 5) i;
+CREATE FOREIGN TABLE turn1_ft (v int) SERVER projcache OPTIONS (snapshot 'turn1');
+CREATE FOREIGN TABLE turn2_ft (v int) SERVER projcache OPTIONS (snapshot 'turn2');
+CREATE FOREIGN TABLE turn3_ft (v int) SERVER projcache OPTIONS (snapshot 'turn3');
+CREATE FOREIGN TABLE turn4_ft (v int) SERVER projcache OPTIONS (snapshot 'turn4');
+CREATE FOREIGN TABLE turn5_ft (v int) SERVER projcache OPTIONS (snapshot 'turn5');
+CREATE VIEW turn_sums AS
+SELECT (SELECT sum(v) FROM turn1_ft) AS t1, (SELECT sum(v) FROM turn2_ft) AS t2,
+	   (SELECT sum(v) FROM turn3_ft) AS t3, (SELECT sum(v) FROM turn4_ft) AS t4,
+	   (SELECT sum(v) FROM turn5_ft) AS t5;
+SELECT * FROM turn_sums;
+SELECT * FROM turn_sums;
+SELECT sum(v) FROM turn1_ft;
+SELECT sum(v) FROM turn2_ft;
+SELECT sum(v) FROM turn3_ft;
+SELECT sum(v) FROM turn4_ft;
+SELECT sum(v) FROM turn5_ft;
+SELECT sum(v) FROM turn1_ft;
+UPDATE turns SET n = n + 1;
+BEGIN;
+DECLARE c NO SCROLL CURSOR FOR SELECT v FROM turn1_ft;
+FETCH 2 FROM c;
+SELECT projcache.refresh_snapshot('turn1');
+SELECT projcache.refresh_snapshot('turn3');
+SELECT * FROM turn_sums;
+FETCH ALL FROM c;
+CLOSE c;
+COMMIT;
+SELECT * FROM turn_sums;
+DROP VIEW turn_sums;
+DROP FOREIGN TABLE turn1_ft, turn2_ft, turn3_ft, turn4_ft, turn5_ft;
+SELECT projcache.drop_snapshot('turn' || i) FROM generate_series(1, 5) i;
+DROP TABLE turns;
+
 --
 -- A foreign table in a database where its snapshot is not registered.
 --

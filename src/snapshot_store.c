@@ -419,11 +419,13 @@ pc_snap_slots_of(Oid dbid)
 }
 
 /*
- * This backend's copy of the rows it read last.  It is kept between reads:
- * reading the same, unchanged snapshot again copies nothing, and reading
- * another reuses the buffer instead of asking the kernel for fresh pages
- * each time.  It costs the backend the size of that snapshot, up to
- * PC_LOCAL_COPY_KEEP_BYTES; a larger one is given back after the read.
+ * This backend's copies of the snapshots it read last, one per snapshot,
+ * PC_LOCAL_COPIES at most.  They are kept between reads: reading an
+ * unchanged snapshot again copies nothing, whether the backend reads
+ * several in turn or together (a join of two), and a changed one is
+ * copied into the buffer it had.  They cost the backend up to
+ * PC_LOCAL_COPY_KEEP_BYTES in all: after a read, the least recently used
+ * ones go back until the rest fit (a copy that alone exceeds it goes).
  */
 typedef struct LocalCopy
 {
@@ -435,9 +437,15 @@ typedef struct LocalCopy
 	Size		size;
 	int64		rows;
 	int			pins;			/* scans reading buf (pc_snap_pin_copy) */
+	uint64		last_used;		/* of local_copy_clock */
 } LocalCopy;
 
-static LocalCopy local_copy = {.index = -1};
+#define PC_LOCAL_COPIES		4
+
+static LocalCopy local_copies[PC_LOCAL_COPIES] = {
+	{.index = -1}, {.index = -1}, {.index = -1}, {.index = -1}
+};
+static uint64 local_copy_clock = 0;
 
 /*
  * Zeroed bytes before every copy of the rows: a scan gives each row to the
@@ -448,16 +456,73 @@ static LocalCopy local_copy = {.index = -1};
 #define PC_COPY_LEAD	MAXALIGN(MINIMAL_TUPLE_OFFSET)
 static bool pin_callback_registered = false;
 
-/* Larger copies are given back after each read. */
+/* What this backend's copies may keep between reads, in all. */
 #define PC_LOCAL_COPY_KEEP_BYTES	((Size) 8 * 1024 * 1024)
+
+/* A buffer for size bytes of rows, after the lead; NULL if out of memory. */
+static char *
+alloc_copy(MemoryContext cxt, Size size)
+{
+	char	   *buf = MemoryContextAllocExtended(cxt, PC_COPY_LEAD + size,
+												 MCXT_ALLOC_HUGE |
+												 MCXT_ALLOC_NO_OOM);
+
+	if (buf == NULL)
+		return NULL;
+	memset(buf, 0, PC_COPY_LEAD);
+	return buf + PC_COPY_LEAD;
+}
+
+static void
+free_copy(LocalCopy *lc)
+{
+	if (lc->buf != NULL)
+		pfree(lc->buf - PC_COPY_LEAD);
+	lc->buf = NULL;
+	lc->capacity = 0;
+	lc->index = -1;
+}
+
+/*
+ * The copy to hold the snapshot in slot (index, generation): the one that
+ * holds it already, else an empty one, else the least recently used one
+ * that no scan pins.  NULL if every candidate is pinned.
+ */
+static LocalCopy *
+choose_copy(int index, uint64 generation)
+{
+	LocalCopy  *victim = NULL;
+	int			i;
+
+	for (i = 0; i < PC_LOCAL_COPIES; i++)
+	{
+		LocalCopy  *lc = &local_copies[i];
+
+		if (lc->index == index && lc->generation == generation)
+			return lc;
+	}
+	for (i = 0; i < PC_LOCAL_COPIES; i++)
+	{
+		LocalCopy  *lc = &local_copies[i];
+
+		if (lc->pins > 0)
+			continue;
+		if (lc->index == -1)
+			return lc;
+		if (victim == NULL || lc->last_used < victim->last_used)
+			victim = lc;
+	}
+	return victim;
+}
 
 /*
  * Copy the rows out, if the slot holds a snapshot (and, with only_fresh,
  * one fetched within ttl_ms).  The copy is made under the slot's shared
  * lock with an allocation that cannot raise an ERROR; the caller returns
  * rows from it holding no lock.  *blob stays valid until the next call,
- * or, if the caller pins it (pc_snap_pin_copy), until it is unpinned: while
- * the backend's copy is pinned, a read that needs other rows gets a copy of
+ * or, if the caller pins it (pc_snap_pin_copy), until it is unpinned: a
+ * pinned copy is never refilled nor freed, and a read that would need it
+ * refilled (the snapshot changed, or every copy is pinned) gets a copy of
  * its own in CurrentMemoryContext.
  */
 bool
@@ -465,7 +530,6 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 			 char **blob, Size *size, int64 *rows)
 {
 	PcSnapSlot *s = &slots()[ref.index];
-	LocalCopy  *lc = &local_copy;
 	bool		found = false;
 	bool		oom = false;
 
@@ -473,23 +537,19 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
 		(!only_fresh || (!s->marked_stale && now - s->fetched_at_ms < ttl_ms)))
 	{
-		bool		current = lc->index == ref.index &&
+		LocalCopy  *lc = choose_copy(ref.index, ref.generation);
+		bool		current = lc != NULL && lc->index == ref.index &&
 			lc->generation == ref.generation && lc->version == s->version;
 
-		if (!current && lc->pins > 0)
+		if (!current && (lc == NULL || lc->pins > 0))
 		{
-			/* A scan still reads the backend's copy: this one is separate. */
-			char	   *own = MemoryContextAllocExtended(CurrentMemoryContext,
-														 PC_COPY_LEAD + s->data_bytes,
-														 MCXT_ALLOC_HUGE |
-														 MCXT_ALLOC_NO_OOM);
+			/* A scan still reads that copy: this one is separate. */
+			char	   *own = alloc_copy(CurrentMemoryContext, s->data_bytes);
 
 			if (own == NULL)
 				oom = true;
 			else
 			{
-				memset(own, 0, PC_COPY_LEAD);
-				own += PC_COPY_LEAD;
 				memcpy(own, dsa_get_address(pc_area(), s->data), s->data_bytes);
 				*blob = own;
 				*size = s->data_bytes;
@@ -497,35 +557,36 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 				found = true;
 			}
 		}
-		else if (!current && lc->capacity < s->data_bytes)
+		else if (!current)
 		{
-			char	   *grown = MemoryContextAllocExtended(TopMemoryContext,
-														   PC_COPY_LEAD + s->data_bytes,
-														   MCXT_ALLOC_HUGE |
-														   MCXT_ALLOC_NO_OOM);
-
-			if (grown == NULL)
-				oom = true;
-			else
+			if (lc->capacity < s->data_bytes)
 			{
-				if (lc->buf != NULL)
-					pfree(lc->buf - PC_COPY_LEAD);
-				memset(grown, 0, PC_COPY_LEAD);
-				lc->buf = grown + PC_COPY_LEAD;
-				lc->capacity = s->data_bytes;
+				char	   *grown = alloc_copy(TopMemoryContext, s->data_bytes);
+
+				if (grown == NULL)
+					oom = true;
+				else
+				{
+					free_copy(lc);
+					lc->buf = grown;
+					lc->capacity = s->data_bytes;
+				}
 			}
-		}
-		if (!current && !oom && !found)
-		{
-			memcpy(lc->buf, dsa_get_address(pc_area(), s->data), s->data_bytes);
-			lc->index = ref.index;
-			lc->generation = ref.generation;
-			lc->version = s->version;
-			lc->size = s->data_bytes;
-			lc->rows = s->rows;
+			if (!oom)
+			{
+				memcpy(lc->buf, dsa_get_address(pc_area(), s->data), s->data_bytes);
+				lc->index = ref.index;
+				lc->generation = ref.generation;
+				lc->version = s->version;
+				lc->size = s->data_bytes;
+				lc->rows = s->rows;
+			}
+			else
+				lc->index = -1; /* it may hold part of a copy */
 		}
 		if (!oom && !found)
 		{
+			lc->last_used = ++local_copy_clock;
 			*blob = lc->buf;
 			*size = lc->size;
 			*rows = lc->rows;
@@ -543,48 +604,86 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 static void
 unpin_at_xact_end(XactEvent event, void *arg)
 {
+	int			i;
+
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_PREPARE)
-		local_copy.pins = 0;
+		for (i = 0; i < PC_LOCAL_COPIES; i++)
+			local_copies[i].pins = 0;
+}
+
+/* The backend's copy whose rows blob is, or NULL. */
+static LocalCopy *
+copy_of(const char *blob)
+{
+	int			i;
+
+	if (blob == NULL)
+		return NULL;
+	for (i = 0; i < PC_LOCAL_COPIES; i++)
+		if (local_copies[i].buf == blob)
+			return &local_copies[i];
+	return NULL;
 }
 
 /*
  * A scan that returns rows straight from the blob pc_snap_copy() gave it
- * pins it for as long as it reads; blobs other than the backend's copy
+ * pins it for as long as it reads; blobs other than the backend's copies
  * (see pc_snap_copy) need no pin, and pinning them does nothing.
  */
 void
 pc_snap_pin_copy(const char *blob)
 {
-	if (blob != local_copy.buf || blob == NULL)
+	LocalCopy  *lc = copy_of(blob);
+
+	if (lc == NULL)
 		return;
 	if (!pin_callback_registered)
 	{
 		RegisterXactCallback(unpin_at_xact_end, NULL);
 		pin_callback_registered = true;
 	}
-	local_copy.pins++;
+	lc->pins++;
 }
 
 void
 pc_snap_unpin_copy(const char *blob)
 {
-	if (blob == local_copy.buf && blob != NULL && local_copy.pins > 0)
-		local_copy.pins--;
+	LocalCopy  *lc = copy_of(blob);
+
+	if (lc != NULL && lc->pins > 0)
+		lc->pins--;
 }
 
-/* Give back this backend's copy if it is large; small ones are kept. */
+/*
+ * Give back the copies beyond what the backend keeps: least recently used
+ * first, pinned ones never.
+ */
 void
 pc_snap_trim_local_copy(void)
 {
-	if (local_copy.pins == 0 &&
-		local_copy.capacity > PC_LOCAL_COPY_KEEP_BYTES)
+	Size		kept = 0;
+	int			i;
+
+	for (i = 0; i < PC_LOCAL_COPIES; i++)
+		kept += local_copies[i].capacity;
+	while (kept > PC_LOCAL_COPY_KEEP_BYTES)
 	{
-		pfree(local_copy.buf - PC_COPY_LEAD);
-		local_copy.buf = NULL;
-		local_copy.capacity = 0;
-		local_copy.index = -1;
+		LocalCopy  *oldest = NULL;
+
+		for (i = 0; i < PC_LOCAL_COPIES; i++)
+		{
+			LocalCopy  *lc = &local_copies[i];
+
+			if (lc->buf != NULL && lc->pins == 0 &&
+				(oldest == NULL || lc->last_used < oldest->last_used))
+				oldest = lc;
+		}
+		if (oldest == NULL)
+			break;
+		kept -= oldest->capacity;
+		free_copy(oldest);
 	}
 }
 
