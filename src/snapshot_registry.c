@@ -1110,8 +1110,13 @@ snapshot_xact_callback(XactEvent event, void *arg)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that has dropped a projcache snapshot")));
+	/*
+	 * Only a transaction that wrote has a commit record to carry it: one
+	 * whose change failed (on a standby, say) and was caught must still be
+	 * able to commit, and a standby cannot log the invalidation alone.
+	 */
 	if ((event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE) &&
-		registry_changed)
+		registry_changed && TransactionIdIsValid(GetTopTransactionIdIfAny()))
 	{
 		Oid			nsp = get_namespace_oid("projcache", true);
 		Oid			rel = OidIsValid(nsp) ?

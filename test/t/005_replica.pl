@@ -201,6 +201,25 @@ $primary->safe_psql('postgres', q{SELECT projcache.grant_snapshot('keys', 'reade
 $primary->wait_for_catchup($standby, 'replay');
 is($reader->query_safe($read_keys), '3', 'standby: granted again, it reads again');
 $reader->quit;
+
+# A change tried on the standby fails (read-only); caught, the transaction
+# that tried still commits.
+my ($rc, $stdout, $stderr) = $standby->psql(
+	'postgres', q{
+DO $$
+BEGIN
+	PERFORM projcache.revoke_snapshot('keys', 'reader');
+EXCEPTION WHEN read_only_sql_transaction THEN
+	RAISE NOTICE 'refused: %', SQLERRM;
+END $$;
+SELECT 'committed';
+});
+is($stdout, 'committed',
+	'standby: a caught, failed registry change leaves a transaction that commits')
+  or diag("stderr: $stderr");
+like($stderr, qr/refused: cannot execute UPDATE in a read-only transaction/,
+	'standby: the change was refused as read-only');
+
 $primary->safe_psql('postgres', q{SELECT projcache.drop_snapshot('keys'); DROP OWNED BY reader; DROP ROLE reader;});
 
 # ---------------------------------------------------------------------------
