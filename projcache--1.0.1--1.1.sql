@@ -14,25 +14,24 @@
 -- over: saved here, and put back at the end of this script.
 ------------------------------------------------------------------------
 CREATE TEMPORARY TABLE projcache_saved_acls (
-	kind text,					-- as GRANT names it: FUNCTION or TABLE
+	kind text,					-- function or view
 	target text,				-- the object that replaces it
-	owner oid,
 	acl aclitem[]
 );
 INSERT INTO projcache_saved_acls
-	SELECT 'FUNCTION', 'projcache.stats()', proowner, proacl FROM pg_catalog.pg_proc
+	SELECT 'function', 'projcache.stats()', proacl FROM pg_catalog.pg_proc
 	 WHERE oid = 'projcache.stats()'::pg_catalog.regprocedure
 	UNION ALL
-	SELECT 'FUNCTION', 'projcache.entries()', proowner, proacl FROM pg_catalog.pg_proc
+	SELECT 'function', 'projcache.entries()', proacl FROM pg_catalog.pg_proc
 	 WHERE oid = 'projcache.entries()'::pg_catalog.regprocedure
 	UNION ALL
-	SELECT 'TABLE', 'projcache.stats', relowner, relacl FROM pg_catalog.pg_class
+	SELECT 'view', 'projcache.stats', relacl FROM pg_catalog.pg_class
 	 WHERE oid = 'projcache.stats'::pg_catalog.regclass
 	UNION ALL
-	SELECT 'TABLE', 'projcache.entries', relowner, relacl FROM pg_catalog.pg_class
+	SELECT 'view', 'projcache.entries', relacl FROM pg_catalog.pg_class
 	 WHERE oid = 'projcache.entries'::pg_catalog.regclass
 	UNION ALL
-	SELECT 'FUNCTION', 'projcache.create_snapshot(text, text, interval, text)', proowner, proacl
+	SELECT 'function', 'projcache.create_snapshot(text, text, interval, text)', proacl
 	  FROM pg_catalog.pg_proc
 	 WHERE oid = 'projcache.create_snapshot(text, text, interval)'::pg_catalog.regprocedure;
 
@@ -140,46 +139,46 @@ REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text) FRO
 
 ------------------------------------------------------------------------
 -- What was granted on the replaced objects since they were created, back
--- as it was: granted again, by their owner, so that the grantees'
--- dependencies are recorded (DROP ROLE refuses a role that still holds
--- one, DROP OWNED revokes it).  Grants run by an extension script count
--- as the extension's own (pg_init_privs): those of the new objects are set
--- back to what this script granted, so that pg_dump still tells the DBA's
--- grants from the extension's.
+-- as it was: their ACLs, grantors included, and the dependencies on the
+-- roles those name that GRANT would have recorded (DROP ROLE refuses a
+-- role that still holds one, DROP OWNED revokes it): one on each grantee
+-- and grantor but the owner, PUBLIC and the roles initdb made (which are
+-- pinned: their OIDs are below FirstNormalObjectId, 16384).  Not granted
+-- again, because grants run by an extension script would count as the
+-- extension's own (pg_init_privs), and pg_dump could no longer tell the
+-- DBA's from them.
 ------------------------------------------------------------------------
-CREATE TEMPORARY TABLE projcache_saved_init_privs AS
-	SELECT i.* FROM pg_catalog.pg_init_privs i
-	  JOIN projcache_saved_acls s
-	    ON (s.kind = 'FUNCTION' AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-	        AND i.objoid = s.target::pg_catalog.regprocedure)
-	    OR (s.kind = 'TABLE' AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
-	        AND i.objoid = s.target::pg_catalog.regclass);
+CREATE TEMPORARY TABLE projcache_restored AS
+	SELECT CASE s.kind WHEN 'function' THEN 'pg_catalog.pg_proc'::pg_catalog.regclass
+					   ELSE 'pg_catalog.pg_class'::pg_catalog.regclass END AS classid,
+		   CASE s.kind WHEN 'function' THEN s.target::pg_catalog.regprocedure::pg_catalog.oid
+					   ELSE s.target::pg_catalog.regclass::pg_catalog.oid END AS objid,
+		   s.acl
+	  FROM projcache_saved_acls s
+	 WHERE s.acl IS NOT NULL;
 
-DO $$
-DECLARE
-	g record;
-BEGIN
-	FOR g IN
-		SELECT s.kind, s.target, a.privilege_type, a.is_grantable,
-			   CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-					ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee
-		  FROM projcache_saved_acls s, pg_catalog.aclexplode(s.acl) a
-		 WHERE a.grantee <> s.owner
-	LOOP
-		EXECUTE pg_catalog.format('GRANT %s ON %s %s TO %s%s', g.privilege_type,
-								  g.kind, g.target, g.grantee,
-								  CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' END);
-	END LOOP;
-END
-$$;
+UPDATE pg_catalog.pg_proc p SET proacl = r.acl
+  FROM projcache_restored r
+ WHERE r.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = r.objid;
+UPDATE pg_catalog.pg_class c SET relacl = r.acl
+  FROM projcache_restored r
+ WHERE r.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = r.objid;
 
-DELETE FROM pg_catalog.pg_init_privs i
- USING projcache_saved_acls s
- WHERE (s.kind = 'FUNCTION' AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-        AND i.objoid = s.target::pg_catalog.regprocedure)
-    OR (s.kind = 'TABLE' AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
-        AND i.objoid = s.target::pg_catalog.regclass);
-INSERT INTO pg_catalog.pg_init_privs SELECT * FROM projcache_saved_init_privs;
+INSERT INTO pg_catalog.pg_shdepend
+	(dbid, classid, objid, objsubid, refclassid, refobjid, deptype)
+SELECT DISTINCT d.oid, r.classid, r.objid, 0,
+	   'pg_catalog.pg_authid'::pg_catalog.regclass, m.role, 'a'
+  FROM projcache_restored r
+ CROSS JOIN LATERAL (SELECT a.grantee FROM pg_catalog.aclexplode(r.acl) a
+					 UNION
+					 SELECT a.grantor FROM pg_catalog.aclexplode(r.acl) a) AS m(role)
+  JOIN pg_catalog.pg_database d ON d.datname = pg_catalog.current_database()
+ WHERE m.role >= 16384
+   AND m.role <> CASE r.classid
+					WHEN 'pg_catalog.pg_proc'::pg_catalog.regclass THEN
+						(SELECT proowner FROM pg_catalog.pg_proc WHERE oid = r.objid)
+					ELSE (SELECT relowner FROM pg_catalog.pg_class WHERE oid = r.objid)
+				 END;
 
-DROP TABLE projcache_saved_init_privs;
+DROP TABLE projcache_restored;
 DROP TABLE projcache_saved_acls;

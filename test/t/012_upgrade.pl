@@ -50,7 +50,8 @@ set_fetch_function($node, 'public.fetch');
 my @keys = map { "upg-$_" } 1 .. 3;
 my $keylist = join(', ', map { "'$_'" } @keys);
 
-$node->safe_psql('postgres', 'CREATE ROLE app; CREATE ROLE snap_owner');
+$node->safe_psql('postgres',
+	'CREATE ROLE app; CREATE ROLE snap_owner; CREATE ROLE ops; CREATE ROLE monitor');
 for my $db ('old_db', 'fresh_db')
 {
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
@@ -71,6 +72,13 @@ GRANT EXECUTE ON FUNCTION projcache.create_snapshot, projcache.snapshot(text)
 	TO snap_owner;
 GRANT EXECUTE ON FUNCTION projcache.stats(), projcache.entries() TO app;
 GRANT SELECT ON projcache.stats, projcache.entries TO app;
+-- A grant by a role holding the grant option, and one to a built-in role.
+GRANT USAGE ON SCHEMA projcache TO ops, monitor;
+GRANT EXECUTE ON FUNCTION projcache.stats() TO ops WITH GRANT OPTION;
+SET ROLE ops;
+GRANT EXECUTE ON FUNCTION projcache.stats() TO monitor;
+RESET ROLE;
+GRANT SELECT ON projcache.stats TO pg_monitor;
 };
 
 # ---------------------------------------------------------------------------
@@ -324,8 +332,8 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache')
  ORDER BY 1};
 # What pg_dump takes for the extension's own privileges, to tell the DBA's
-# grants from them: the update sets those of the objects it replaces back
-# by hand, after granting again what the DBA had granted.
+# grants from them: the update puts the ACLs of the objects it replaces
+# back by hand.
 $compare{'initial privileges of the members'} = q{
 SELECT pg_describe_object(i.classoid, i.objoid, i.objsubid), i.privtype,
        i.initprivs::text
@@ -380,6 +388,16 @@ like($dx{old_db}, qr/^ projcache \| 1\.1 +\| projcache \|/m,
 like($dx{old_db}, qr/Objects in extension "projcache"/,
 	'\dx+ lists the members');
 is($dx{old_db}, $dx{fresh_db}, '\dx and \dx+ projcache equal a fresh install\'s');
+
+# Grantors survive the update too: the grant that ops made, holding the
+# grant option, goes when that option is revoked with CASCADE.
+is($node->safe_psql('old_db', 'SET ROLE monitor; SELECT count(*) FROM projcache.stats()'),
+	'1', 'monitor, granted stats() by ops before the update, calls it');
+($rc, $out, $err) = $node->psql('old_db',
+	'REVOKE GRANT OPTION FOR EXECUTE ON FUNCTION projcache.stats() FROM ops CASCADE; '
+	  . 'SET ROLE monitor; SELECT count(*) FROM projcache.stats()');
+like($err, qr/permission denied for function stats/,
+	'the grant ops made keeps ops as its grantor: revoking its option cascades to it');
 
 $node->stop;
 done_testing();
