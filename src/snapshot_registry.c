@@ -412,9 +412,9 @@ pc_snap_check_reader(SnapReg *reg)
  *	   goes at the next read.  A transaction that changed the registry
  *	   neither uses nor fills the cache: what it sees is not committed, and
  *	   may be rolled back, also to a savepoint.  It drops the cache when it
- *	   changes the registry and when it ends.  It also sends a relcache
- *	   invalidation of the registry, which reaches the backends the
- *	   generation cannot: those of standbys, which replay it with the
+ *	   changes the registry and when it ends.  If it wrote, it also sends
+ *	   a relcache invalidation of the registry, which reaches the backends
+ *	   the generation cannot: those of standbys, which replay it with the
  *	   commit, and, for a prepared transaction, COMMIT PREPARED delivers it.
  *	 - The owner, the owner of the backing view: a relcache invalidation of
  *	   the view (ALTER VIEW OWNER, REASSIGN OWNED, DROP ... CASCADE) drops
