@@ -141,11 +141,11 @@ stop_cluster() {
 	"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null
 }
 
-# shellcheck disable=SC2317  # invoked by the EXIT trap of cleanup_on_exit
-_cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM HUP
-	cd /
+# stop_cluster_at_exit RC: at exit, stop the cluster if it runs, after
+# showing the end of its log if RC says the script failed.
+# shellcheck disable=SC2317  # invoked from EXIT traps
+stop_cluster_at_exit() {
+	local rc=$1
 	if [ -n "$DATA" ] && [ -f "$DATA/postmaster.pid" ]; then
 		if [ "$rc" -ne 0 ] && [ -f "$WORK/server.log" ]; then
 			echo "--- last lines of the server log ---"
@@ -155,6 +155,14 @@ _cleanup() {
 			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m immediate -w -t 30 >/dev/null 2>&1 ||
 			true
 	fi
+}
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap of cleanup_on_exit
+_cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	cd /
+	stop_cluster_at_exit "$rc"
 	[ -n "$WORK" ] && rm -rf "$WORK"
 	if [ "$rc" -ne 0 ]; then
 		echo "$NAME FAILED (exit $rc); server stopped, temp dir removed" >&2

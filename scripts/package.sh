@@ -75,14 +75,7 @@ cleanup() {
 	set +e
 	trap - EXIT INT TERM HUP
 	cd /
-	if [ -n "$DATA" ] && [ -f "$DATA/postmaster.pid" ]; then
-		if [ "$rc" -ne 0 ] && [ -f "$WORK/server.log" ]; then
-			echo "--- last lines of the server log ---"
-			tail -n 30 "$WORK/server.log"
-		fi
-		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m fast -w -t 30 >/dev/null 2>&1 ||
-			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$DATA" -m immediate -w -t 30 >/dev/null 2>&1
-	fi
+	stop_cluster_at_exit "$rc"
 	if [ -n "$INSTALLED" ]; then
 		dpkg --purge "$PKG" >/dev/null 2>&1 ||
 			echo "$NAME: could not remove $PKG; remove it with: dpkg -r $PKG" >&2
