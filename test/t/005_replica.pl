@@ -23,27 +23,14 @@ my $primary = projcache_node(
 	init => { allows_streaming => 1 },
 	conf => "projcache.expiry = '60s'\nprojcache.max_retry_backoff = '1s'\n");
 
+# The read-only fetch function works on a hot standby too.
+create_readonly_upstream($primary);
 $primary->safe_psql(
 	'postgres', q{
-CREATE TABLE public.upstream (
-	key text PRIMARY KEY,
-	state text NOT NULL DEFAULT 'enabled',
-	revision text,
-	config jsonb
-);
 INSERT INTO public.upstream (key, revision, config) VALUES
 	('a', 'a1', '{"a": 1}'),
 	('b', 'b1', '{"b": 1}'),
 	('c', 'c1', '{"c": 1}');
-
--- Read-only: it must work on a hot standby too.
-CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
-RETURNS TABLE(key text, state text, revision text, config jsonb)
-LANGUAGE sql STABLE AS $$
-	SELECT u.key, u.state, u.revision, u.config
-	FROM public.upstream AS u
-	WHERE u.key = ANY (p_keys)
-$$;
 
 -- Writes a log of its calls: fine on a primary, not on a standby.
 CREATE TABLE public.calls (keys text[]);

@@ -41,27 +41,13 @@ my $primary = projcache_node(
 	  . "projcache.expiry = '1h'\n"
 	  . "projcache.max_retry_backoff = '1s'\n");
 
+create_readonly_upstream($primary);
 $primary->safe_psql(
 	'postgres', q{
 CREATE EXTENSION pg_walinspect;
-CREATE TABLE public.upstream (
-	key text PRIMARY KEY,
-	state text NOT NULL DEFAULT 'enabled',
-	revision text,
-	config jsonb
-);
 INSERT INTO public.upstream (key, revision, config)
 SELECT k, k || '1', jsonb_build_object('v', 1)
 FROM unnest(ARRAY['a', 'b', 'c', 'd']) AS k;
-
--- Read-only, so that standbys can run it.
-CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
-RETURNS TABLE(key text, state text, revision text, config jsonb)
-LANGUAGE sql STABLE AS $$
-	SELECT u.key, u.state, u.revision, u.config
-	FROM public.upstream AS u
-	WHERE u.key = ANY (p_keys)
-$$;
 
 CREATE TABLE public.grants (user_id int, audience text);
 INSERT INTO public.grants VALUES (1, 'one');

@@ -45,6 +45,7 @@ our @EXPORT = qw(
   projcache_base_conf
   projcache_node
   create_local_upstream
+  create_readonly_upstream
   set_fetch_function
   reload_and_wait
   worker_pid
@@ -131,18 +132,22 @@ fetch function until it lets go;
 
 =cut
 
-sub create_local_upstream
-{
-	my ($node) = @_;
-
-	$node->safe_psql(
-		'postgres', q{
+# The source of truth both upstreams below create.
+my $upstream_table = q{
 CREATE TABLE public.upstream (
 	key text PRIMARY KEY,
 	state text NOT NULL DEFAULT 'enabled',
 	revision text,
 	config jsonb
 );
+};
+
+sub create_local_upstream
+{
+	my ($node) = @_;
+
+	$node->safe_psql(
+		'postgres', $upstream_table . q{
 CREATE TABLE public.calls (
 	id bigserial PRIMARY KEY,
 	keys text[] NOT NULL,
@@ -160,6 +165,33 @@ BEGIN
 		FROM public.upstream AS u
 		WHERE u.key = ANY (p_keys);
 END
+$$;
+});
+	return;
+}
+
+=pod
+
+=item create_readonly_upstream(node)
+
+Creates, in the C<postgres> database, C<public.upstream> as above and a
+fetch function C<public.fetch(text[], text[])> that only reads it, so that a
+hot standby made from this node can run it too.
+
+=cut
+
+sub create_readonly_upstream
+{
+	my ($node) = @_;
+
+	$node->safe_psql(
+		'postgres', $upstream_table . q{
+CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE sql STABLE AS $$
+	SELECT u.key, u.state, u.revision, u.config
+	FROM public.upstream AS u
+	WHERE u.key = ANY (p_keys)
 $$;
 });
 	return;
