@@ -11,6 +11,7 @@ OBJS = \
 	src/clock.o \
 	src/shmem.o \
 	src/subxact.o \
+	src/user_switch.o \
 	src/scheduler.o \
 	src/keycache_map.o \
 	src/keycache_ring.o \

@@ -52,6 +52,7 @@
 #include "utils/timeout.h"
 
 #include "keycache.h"
+#include "user_switch.h"
 
 /* Batch-wide failure: every key of the batch gets the error. */
 static void
@@ -353,7 +354,7 @@ typedef struct FetchCall
 	PcFetchItem *items;
 	int			nitems;
 	MemoryContext callercxt;	/* where the answers go */
-	int			save_sec_context;
+	PcUserSwitch sw;			/* out: the switch to the fetch role */
 	Oid			roleid;			/* out: the role it ran as */
 	int			breaches;		/* out: rows that broke the contract */
 } FetchCall;
@@ -363,12 +364,9 @@ call_fetch_function(void *arg)
 {
 	FetchCall  *call = (FetchCall *) arg;
 	char	   *query = fetch_query(&call->roleid);
-	int			nestlevel;
 
 	/* An ERROR restores the user with the subtransaction. */
-	SetUserIdAndSecContext(call->roleid,
-						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	nestlevel = NewGUCNestLevel();
+	pc_become(&call->sw, PC_AS_FETCH_ROLE, call->roleid, NULL);
 	if (pc_fetch_timeout_ms > 0)
 		enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -379,7 +377,8 @@ call_fetch_function(void *arg)
 	/* Deferred triggers now, not at commit (see pc_fetch_batch). */
 	AfterTriggerFireDeferred();
 	disable_timeout(STATEMENT_TIMEOUT, false);
-	AtEOXact_GUC(false, nestlevel);
+	/* The settings go now; the user stays until the commit (see below). */
+	AtEOXact_GUC(false, call->sw.save_nestlevel);
 }
 
 /*
@@ -408,8 +407,6 @@ void
 pc_fetch_batch(PcFetchItem *items, int nitems)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
-	Oid			save_userid;
-	int			save_sec_context;
 	int64		started_ms;
 	FetchCall	call;
 	ErrorData  *volatile edata = NULL;
@@ -434,7 +431,8 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		return;
 	}
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	/* Whom to go back to, even if the call fails before its switch. */
+	GetUserIdAndSecContext(&call.sw.save_userid, &call.sw.save_sec_context);
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -444,7 +442,6 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	call.items = items;
 	call.nitems = nitems;
 	call.callercxt = callercxt;
-	call.save_sec_context = save_sec_context;
 	call.roleid = InvalidOid;
 	call.breaches = 0;
 	/* Its error must outlive the transaction: copy it into ours. */
@@ -471,7 +468,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		AbortCurrentTransaction();
 	}
 	PG_END_TRY();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	pc_unbecome_user(&call.sw);
 	MemoryContextSwitchTo(callercxt);
 
 	if (edata != NULL)

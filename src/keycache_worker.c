@@ -43,6 +43,7 @@
 
 #include "keycache.h"
 #include "scheduler.h"
+#include "user_switch.h"
 #include "wal.h"
 
 /* Longest sleep, in case a wakeup is ever missed. */
@@ -946,7 +947,7 @@ pc_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	BackgroundWorkerInitializeConnection(pc_database, NULL, 0);
+	pc_worker_connect(pc_database, InvalidOid);
 	pgstat_report_appname("projcache scheduler");
 
 	pc_attach();

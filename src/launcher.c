@@ -41,6 +41,7 @@
 
 #include "keycache.h"
 #include "shmem.h"
+#include "user_switch.h"
 
 /* How long after the scheduler exited it is started again. */
 #define PC_SCHEDULER_RESTART_MS		2000
@@ -213,7 +214,7 @@ pc_launcher_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	/* No database: only the shared catalogs are readable. */
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pc_worker_connect(NULL, InvalidOid);
 	pgstat_report_appname("projcache launcher");
 
 	for (;;)

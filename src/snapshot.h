@@ -12,6 +12,7 @@
 
 #include "lib/stringinfo.h"
 #include "shmem.h"
+#include "user_switch.h"
 #include "utils/timestamp.h"
 
 /* ----------------------------------------------------------------
@@ -154,8 +155,6 @@ extern PGDLLEXPORT void pc_snapshot_load_main(Datum main_arg);
  * The registry and registrations (snapshot_registry.c)
  * ----------------------------------------------------------------
  */
-#define SAFE_SEARCH_PATH "pg_catalog, pg_temp"
-
 /* One row of projcache.snapshot_registry. */
 typedef struct SnapReg
 {
@@ -176,18 +175,6 @@ typedef struct SnapReg
 	bool		created_here;	/* registered by the current transaction */
 } SnapReg;
 
-/* Saved identity while running as another role with a safe search_path. */
-typedef struct RoleSwitch
-{
-	Oid			save_userid;
-	int			save_sec_context;
-	int			save_nestlevel;
-} RoleSwitch;
-
-extern void pc_role_switch_path(RoleSwitch *rs, Oid role,
-								const char *search_path);
-extern void pc_role_switch(RoleSwitch *rs, Oid role);
-extern void pc_role_restore(RoleSwitch *rs);
 extern char *pc_snap_check_name(text *arg);
 extern int64 pc_snap_check_ttl(Interval *ttl);
 extern bool pc_registry_has_views(void);

@@ -395,14 +395,14 @@ snap_get_plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 static SnapReg *
 lookup_for_reader(const char *name, Oid userid)
 {
-	RoleSwitch	rs;
+	PcUserSwitch rs;
 	SnapReg    *reg;
 
 	if (!OidIsValid(userid) || userid == GetUserId())
 		return pc_registry_lookup_for_read(name, false);
-	pc_role_switch(&rs, userid);
+	pc_become(&rs, PC_AS_READER, userid, SAFE_SEARCH_PATH);
 	reg = pc_registry_lookup_for_read(name, false);
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 	return reg;
 }
 
@@ -661,7 +661,7 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 	ForeignServer *server = GetForeignServer(serverOid);
 	List	   *commands = NIL;
 	List	   *names = NIL;
-	RoleSwitch	rs;
+	PcUserSwitch	rs;
 	ListCell   *lc;
 	uint64		row;
 	MemoryContext callercxt = CurrentMemoryContext;
@@ -675,7 +675,7 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 				 errhint("Snapshots are imported with IMPORT FOREIGN SCHEMA projcache.")));
 
 	/* The registry is not readable by PUBLIC: list its names as superuser. */
-	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute("SELECT name FROM projcache.snapshot_registry ORDER BY name",
@@ -692,7 +692,7 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 		MemoryContextSwitchTo(oldcxt);
 	}
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 
 	foreach(lc, names)
 	{

@@ -229,21 +229,11 @@ task_statement(LoadTask *task)
 }
 
 /* Run user code as the owner, in a session state no reader chose. */
-static int
-become_owner(LoadTask *task, Oid *save_userid, int *save_sec_context)
+static void
+become_owner(LoadTask *task, PcUserSwitch *sw)
 {
-	int			nestlevel;
-
-	GetUserIdAndSecContext(save_userid, save_sec_context);
-	SetUserIdAndSecContext(task->owner, *save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	nestlevel = NewGUCNestLevel();
-	if (!OidIsValid(task->view))
-		(void) set_config_option("search_path", "pg_catalog",
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	return nestlevel;
+	pc_become(sw, PC_AS_SNAPSHOT_OWNER, task->owner,
+			  OidIsValid(task->view) ? NULL : "pg_catalog");
 }
 
 /*
@@ -255,14 +245,12 @@ run_load(LoadTask *task, const char *sql)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	StringInfoData rows;
-	Oid			save_userid;
-	int			save_sec_context;
-	int			nestlevel;
+	PcUserSwitch sw;
 	int64		nrows;
 	int			ret;
 
 	initStringInfo(&rows);
-	nestlevel = become_owner(task, &save_userid, &save_sec_context);
+	become_owner(task, &sw);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	ret = SPI_execute(sql, true, 0);
@@ -284,8 +272,7 @@ run_load(LoadTask *task, const char *sql)
 		MemoryContextSwitchTo(spicxt);
 	}
 	SPI_finish();
-	AtEOXact_GUC(false, nestlevel);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	pc_unbecome(&sw);
 
 	if (!pc_snap_publish(task->ref, rows.data, rows.len, nrows, pc_now_ms(),
 						 task->stale_marks))
@@ -313,11 +300,10 @@ owner_lost_rights(LoadTask *task, const char *sql)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	PG_TRY();
 	{
-		Oid			save_userid;
-		int			save_sec_context;
+		PcUserSwitch sw;
 		ListCell   *lc;
 
-		(void) become_owner(task, &save_userid, &save_sec_context);
+		become_owner(task, &sw);
 		foreach(lc, pg_parse_query(sql))
 		{
 			List	   *queries;
@@ -384,7 +370,7 @@ pc_snapshot_load_main(Datum main_arg)
 							   task->leader_pid))
 		proc_exit(0);			/* the reader is gone already */
 
-	BackgroundWorkerInitializeConnectionByOid(task->dbid, InvalidOid, 0);
+	pc_worker_connect(NULL, task->dbid);
 	pgstat_report_appname("projcache snapshot load");
 	pc_attach();
 

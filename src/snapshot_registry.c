@@ -29,7 +29,13 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "commands/comment.h"
 #include "commands/extension.h"
+#include "commands/tablecmds.h"
+#include "commands/view.h"
+#include "nodes/makefuncs.h"
+#include "parser/analyze.h"
+#include "parser/parse_relation.h"
 #include "parser/parser.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
@@ -58,32 +64,6 @@
 #include "utils/timestamp.h"
 
 #include "snapshot.h"
-
-void
-pc_role_switch_path(RoleSwitch *rs, Oid role, const char *search_path)
-{
-	GetUserIdAndSecContext(&rs->save_userid, &rs->save_sec_context);
-	SetUserIdAndSecContext(role, rs->save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	rs->save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", search_path,
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-}
-
-void
-pc_role_switch(RoleSwitch *rs, Oid role)
-{
-	pc_role_switch_path(rs, role, SAFE_SEARCH_PATH);
-}
-
-void
-pc_role_restore(RoleSwitch *rs)
-{
-	AtEOXact_GUC(false, rs->save_nestlevel);
-	SetUserIdAndSecContext(rs->save_userid, rs->save_sec_context);
-}
 
 /* ----------------------------------------------------------------
  * Argument checks
@@ -229,7 +209,7 @@ SnapReg *
 pc_registry_lookup(const char *name, bool missing_ok)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
-	RoleSwitch	rs;
+	PcUserSwitch	rs;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1];
 	SnapReg    *reg = NULL;
@@ -237,7 +217,7 @@ pc_registry_lookup(const char *name, bool missing_ok)
 	int			ret;
 
 	args[0] = CStringGetTextDatum(name);
-	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (registry_lookup_plans[with_views] == NULL)
@@ -322,7 +302,7 @@ pc_registry_lookup(const char *name, bool missing_ok)
 	}
 	PopActiveSnapshot();
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 
 	if (reg == NULL && !missing_ok)
 		ereport(ERROR,
@@ -339,12 +319,12 @@ pc_registry_lookup(const char *name, bool missing_ok)
 uint64
 pc_registry_modify(const char *sql, int nargs, Oid *argtypes, Datum *args)
 {
-	RoleSwitch	rs;
+	PcUserSwitch	rs;
 	int			ret;
 	uint64		nrows;
 
 	pc_registry_changed();
-	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	ret = SPI_execute_with_args(sql, nargs, argtypes, args, NULL, false, 0);
@@ -353,7 +333,7 @@ pc_registry_modify(const char *sql, int nargs, Oid *argtypes, Datum *args)
 			 SPI_result_code_string(ret));
 	nrows = SPI_processed;
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 	return nrows;
 }
 
@@ -860,7 +840,7 @@ TupleDesc
 pc_snap_check_query(const char *query, const char *search_path)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
-	RoleSwitch	rs;
+	PcUserSwitch	rs;
 	SPIPlanPtr	plan;
 	List	   *sources;
 	CachedPlanSource *ps;
@@ -868,7 +848,7 @@ pc_snap_check_query(const char *query, const char *search_path)
 	TupleDesc	result;
 	int			i;
 
-	pc_role_switch_path(&rs, GetUserId(), search_path);
+	pc_become(&rs, PC_AS_SNAPSHOT_OWNER, GetUserId(), search_path);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	plan = SPI_prepare(query, 0, NULL);
@@ -906,7 +886,7 @@ pc_snap_check_query(const char *query, const char *search_path)
 	MemoryContextSwitchTo(callercxt);
 	result = CreateTupleDescCopy(ps->resultDesc);
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 	return result;
 }
 
@@ -974,53 +954,128 @@ view_uses_temp_objects(Oid view)
 }
 
 /*
+ * Analyze a snapshot's query as its owner, with search_path, for the view
+ * that backs it: the tree pc_snap_create_view() stores.  Analysis runs the
+ * caller's code (a literal's input function, a domain's CHECK), so it runs
+ * as the owner, never as the superuser that stores the view.  Checks what
+ * CREATE VIEW would.
+ */
+static Query *
+analyze_view_query(const char *query, const char *search_path, Oid owner)
+{
+	PcUserSwitch rs;
+	List	   *raw;
+	RawStmt    *rawstmt;
+	Query	   *tree;
+	ListCell   *lc;
+
+	pc_become(&rs, PC_AS_SNAPSHOT_OWNER, owner, search_path);
+	raw = raw_parser(query, RAW_PARSE_DEFAULT);
+	/* Exactly one SELECT: the query cannot smuggle more. */
+	if (list_length(raw) != 1 ||
+		!IsA(linitial_node(RawStmt, raw)->stmt, SelectStmt) ||
+		((SelectStmt *) linitial_node(RawStmt, raw)->stmt)->intoClause != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must be a single SELECT")));
+	rawstmt = linitial_node(RawStmt, raw);
+	tree = parse_analyze_fixedparams(rawstmt, query, NULL, 0, NULL);
+	if (tree->commandType != CMD_SELECT || tree->utilityStmt != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must be a single SELECT")));
+	if (tree->hasModifyingCTE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must be read-only")));
+	if (isQueryUsingTempRelation(tree))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot query must not use temporary objects"),
+				 errdetail("Every reader is served its rows: it cannot depend on one session.")));
+	/* The owner may use each column's type, as CREATE VIEW checks. */
+	foreach(lc, tree->targetList)
+	{
+		TargetEntry *tle = lfirst_node(TargetEntry, lc);
+		Oid			type = exprType((Node *) tle->expr);
+		AclResult	aclresult;
+
+		if (tle->resjunk)
+			continue;
+		aclresult = pg_type_aclcheck(type, owner, ACL_USAGE);
+		if (aclresult != ACLCHECK_OK)
+			aclcheck_error_type(aclresult, type);
+	}
+	pc_unbecome(&rs);
+	return tree;
+}
+
+/*
+ * The relation of the view: one column per result column of the query,
+ * owned by owner, in schema projcache.
+ */
+static Oid
+define_view_relation(const char *relname, Query *tree, Oid owner)
+{
+	CreateStmt *create = makeNode(CreateStmt);
+	ListCell   *lc;
+
+	foreach(lc, tree->targetList)
+	{
+		TargetEntry *tle = lfirst_node(TargetEntry, lc);
+		Node	   *expr = (Node *) tle->expr;
+		ColumnDef  *def;
+
+		if (tle->resjunk)
+			continue;
+		def = makeColumnDef(tle->resname, exprType(expr), exprTypmod(expr),
+							exprCollation(expr));
+		if (type_is_collatable(exprType(expr)) && !OidIsValid(def->collOid))
+			ereport(ERROR,
+					(errcode(ERRCODE_INDETERMINATE_COLLATION),
+					 errmsg("could not determine which collation to use for snapshot column \"%s\"",
+							def->colname),
+					 errhint("Use the COLLATE clause to set the collation explicitly.")));
+		create->tableElts = lappend(create->tableElts, def);
+	}
+	create->relation = makeRangeVar("projcache", pstrdup(relname), -1);
+	create->oncommit = ONCOMMIT_NOOP;
+	return DefineRelation(create, RELKIND_VIEW, owner, NULL, NULL).objectId;
+}
+
+/*
  * Create projcache.snapshot_<id>, the view that backs a snapshot, owned by
- * owner.  Its query's names are bound now, with search_path; nothing may be
- * found in a temporary schema.  The view depends on the extension as an
- * ordinary object, also when made by an update script (which would make it
- * a member, and pg_dump leaves members out): DROP EXTENSION then needs
+ * owner.  Its query's names are bound now, with search_path, by the
+ * owner's analysis; nothing may be found in a temporary schema.  Owners
+ * have no CREATE on schema projcache, so the relation and its rule are
+ * stored by the bootstrap superuser, from the analyzed tree: no text of
+ * the caller's is parsed as superuser, and nothing of the caller's runs
+ * while the view is stored.  The view depends on the extension as an
+ * ordinary object, also when made by an update script (which would make
+ * it a member, and pg_dump leaves members out): DROP EXTENSION then needs
  * CASCADE while snapshots exist.
  */
 Oid
 pc_snap_create_view(int64 id, const char *name, const char *query,
 					const char *search_path, Oid owner)
 {
-	RoleSwitch	rs;
+	PcUserSwitch rs;
 	char		relname[NAMEDATALEN];
-	StringInfoData sql;
-	List	   *raw;
+	Query	   *tree;
 	Oid			view;
 	ObjectAddress view_addr;
 	ObjectAddress ext_addr;
-	int			ret;
 
 	snprintf(relname, NAMEDATALEN, "snapshot_" INT64_FORMAT, id);
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "CREATE VIEW projcache.%s AS %s", relname, query);
+	tree = analyze_view_query(query, search_path, owner);
 
-	/* Exactly one statement, a CREATE VIEW: the query cannot smuggle more. */
-	raw = raw_parser(sql.data, RAW_PARSE_DEFAULT);
-	if (list_length(raw) != 1 ||
-		!IsA(linitial_node(RawStmt, raw)->stmt, ViewStmt))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("snapshot query must be a single SELECT")));
-
-	/* The caller has no CREATE on schema projcache: create, then give. */
-	pc_role_switch_path(&rs, BOOTSTRAP_SUPERUSERID, search_path);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	ret = SPI_execute(sql.data, false, 0);
-	if (ret != SPI_OK_UTILITY)
-		elog(ERROR, "could not create the view of snapshot \"%s\": %s",
-			 name, SPI_result_code_string(ret));
-	view = get_relname_relid(relname, get_namespace_oid("projcache", false));
-	if (!OidIsValid(view))
-		elog(ERROR, "view projcache.%s was not created", relname);
-	SPI_finish();
-	pc_role_restore(&rs);
-
-	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	pc_become_extension(&rs);
+	view = define_view_relation(relname, tree, owner);
+	CommandCounterIncrement();
+	StoreViewQuery(view, tree, false);
+	CommandCounterIncrement();
+	CreateComments(view, RelationRelationId, 0,
+				   psprintf("backs projcache snapshot \"%s\"", name));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (view_uses_temp_objects(view))
@@ -1028,18 +1083,8 @@ pc_snap_create_view(int64 id, const char *name, const char *query,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("snapshot query must not use temporary objects"),
 				 errdetail("Every reader is served its rows: it cannot depend on one session.")));
-	resetStringInfo(&sql);
-	appendStringInfo(&sql, "ALTER VIEW projcache.%s OWNER TO %s", relname,
-					 quote_identifier(GetUserNameFromId(owner, false)));
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not give view projcache.%s to its owner", relname);
-	resetStringInfo(&sql);
-	appendStringInfo(&sql, "COMMENT ON VIEW projcache.%s IS %s", relname,
-					 quote_literal_cstr(psprintf("backs projcache snapshot \"%s\"", name)));
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not comment on view projcache.%s", relname);
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 
 	ObjectAddressSet(view_addr, RelationRelationId, view);
 	ObjectAddressSet(ext_addr, ExtensionRelationId,
@@ -1055,11 +1100,11 @@ pc_snap_create_view(int64 id, const char *name, const char *query,
 int64
 pc_registry_next_id(void)
 {
-	RoleSwitch	rs;
+	PcUserSwitch	rs;
 	bool		isnull;
 	int64		id;
 
-	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute("SELECT pg_catalog.nextval('projcache.snapshot_registry_id_seq'::pg_catalog.regclass)",
@@ -1068,7 +1113,7 @@ pc_registry_next_id(void)
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									 SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 	return id;
 }
 

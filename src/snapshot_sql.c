@@ -647,12 +647,12 @@ Datum
 projcache_bind_registrations(PG_FUNCTION_ARGS)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	RoleSwitch	rs;
+	PcUserSwitch	rs;
 	char	  **names;
 	uint64		n;
 	uint64		i;
 
-	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute("SELECT name FROM projcache.snapshot_registry"
@@ -664,7 +664,7 @@ projcache_bind_registrations(PG_FUNCTION_ARGS)
 		names[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
 														 SPI_tuptable->tupdesc, 1));
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 
 	pc_registry_changed();
 	for (i = 0; i < n; i++)
@@ -694,7 +694,7 @@ projcache_bind_registrations(PG_FUNCTION_ARGS)
 					 errhint("Its reads fail until it is dropped and created again.")));
 		}
 
-		pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+		pc_become_extension(&rs);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		if (SPI_execute_with_args("UPDATE projcache.snapshot_registry"
@@ -703,7 +703,7 @@ projcache_bind_registrations(PG_FUNCTION_ARGS)
 								  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not update projcache.snapshot_registry");
 		SPI_finish();
-		pc_role_restore(&rs);
+		pc_unbecome(&rs);
 	}
 	PG_RETURN_VOID();
 }
@@ -800,7 +800,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	MemoryContext callercxt = CurrentMemoryContext;
-	RoleSwitch	rs;
+	PcUserSwitch	rs;
 	int64		now;
 	uint64		row;
 	int			ret;
@@ -816,7 +816,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 	pc_require_loaded();
 	InitMaterializedSRF(fcinfo, 0);
 
-	pc_role_switch(&rs, BOOTSTRAP_SUPERUSERID);
+	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	/* The owner is the backing view's (REASSIGN OWNED moves it). */
@@ -862,7 +862,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		MemoryContextSwitchTo(oldcxt);
 	}
 	SPI_finish();
-	pc_role_restore(&rs);
+	pc_unbecome(&rs);
 
 	now = pc_now_ms();
 	for (i = 0; i < nregs; i++)
