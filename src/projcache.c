@@ -259,4 +259,5 @@ _PG_init(void)
 
 	pc_register_launcher();
 	pc_wal_register_rmgr();
+	pc_snap_install_hooks();
 }

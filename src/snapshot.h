@@ -209,5 +209,6 @@ extern void pc_snap_remember_created(int64 id);
 extern void pc_snap_current_rows(SnapReg *reg, char **blob, Size *size,
 								 int64 *nrows);
 extern void pc_snap_forget_at_commit(SnapReg *reg);
+extern void pc_snap_install_hooks(void);
 
 #endif							/* PROJCACHE_SNAPSHOT_H */

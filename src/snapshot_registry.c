@@ -26,6 +26,7 @@
 #include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
@@ -718,6 +719,18 @@ pc_registry_lookup_for_read(const char *name, bool missing_ok)
 	}
 	invals = regcache_invals;
 	pc_snap_check_reader(reg);
+	/*
+	 * A view dropped while projcache was not loaded left its registration
+	 * (see "A registration goes with its backing view").  The cache drops
+	 * an entry when its view goes, so only this path can meet one.
+	 */
+	if (OidIsValid(reg->view) &&
+		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(reg->view)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("snapshot \"%s\" has lost its view", reg->name),
+				 errdetail("An object its query depended on was dropped."),
+				 errhint("Drop it with projcache.drop_snapshot() and create it again.")));
 	/* Allowed; remember it unless an invalidation came in meanwhile. */
 	if (e != NULL && regcache_invals == invals)
 	{
@@ -1134,6 +1147,99 @@ static List *dropped_snapshots = NIL;
 static bool drop_callback_registered = false;
 
 /*
+ * A registration goes with its backing view.  Whatever drops the view (DROP
+ * TYPE ... CASCADE of a column's type, DROP OWNED BY its owner, DROP VIEW)
+ * drops the registration when the transaction commits, so that no reader
+ * meets a registration whose types, view or owner are gone, and its name
+ * is free again.  The object access hook only notes that a backing view
+ * was dropped; at commit, every registration whose view no longer exists
+ * is deleted (a drop rolled back to a savepoint leaves its view, and so its
+ * registration), and its slot freed as drop_snapshot() frees it.
+ */
+static object_access_hook_type prev_object_access_hook = NULL;
+static bool backing_view_dropped = false;
+
+static void register_xact_callback(void);
+
+static bool
+is_backing_view(Oid relid)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	char	   *relname;
+
+	if (!OidIsValid(nsp) || get_rel_namespace(relid) != nsp ||
+		get_rel_relkind(relid) != RELKIND_VIEW)
+		return false;
+	relname = get_rel_name(relid);
+	return relname != NULL && strncmp(relname, "snapshot_", 9) == 0;
+}
+
+static void
+note_backing_view_drop(ObjectAccessType access, Oid classId, Oid objectId,
+					   int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access == OAT_DROP && classId == RelationRelationId && subId == 0 &&
+		!backing_view_dropped && is_backing_view(objectId))
+	{
+		register_xact_callback();
+		backing_view_dropped = true;
+	}
+}
+
+void
+pc_snap_install_hooks(void)
+{
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = note_backing_view_drop;
+}
+
+static void forget_at_commit(const char *name, int64 id, int64 stamp);
+
+/* Before commit: delete the registrations whose view is gone. */
+static void
+drop_orphaned_registrations(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	PcUserSwitch rs;
+	uint64		row;
+
+	/* DROP EXTENSION or DROP SCHEMA took the registry with the views. */
+	if (!OidIsValid(nsp) ||
+		!OidIsValid(get_relname_relid("snapshot_registry", nsp)) ||
+		!pc_registry_has_views())
+		return;
+	pc_registry_changed();
+	CommandCounterIncrement();
+	pc_become_extension(&rs);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_execute("DELETE FROM projcache.snapshot_registry r"
+					" WHERE r.view IS NOT NULL AND NOT EXISTS"
+					" (SELECT FROM pg_catalog.pg_class c"
+					"  WHERE c.oid OPERATOR(pg_catalog.=) r.view::pg_catalog.oid)"
+					" RETURNING r.name, r.id,"
+					" (extract(epoch FROM r.created_at) * 1000000)::int8",
+					false, 0) != SPI_OK_DELETE_RETURNING)
+		elog(ERROR, "could not delete registrations whose view was dropped");
+	for (row = 0; row < SPI_processed; row++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[row];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		forget_at_commit(SPI_getvalue(tup, desc, 1),
+						 DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull)),
+						 DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)));
+	}
+	PopActiveSnapshot();
+	SPI_finish();
+	pc_unbecome(&rs);
+}
+
+/*
  * At the end of a transaction: free the slots of the snapshots it dropped,
  * if it committed, and forget what it registered and dropped.  A prepared
  * transaction would commit later, in another session, where nobody would
@@ -1151,6 +1257,12 @@ snapshot_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
+	if ((event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE) &&
+		backing_view_dropped)
+	{
+		backing_view_dropped = false;
+		drop_orphaned_registrations();
+	}
 	if (event == XACT_EVENT_PRE_PREPARE && dropped_snapshots != NIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -1187,6 +1299,7 @@ snapshot_xact_callback(XactEvent event, void *arg)
 		/* Both lists lived in TopTransactionContext, gone now. */
 		created_snapshots = NIL;
 		dropped_snapshots = NIL;
+		backing_view_dropped = false;
 		if (registry_changed)
 		{
 			registry_changed = false;
@@ -1220,8 +1333,8 @@ pc_snap_remember_created(int64 id)
 	MemoryContextSwitchTo(oldcxt);
 }
 
-void
-pc_snap_forget_at_commit(SnapReg *reg)
+static void
+forget_at_commit(const char *name, int64 id, int64 stamp)
 {
 	MemoryContext oldcxt;
 	DroppedSnapshot *d;
@@ -1229,9 +1342,15 @@ pc_snap_forget_at_commit(SnapReg *reg)
 	register_xact_callback();
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	d = palloc(sizeof(DroppedSnapshot));
-	d->name = pstrdup(reg->name);
-	d->id = reg->id;
-	d->stamp = reg->stamp;
+	d->name = pstrdup(name);
+	d->id = id;
+	d->stamp = stamp;
 	dropped_snapshots = lappend(dropped_snapshots, d);
 	MemoryContextSwitchTo(oldcxt);
+}
+
+void
+pc_snap_forget_at_commit(SnapReg *reg)
+{
+	forget_at_commit(reg->name, reg->id, reg->stamp);
 }
