@@ -792,6 +792,28 @@ projcache_revoke_snapshot(PG_FUNCTION_ARGS)
  */
 
 /*
+ * May the current user read a snapshot of this owner and these readers
+ * (an oid[]): what pc_snap_may_read() says of its registration.
+ */
+static bool
+may_read_registered(Oid owner, Datum readers)
+{
+	ArrayType  *arr = DatumGetArrayTypeP(readers);
+	SnapReg		reg;
+	Datum	   *elems;
+	int			i;
+
+	memset(&reg, 0, sizeof(reg));
+	reg.owner = owner;
+	deconstruct_array(arr, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &elems, NULL, &reg.nreaders);
+	reg.readers = palloc(Max(reg.nreaders, 1) * sizeof(Oid));
+	for (i = 0; i < reg.nreaders; i++)
+		reg.readers[i] = DatumGetObjectId(elems[i]);
+	return pc_snap_may_read(&reg);
+}
+
+/*
  * projcache.snapshots(): name, owner, ttl, rows, bytes, loaded_at, age,
  * last_attempt_at, refresh_errors, last_error, status
  */
@@ -811,6 +833,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 	Interval  **ttls = NULL;
 	int64	   *ttl_ms = NULL;
 	int64	   *stamps = NULL;
+	Datum	   *readers = NULL;
 	int			i;
 
 	pc_require_loaded();
@@ -823,14 +846,16 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 	ret = SPI_execute(pc_registry_has_views() ?
 					  "SELECT r.name, r.id, COALESCE(c.relowner, r.owner::oid), r.ttl,"
 					  " (extract(epoch FROM r.ttl) * 1000)::int8,"
-					  " (extract(epoch FROM r.created_at) * 1000000)::int8"
+					  " (extract(epoch FROM r.created_at) * 1000000)::int8,"
+					  " r.readers::oid[]"
 					  " FROM projcache.snapshot_registry r"
 					  " LEFT JOIN pg_catalog.pg_class c"
 					  " ON c.oid OPERATOR(pg_catalog.=) r.view::oid"
 					  " ORDER BY r.name" :
 					  "SELECT name, id, owner::oid, ttl,"
 					  " (extract(epoch FROM ttl) * 1000)::int8,"
-					  " (extract(epoch FROM created_at) * 1000000)::int8"
+					  " (extract(epoch FROM created_at) * 1000000)::int8,"
+					  " readers::oid[]"
 					  " FROM projcache.snapshot_registry ORDER BY name",
 					  true, 0);
 	if (ret != SPI_OK_SELECT)
@@ -845,6 +870,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		ttls = palloc(Max(nregs, 1) * sizeof(Interval *));
 		ttl_ms = palloc(Max(nregs, 1) * sizeof(int64));
 		stamps = palloc(Max(nregs, 1) * sizeof(int64));
+		readers = palloc(Max(nregs, 1) * sizeof(Datum));
 		for (row = 0; row < SPI_processed; row++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[row];
@@ -858,6 +884,8 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 													false, sizeof(Interval)));
 			ttl_ms[row] = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
 			stamps[row] = DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+			readers[row] = datumCopy(SPI_getbinval(tup, desc, 7, &isnull),
+									 false, -1);
 		}
 		MemoryContextSwitchTo(oldcxt);
 	}
@@ -899,7 +927,9 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		}
 		values[8] = Int64GetDatum(has_slot ? info.refresh_errors : 0);
 		nulls[8] = false;
-		if (has_slot && info.last_error != NULL)
+		/* The source's error may quote its rows: for readers only. */
+		if (has_slot && info.last_error != NULL &&
+			may_read_registered(owners[i], readers[i]))
 		{
 			values[9] = CStringGetTextDatum(info.last_error);
 			nulls[9] = false;
