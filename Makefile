@@ -29,7 +29,9 @@ OBJS = \
 	src/wal_records.o
 
 EXTENSION = projcache
-DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql projcache--1.0.1--1.1.sql
+DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql projcache--1.0.1--1.1.sql \
+	projcache--1.1--1.1.1.sql projcache--1.1.1.sql \
+	projcache--1.0--1.1.1.sql projcache--1.0.1--1.1.1.sql
 PGFILEDESC = "projcache - shared-memory caches for configuration"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

@@ -1,7 +1,8 @@
 # Copyright (c) 2026, projcache developers
 #
 # Upgrading from 1.0: CREATE EXTENSION projcache VERSION '1.0', then
-# ALTER EXTENSION projcache UPDATE (1.0 -> 1.0.1 -> 1.1).
+# ALTER EXTENSION projcache UPDATE (1.0 -> 1.1.1, the direct update, which
+# does what 1.0 -> 1.0.1 -> 1.1 -> 1.1.1 does).
 #
 # - The newest library serves a database whose SQL is still 1.0: a snapshot
 #   registered and read there loads.
@@ -155,7 +156,7 @@ like($err, qr/snapshot "gone" could not be bound to a view/,
 	'the registration that cannot be bound is reported');
 is($node->safe_psql('old_db',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.1', 'old_db is at 1.1');
+	'1.1.1', 'old_db is at 1.1.1');
 
 # ---------------------------------------------------------------------------
 # What the server had cached, and the registrations, survive the update.
@@ -173,7 +174,7 @@ is( $node->safe_psql(
 		"SELECT string_agg(k || '=' || projcache.get(k)::text, ',' ORDER BY k)"
 		  . " FROM unnest(ARRAY[$keylist]) AS k"),
 	'upg-1={"id": 1},upg-2={"id": 2},upg-3={"id": 3}',
-	'get() of the 1.1 SQL reads them');
+	'get() of the 1.1.1 SQL reads them');
 is( $node->safe_psql('old_db', $counters_query),
 	join('|',
 		$fetch_calls_before, $fetch_requests_before, $fetched_keys_before,
@@ -383,8 +384,8 @@ for my $db ('old_db', 'fresh_db')
 	is($stderr, '', "psql \\dx+ projcache runs in $db");
 	$dx{$db} = $stdout;
 }
-like($dx{old_db}, qr/^ projcache \| 1\.1 +\| projcache \|/m,
-	'\dx shows old_db at 1.1');
+like($dx{old_db}, qr/^ projcache \| 1\.1\.1 +\| projcache \|/m,
+	'\dx shows old_db at 1.1.1');
 like($dx{old_db}, qr/Objects in extension "projcache"/,
 	'\dx+ lists the members');
 is($dx{old_db}, $dx{fresh_db}, '\dx and \dx+ projcache equal a fresh install\'s');
