@@ -22,7 +22,11 @@
 # - The check against a fresh install covers each member's description and
 #   ACL (proacl, relacl, fdwacl, srvacl...) and initial privileges
 #   (pg_init_privs), the schema's ACL, and psql's \dx and \dx+ projcache,
-#   version line included.
+#   version line included; also each member's definition (functions,
+#   views, the registry's columns, defaults, constraints and indexes) and
+#   description, and the configuration tables pg_dump dumps.
+# - The other ways to 1.1.1 give the same: the direct update from 1.0.1,
+#   the update from 1.1, and the single steps 1.0 -> 1.0.1 -> 1.1 -> 1.1.1.
 
 use strict;
 use warnings;
@@ -362,6 +366,52 @@ SELECT n.nspname, n.nspowner::regrole, n.nspacl
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'projcache'};
 
+# What each member is, as the server would write it again: the functions
+# (arguments, defaults, result, volatility, parallel safety, strictness,
+# rows), the views' queries, the registry's columns with their defaults
+# and its constraints and indexes; the descriptions of the members; which
+# of them pg_dump dumps the rows of.
+$compare{'definitions of the members'} = q{
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
+       CASE d.classid
+         WHEN 'pg_proc'::regclass THEN pg_get_functiondef(d.objid)
+         WHEN 'pg_class'::regclass THEN
+           coalesce(pg_get_viewdef(d.objid), '')
+           || coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+                                 || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+                                 || coalesce(' DEFAULT ' || pg_get_expr(ad.adbin, ad.adrelid), ''),
+                                 ', ' ORDER BY a.attnum)
+                          FROM pg_attribute a
+                          LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+                         WHERE a.attrelid = d.objid AND a.attnum > 0 AND NOT a.attisdropped
+                           AND (SELECT relkind FROM pg_class WHERE oid = d.objid) = 'r'), '')
+           || coalesce((SELECT ' ' || string_agg(conname || ' ' || pg_get_constraintdef(oid), ' ' ORDER BY conname)
+                          FROM pg_constraint WHERE conrelid = d.objid), '')
+           || coalesce((SELECT ' ' || string_agg(pg_get_indexdef(indexrelid), ' ' ORDER BY pg_get_indexdef(indexrelid))
+                          FROM pg_index WHERE indrelid = d.objid), '')
+         WHEN 'pg_foreign_data_wrapper'::regclass THEN
+           (SELECT fdwhandler::regproc || ' ' || fdwvalidator::regproc || ' '
+                   || coalesce(fdwoptions::text, '') FROM pg_foreign_data_wrapper WHERE oid = d.objid)
+         WHEN 'pg_foreign_server'::regclass THEN
+           (SELECT coalesce(srvtype, '') || coalesce(srvversion, '') || coalesce(srvoptions::text, '')
+              FROM pg_foreign_server WHERE oid = d.objid)
+         ELSE ''
+       END
+  FROM pg_depend d
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache')
+ ORDER BY 1};
+$compare{'descriptions of the members'} = q{
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid), s.description
+  FROM pg_depend d
+  JOIN pg_description s ON s.classoid = d.classid AND s.objoid = d.objid
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache')
+ ORDER BY 1, 2};
+$compare{'configuration tables'} = q{
+SELECT extconfig::regclass[], extcondition, extrelocatable, extowner::regrole
+  FROM pg_extension WHERE extname = 'projcache'};
+
 for my $what (sort keys %compare)
 {
 	is($node->safe_psql('old_db', $compare{$what}),
@@ -399,6 +449,39 @@ is($node->safe_psql('old_db', 'SET ROLE monitor; SELECT count(*) FROM projcache.
 	  . 'SET ROLE monitor; SELECT count(*) FROM projcache.stats()');
 like($err, qr/permission denied for function stats/,
 	'the grant ops made keeps ops as its grantor: revoking its option cascades to it');
+
+# ---------------------------------------------------------------------------
+# The other ways to 1.1.1 end in the same place: the direct update from
+# 1.0.1, the update from 1.1, and the whole chain of single steps from 1.0.
+# Each is compared with the fresh install on what the DBA's grants and a
+# registration leave.
+# ---------------------------------------------------------------------------
+my %paths = (
+	'from_101' => [ '1.0.1', [ '1.1.1' ] ],
+	'from_11' => [ '1.1', [ '1.1.1' ] ],
+	'chain' => [ '1.0', [ '1.0.1', '1.1', '1.1.1' ] ]);
+for my $db (sort keys %paths)
+{
+	my ($from, $steps) = @{ $paths{$db} };
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, "CREATE EXTENSION projcache VERSION '$from'");
+	$node->safe_psql($db, $common);
+	$node->safe_psql($db, "ALTER EXTENSION projcache UPDATE TO '$_'")
+	  for @$steps;
+	$node->safe_psql(
+		$db, q{
+SET ROLE snap_owner;
+SELECT projcache.create_snapshot('grants',
+	'SELECT user_id, audience FROM public.grants', '1h');
+});
+	my $way = "$from -> " . join(' -> ', @$steps);
+	for my $what (sort keys %compare)
+	{
+		is($node->safe_psql($db, $compare{$what}),
+			$node->safe_psql('fresh_db', $compare{$what}),
+			"$way: $what equal a fresh install's");
+	}
+}
 
 $node->stop;
 done_testing();
