@@ -291,3 +291,15 @@ DROP TABLE pg_temp.projcache_saved_acls;
 ALTER TABLE projcache.snapshot_registry
 	ALTER COLUMN id SET DEFAULT
 		pg_catalog.nextval('projcache.snapshot_registry_id_seq'::pg_catalog.regclass);
+
+------------------------------------------------------------------------
+-- Registrations whose backing view is gone.  Under 1.0.1 and 1.1, what
+-- dropped a view (DROP TYPE ... CASCADE of a column's type, DROP OWNED BY
+-- its owner) left its registration: no one could read it, nor create its
+-- name again, and only a superuser could drop it.  From 1.1.1 a
+-- registration goes with its view; those left go now.
+------------------------------------------------------------------------
+DELETE FROM projcache.snapshot_registry r
+ WHERE r.view IS NOT NULL
+   AND NOT EXISTS (SELECT FROM pg_catalog.pg_class c
+                    WHERE c.oid OPERATOR(pg_catalog.=) r.view::pg_catalog.oid);

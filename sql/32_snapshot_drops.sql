@@ -80,3 +80,22 @@ REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.snapshots() FROM regress_drop_other;
 REVOKE ALL ON projcache.snapshots FROM regress_drop_other;
 DROP ROLE regress_drop_other;
+
+-- 5. A registration left without its view by 1.0.1 or 1.1 (here, one whose
+-- view is made to point nowhere) reads as a clear error, and the update
+-- to 1.1.1 drops it.
+SELECT current_database() AS regress_db \gset
+CREATE DATABASE regress_drops_db;
+\c regress_drops_db
+CREATE EXTENSION projcache VERSION '1.1';
+SELECT projcache.create_snapshot('left', 'SELECT 1 AS x', '1h');
+SELECT projcache.create_snapshot('kept', 'SELECT 2 AS x', '1h');
+UPDATE projcache.snapshot_registry SET view = 4000000000::oid::regclass
+WHERE name = 'left';
+SELECT * FROM projcache.snapshot('left') AS s(x int);
+ALTER EXTENSION projcache UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'projcache';
+SELECT name FROM projcache.snapshot_registry ORDER BY name;
+SELECT * FROM projcache.snapshot('kept') AS s(x int);
+\c :regress_db
+DROP DATABASE regress_drops_db;
