@@ -33,6 +33,7 @@
 #include "access/sysattr.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "catalog/heap.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_foreign_table.h"
 #include "commands/defrem.h"
@@ -141,9 +142,7 @@ snapshot_option(Oid relid)
 /*
  * The row estimate is the snapshot's row count, if it is loaded (the
  * registration comes from the backend's cache, so that a query planned
- * each time does no catalog work for it while nothing changed).  Rows
- * carry no system columns but tableoid: a query asking for one is refused
- * here, before it could read a value that is not there.
+ * each time does no catalog work for it while nothing changed).
  */
 static void
 snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
@@ -152,30 +151,8 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	SnapPlanInfo *plan_info;
 	SnapReg    *reg;
 	PcSnapInfo	info;
-	AttrNumber	attno;
-	Bitmapset  *qual_attrs = NULL;
-	ListCell   *lc;
 
 	pc_require_loaded();
-	/* Columns the quals read, which attr_needed (above the scan) misses. */
-	foreach(lc, baserel->baserestrictinfo)
-		pull_varattnos((Node *) ((RestrictInfo *) lfirst(lc))->clause,
-					   baserel->relid, &qual_attrs);
-	for (attno = baserel->min_attr; attno < 0; attno++)
-	{
-		if (attno == TableOidAttributeNumber ||
-			(bms_is_empty(baserel->attr_needed[attno - baserel->min_attr]) &&
-			 !bms_is_member(attno - FirstLowInvalidHeapAttributeNumber,
-							qual_attrs)))
-			continue;
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("system column \"%s\" is not available on projcache foreign table \"%s\"",
-						get_attname(foreigntableid, attno, false),
-						get_rel_name(foreigntableid)),
-				 errdetail("Snapshot rows have no system columns but tableoid.")));
-	}
-
 	plan_info = palloc0(sizeof(SnapPlanInfo));
 	plan_info->name = name;
 	baserel->fdw_private = plan_info;
@@ -416,6 +393,47 @@ unpin_at_query_end(void *arg)
 	st->blob = NULL;
 }
 
+/*
+ * Refuse a plan that reads xmin, xmax, cmin or cmax of the scan's rows.
+ * The scan hands the executor each row as a heap tuple whose header is
+ * the bytes before its MinimalTuple in the snapshot (see snap_iterate):
+ * those are the end of the previous row, not a header.  tableoid and ctid
+ * (t_self, always the invalid TID) are set for every row.
+ *
+ * The check is on the expressions the executor evaluates on the scan's
+ * rows, its target list and its quals, so it holds whatever asked for the
+ * column: the query, an inheritance parent or a partitioned table (whose
+ * children have no attr_needed at planning), a UNION ALL.  ctid is allowed
+ * because the planner itself asks every member of an inheritance tree for
+ * it (FOR UPDATE, UPDATE ... FROM), where an invalid TID is what a row
+ * that has none should give.
+ */
+static void
+refuse_header_columns(ForeignScan *plan, Relation rel)
+{
+	Bitmapset  *attrs = NULL;
+	int			x = -1;
+
+	pull_varattnos((Node *) plan->scan.plan.targetlist, plan->scan.scanrelid,
+				   &attrs);
+	pull_varattnos((Node *) plan->scan.plan.qual, plan->scan.scanrelid,
+				   &attrs);
+	while ((x = bms_next_member(attrs, x)) >= 0)
+	{
+		AttrNumber	attno = x + FirstLowInvalidHeapAttributeNumber;
+
+		if (attno >= 0 || attno == TableOidAttributeNumber ||
+			attno == SelfItemPointerAttributeNumber)
+			continue;
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("system column \"%s\" is not available on projcache foreign table \"%s\"",
+						NameStr(SystemAttributeDefinition(attno)->attname),
+						RelationGetRelationName(rel)),
+				 errdetail("Snapshot rows carry no transaction information: of the system columns they have only tableoid, and ctid, which is always invalid.")));
+	}
+}
+
 static void
 snap_begin_scan(ForeignScanState *node, int eflags)
 {
@@ -430,6 +448,7 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	st->name = strVal(list_nth(plan->fdw_private, FDW_PRIVATE_NAME));
 	ItemPointerSetInvalid(&st->tuple.t_self);
 	st->tuple.t_tableOid = RelationGetRelid(node->ss.ss_currentRelation);
+	refuse_header_columns(plan, node->ss.ss_currentRelation);
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
 
@@ -508,8 +527,8 @@ next_probed_row(ForeignScanState *node, SnapScanState *st)
  * without its first MINIMAL_TUPLE_OFFSET bytes: the scan slot is given it
  * as a heap tuple pointing that much before, as a minimal-tuple slot does
  * itself, so nothing is copied or deformed until a column is read.  The
- * header bytes before are never read: system columns are refused at
- * planning (see snap_get_rel_size).
+ * header bytes before are never read: the scan refused, when it began, a
+ * plan that reads them (see refuse_header_columns).
  */
 static TupleTableSlot *
 snap_iterate(ForeignScanState *node)
