@@ -1,10 +1,17 @@
 --
 -- Security release 1.1.1: what a foreign table on a snapshot shows.
 --
--- Snapshot rows have no transaction header: xmin, xmax, cmin and cmax are
--- refused wherever they are asked for (the table, an inheritance parent, a
--- partitioned table, a UNION ALL), never read from the bytes of another
--- row; tableoid and ctid (always invalid) are defined.
+-- 1. A role that may not read a snapshot learns nothing of it through a
+--    foreign table: not its key column, its status or its row count, in
+--    EXPLAIN (plain, VERBOSE, JSON; ANALYZE fails as the scan does) nor in
+--    the planner's estimates.  The reader checked is the one the table is
+--    read as (a view's owner), and a plan made for a reader that may read
+--    it is not shown to one that may not (another role, or after a
+--    revoke).
+-- 2. Snapshot rows have no transaction header: xmin, xmax, cmin and cmax
+--    are refused wherever they are asked for (the table, an inheritance
+--    parent, a partitioned table, a UNION ALL), never read from the bytes
+--    of another row; tableoid and ctid (always invalid) are defined.
 --
 CREATE SCHEMA snap_leak;
 SET search_path = snap_leak, public;
@@ -34,8 +41,116 @@ CREATE FOREIGN TABLE tokens_ft (id int, token text)
 	SERVER projcache OPTIONS (snapshot 'tokens');
 GRANT SELECT ON tokens_ft TO regress_leak_reader, regress_leak_other;
 
+-- The planner's row estimate, and the names EXPLAIN gives the scan.
+CREATE FUNCTION estimated_rows(query text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	plan json;
+BEGIN
+	EXECUTE 'EXPLAIN (FORMAT JSON) ' || query INTO plan;
+	RETURN (plan -> 0 -> 'Plan' ->> 'Plan Rows')::bigint;
+END $$;
+CREATE FUNCTION explain_keys(query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+	plan json;
+BEGIN
+	EXECUTE 'EXPLAIN (FORMAT JSON, VERBOSE) ' || query INTO plan;
+	RETURN QUERY SELECT k FROM json_object_keys(plan -> 0 -> 'Plan') k
+		WHERE k LIKE 'Snapshot%' OR k LIKE 'Key%' ORDER BY k;
+END $$;
+
+-- The reader loads it and sees all of it.
+SET ROLE regress_leak_reader;
+SELECT count(*) FROM tokens_ft;
+EXPLAIN (COSTS OFF) SELECT * FROM tokens_ft WHERE id = 7;
+SELECT estimated_rows('SELECT * FROM snap_leak.tokens_ft');
+SELECT explain_keys('SELECT * FROM snap_leak.tokens_ft WHERE id = 7');
+RESET ROLE;
+
 --
--- System columns.  Through an inheritance parent, the rows of its
+-- 1. A role without the grant: EXPLAIN names the snapshot (as the table's
+-- options do) and nothing else; the estimate is the default one, above
+-- the scan too; EXPLAIN ANALYZE fails as the scan does.
+--
+SET ROLE regress_leak_other;
+EXPLAIN (COSTS OFF) SELECT * FROM tokens_ft WHERE id = 7;
+EXPLAIN (COSTS OFF, VERBOSE) SELECT * FROM tokens_ft WHERE id = 7;
+EXPLAIN (COSTS OFF) SELECT * FROM tokens_ft;
+SELECT explain_keys('SELECT * FROM snap_leak.tokens_ft WHERE id = 7');
+SELECT estimated_rows('SELECT * FROM snap_leak.tokens_ft');
+SELECT estimated_rows('SELECT count(*) FROM snap_leak.tokens_ft a JOIN snap_leak.tokens_ft b USING (id) GROUP BY a.token');
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM tokens_ft;
+EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM tokens_ft WHERE id = 7;
+SELECT * FROM tokens_ft;
+RESET ROLE;
+
+-- Through a view, the view's owner is the reader: a view of a role that
+-- may not read it shows nothing even to one that may ...
+CREATE VIEW other_v AS SELECT id, token FROM tokens_ft;
+ALTER VIEW other_v OWNER TO regress_leak_other;
+GRANT SELECT ON other_v TO regress_leak_reader;
+SET ROLE regress_leak_reader;
+EXPLAIN (COSTS OFF) SELECT * FROM other_v WHERE id = 7;
+SELECT estimated_rows('SELECT * FROM snap_leak.other_v');
+RESET ROLE;
+-- ... and a view of a reader that may shows it to whom it grants the view.
+CREATE VIEW reader_v AS SELECT id, token FROM tokens_ft;
+ALTER VIEW reader_v OWNER TO regress_leak_reader;
+GRANT SELECT ON reader_v TO regress_leak_other;
+SET ROLE regress_leak_other;
+EXPLAIN (COSTS OFF) SELECT * FROM reader_v WHERE id = 7;
+SELECT estimated_rows('SELECT * FROM snap_leak.reader_v');
+-- Planned through that view, kept, then shown after the view's owner
+-- lost the grant: refused as the scan is, before any of the plan shows.
+PREPARE through_view(int) AS SELECT * FROM reader_v WHERE id = $1;
+SET plan_cache_mode = force_generic_plan;
+EXPLAIN (COSTS OFF) EXECUTE through_view(7);
+RESET ROLE;
+SET ROLE regress_leak_owner;
+SELECT projcache.revoke_snapshot('tokens', 'regress_leak_reader');
+RESET ROLE;
+SET ROLE regress_leak_other;
+EXPLAIN EXECUTE through_view(7);
+EXECUTE through_view(7);
+DEALLOCATE through_view;
+RESET plan_cache_mode;
+RESET ROLE;
+SET ROLE regress_leak_owner;
+SELECT projcache.grant_snapshot('tokens', 'regress_leak_reader');
+RESET ROLE;
+
+-- A prepared statement planned by the reader, explained by another role:
+-- planned again for that role, it shows nothing.
+SET ROLE regress_leak_reader;
+SET plan_cache_mode = force_generic_plan;
+PREPARE by_id(int) AS SELECT token FROM tokens_ft WHERE id = $1;
+EXPLAIN (COSTS OFF) EXECUTE by_id(7);
+SELECT estimated_rows('SELECT * FROM snap_leak.tokens_ft');
+SET ROLE regress_leak_other;
+EXPLAIN (COSTS OFF) EXECUTE by_id(7);
+EXPLAIN (COSTS OFF, VERBOSE) EXECUTE by_id(7);
+EXECUTE by_id(7);
+-- The same plan kept by the reader after a revoke: refused, not shown.
+SET ROLE regress_leak_reader;
+EXPLAIN (COSTS OFF) EXECUTE by_id(7);
+RESET ROLE;
+SET ROLE regress_leak_owner;
+SELECT projcache.revoke_snapshot('tokens', 'regress_leak_reader');
+RESET ROLE;
+SET ROLE regress_leak_reader;
+EXPLAIN EXECUTE by_id(7);
+EXPLAIN (ANALYZE) EXECUTE by_id(7);
+DEALLOCATE by_id;
+RESET plan_cache_mode;
+-- Planned again now: nothing of it.
+EXPLAIN (COSTS OFF) SELECT * FROM tokens_ft WHERE id = 7;
+SELECT estimated_rows('SELECT * FROM snap_leak.tokens_ft');
+RESET ROLE;
+SET ROLE regress_leak_owner;
+SELECT projcache.grant_snapshot('tokens', 'regress_leak_reader');
+RESET ROLE;
+
+--
+-- 2. System columns.  Through an inheritance parent, the rows of its
 -- foreign child have the parent's system columns asked of them: refused,
 -- as they are on the table itself, never another row's bytes.
 --

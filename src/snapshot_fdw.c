@@ -50,6 +50,7 @@
 #include "optimizer/planmain.h"
 #include "optimizer/paths.h"
 #include "optimizer/restrictinfo.h"
+#include "parser/parsetree.h"
 #include "utils/typcache.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -71,6 +72,9 @@ typedef struct SnapScanState
 {
 	char	   *name;			/* the snapshot */
 	SnapReg    *reg;			/* NULL under EXPLAIN without ANALYZE */
+	/* under EXPLAIN without ANALYZE: the registration, and the verdict */
+	SnapReg    *explain_reg;
+	bool		explain_readable;
 	char	   *blob;			/* its rows: MAXALIGNed MinimalTuples */
 	Size		size;
 	int64		nrows;
@@ -99,17 +103,21 @@ typedef struct SnapPlanInfo
 	int			key_position;	/* and among the snapshot's columns (1-based) */
 	char	   *key_column;
 	Oid			key_eq_opr;		/* its type's default equality operator */
+	bool		readable;		/* the reader may read it: all above is set */
 } SnapPlanInfo;
 
 /*
  * fdw_private of a ForeignScan: the snapshot's name; its key column or "";
  * the key's position among its columns if the plan probes the index, else
- * 0.  (Plans are not invalidated when a snapshot is registered again: a
- * scan probes only if the key is still at that position.)
+ * 0; 1 if the plan was made from what the snapshot holds (its row count,
+ * its key), which only a role that may read it may see, else 0.  (Plans
+ * are not invalidated when a snapshot is registered again: a scan probes
+ * only if the key is still at that position.)
  */
 #define FDW_PRIVATE_NAME		0
 #define FDW_PRIVATE_KEY			1
 #define FDW_PRIVATE_PROBE		2
+#define FDW_PRIVATE_READABLE	3
 
 static Oid	hash_equality(Oid type);
 
@@ -134,20 +142,58 @@ snapshot_option(Oid relid)
 	return NULL;				/* keep the compiler quiet */
 }
 
+/*
+ * The registration of a snapshot, or NULL if there is none, with whether
+ * the reader may read it (the user the table's privileges are checked
+ * for: a view's owner, when a view reads the foreign table; the current
+ * user when userid is not valid).  Unlike lookup_for_reader, no error if
+ * it may not: planning and EXPLAIN then show nothing of the snapshot.
+ * From the backend's cache while nothing changed.
+ */
+static SnapReg *
+lookup_with_verdict(const char *name, Oid userid, bool *readable)
+{
+	SnapReg    *reg = pc_registry_lookup_cached(name, true);
+	PcUserSwitch rs;
+
+	*readable = false;
+	if (reg == NULL)
+		return NULL;
+	if (!OidIsValid(userid) || userid == GetUserId())
+		*readable = pc_snap_may_read(reg);
+	else
+	{
+		pc_become(&rs, PC_AS_READER, userid, SAFE_SEARCH_PATH);
+		*readable = pc_snap_may_read(reg);
+		pc_unbecome(&rs);
+	}
+	return reg;
+}
+
 /* ----------------------------------------------------------------
  * Planning
  * ----------------------------------------------------------------
  */
 
 /*
- * The row estimate is the snapshot's row count, if it is loaded (the
- * registration comes from the backend's cache, so that a query planned
- * each time does no catalog work for it while nothing changed).
+ * The row estimate is the snapshot's row count, if it is loaded and the
+ * reader may read it (the registration comes from the backend's cache, so
+ * that a query planned each time does no catalog work for it while nothing
+ * changed).  For a reader that may not, the plan is made as for a snapshot
+ * that is not there: a default estimate and no key index, so that neither
+ * EXPLAIN nor the estimates of the nodes above tell it anything.
+ *
+ * The plan then depends on who plans it.  When the reader is the current
+ * user, a cached plan is made again for another user (dependsOnRole); a
+ * plan read through a view is the view owner's, made again if the owner
+ * changes.  A grant revoked after planning invalidates nothing, so the
+ * scan checks again when it begins, under EXPLAIN too (snap_begin_scan).
  */
 static void
 snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
 	char	   *name = snapshot_option(foreigntableid);
+	RangeTblEntry *rte = planner_rt_fetch(baserel->relid, root);
 	SnapPlanInfo *plan_info;
 	SnapReg    *reg;
 	PcSnapInfo	info;
@@ -157,7 +203,11 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	plan_info->name = name;
 	baserel->fdw_private = plan_info;
 	baserel->rows = PC_FDW_UNKNOWN_ROWS;
-	reg = pc_registry_lookup_cached(name, true);
+	if (!OidIsValid(rte->checkAsUser))
+		root->glob->dependsOnRole = true;
+	reg = lookup_with_verdict(name, rte->checkAsUser, &plan_info->readable);
+	if (!plan_info->readable)
+		reg = NULL;
 	if (reg != NULL &&
 		pc_snap_describe(MyDatabaseId, reg->name, reg->id, reg->stamp, &info) &&
 		info.loaded)
@@ -351,11 +401,12 @@ snap_get_plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 	scan_clauses = extract_actual_clauses(scan_clauses, false);
 	return make_foreignscan(tlist, scan_clauses, baserel->relid,
 							probe_value,
-							list_make3(makeString(plan_info->name),
+							list_make4(makeString(plan_info->name),
 									   makeString(plan_info->key_column ?
 												  plan_info->key_column : ""),
 									   makeInteger(probe_value != NIL ?
-												   plan_info->key_position : 0)),
+												   plan_info->key_position : 0),
+									   makeInteger(plan_info->readable ? 1 : 0)),
 							NIL, NIL, outer_plan);
 }
 
@@ -449,10 +500,27 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	ItemPointerSetInvalid(&st->tuple.t_self);
 	st->tuple.t_tableOid = RelationGetRelid(node->ss.ss_currentRelation);
 	refuse_header_columns(plan, node->ss.ss_currentRelation);
-	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
-		return;
-
 	pc_require_loaded();
+	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
+	{
+		bool		readable;
+		SnapReg    *reg = lookup_with_verdict(st->name, rte->checkAsUser,
+											  &readable);
+
+		/*
+		 * A plan made for a reader that may read the snapshot carries its
+		 * row count and key.  For one that may not now (a plan cached
+		 * before a revoke, or planned as another role), EXPLAIN fails as
+		 * the scan would, before anything of the plan is shown.
+		 */
+		if (reg != NULL && !readable &&
+			intVal(list_nth(plan->fdw_private, FDW_PRIVATE_READABLE)) != 0)
+			(void) lookup_for_reader(st->name, rte->checkAsUser);
+		st->explain_reg = reg;
+		st->explain_readable = readable;
+		return;
+	}
+
 	st->reg = lookup_for_reader(st->name, rte->checkAsUser);
 	if (!pc_snap_desc_matches(st->reg, desc))
 		ereport(ERROR,
@@ -627,20 +695,24 @@ snap_end_scan(ForeignScanState *node)
 
 /*
  * EXPLAIN: the snapshot's name, whether the key index is probed, and what
- * its slot holds now.
+ * its slot holds now; to a reader that may not read the snapshot, only its
+ * name, which the foreign table's options show anyway.
  */
 static void
 snap_explain(ForeignScanState *node, ExplainState *es)
 {
 	SnapScanState *st = (SnapScanState *) node->fdw_state;
 	ForeignScan *plan = (ForeignScan *) node->ss.ps.plan;
-	SnapReg    *reg = st->reg ? st->reg : pc_registry_lookup_cached(st->name, true);
+	SnapReg    *reg = st->reg ? st->reg : st->explain_reg;
 	char	   *key = strVal(list_nth(plan->fdw_private, FDW_PRIVATE_KEY));
 	bool		probes = intVal(list_nth(plan->fdw_private, FDW_PRIVATE_PROBE)) != 0;
 	PcSnapInfo	info;
 	char	   *status;
 
 	ExplainPropertyText("Snapshot", st->name, es);
+	/* A scan that began has checked the reader (snap_begin_scan). */
+	if (st->reg == NULL && reg != NULL && !st->explain_readable)
+		return;
 	if (key[0] != '\0')
 		ExplainPropertyText("Key Index",
 							psprintf("%s (%s)", key, probes ? "probed" : "not used"),
