@@ -35,9 +35,9 @@
  *
  *	 PC_AS_READER: the role a foreign table on a snapshot is read for (the
  *	 owner of a view that reads it), under SECURITY_RESTRICTED_OPERATION:
- *	 the registry read and the check that this role may read the snapshot
- *	 (snapshot_fdw.c).  A load it triggers runs in a load worker, as the
- *	 snapshot's owner.
+ *	 the registry read and the check that this role may read the snapshot,
+ *	 at planning, at EXPLAIN and when a scan begins (snapshot_fdw.c).  A
+ *	 load it triggers runs in a load worker, as the snapshot's owner.
  *
  *	 pc_worker_connect(): the scheduler (projcache.database), the launcher
  *	 (no database) and each load worker (the reader's database) connect as
