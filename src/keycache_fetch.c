@@ -16,7 +16,9 @@
  * It is user code in a long-lived superuser session, so it gets exactly
  * the rights of its role (projcache.fetch_role, else the function's owner)
  * for everything it sets in motion, commit included, and what it leaves in
- * the session is undone after each batch: see pc_fetch_batch().
+ * the session is undone after each batch: see pc_fetch_batch().  Its
+ * settings are the server's, not those the owner of projcache.database
+ * set on it (pc_scheduler_connect()).
  *
  * Copyright (c) 2026, projcache developers
  *

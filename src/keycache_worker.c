@@ -947,7 +947,7 @@ pc_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	pc_worker_connect(pc_database, InvalidOid);
+	pc_scheduler_connect(pc_database);
 	pgstat_report_appname("projcache scheduler");
 
 	pc_attach();

@@ -39,10 +39,21 @@
  *	 at planning, at EXPLAIN and when a scan begins (snapshot_fdw.c).  A
  *	 load it triggers runs in a load worker, as the snapshot's owner.
  *
- *	 pc_worker_connect(): the scheduler (projcache.database), the launcher
- *	 (no database) and each load worker (the reader's database) connect as
- *	 the bootstrap superuser, so that no role needs LOGIN; they run no user
- *	 code until they switch with pc_become().
+ *	 pc_worker_connect(): the launcher (no database) and each load worker
+ *	 (the reader's database) connect as the bootstrap superuser, so that no
+ *	 role needs LOGIN; they run no user code until they switch with
+ *	 pc_become().  A load worker keeps its database's settings, as every
+ *	 session of that database does.
+ *
+ *	 pc_scheduler_connect(): the scheduler connects to projcache.database
+ *	 the same way, and then puts back the server's value of every setting
+ *	 that database or its role had set (pg_db_role_setting: ALTER DATABASE
+ *	 ... SET, ALTER ROLE ... [IN DATABASE] SET).  The fetch function feeds
+ *	 the cache every database reads, so it runs with the settings of
+ *	 postgresql.conf, ALTER SYSTEM, the command line and ALTER ROLE ALL SET,
+ *	 all a superuser's, and with none that the owner of projcache.database
+ *	 chose: no search_path of theirs resolves its names and operators, no
+ *	 DateStyle or TimeZone of theirs shapes its text.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -50,10 +61,14 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_authid.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
+#include "utils/memutils.h"
 
 #include "user_switch.h"
 
@@ -125,4 +140,147 @@ pc_worker_connect(const char *dbname, Oid dboid)
 		BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	else
 		BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+}
+
+/* A setting's value as the server gave it, before the connection. */
+typedef struct ServerSetting
+{
+	const char *name;
+	char	   *value;			/* NULL: the setting had no value */
+} ServerSetting;
+
+/* The current value of a setting, as text set_config_option() takes. */
+static char *
+setting_value(struct config_generic *gconf)
+{
+	switch (gconf->vartype)
+	{
+		case PGC_BOOL:
+			return pstrdup(*((struct config_bool *) gconf)->variable ?
+						   "on" : "off");
+		case PGC_INT:
+			return psprintf("%d", *((struct config_int *) gconf)->variable);
+		case PGC_REAL:
+			return psprintf("%.17g", *((struct config_real *) gconf)->variable);
+		case PGC_STRING:
+			{
+				char	   *v = *((struct config_string *) gconf)->variable;
+
+				return v != NULL ? pstrdup(v) : NULL;
+			}
+		case PGC_ENUM:
+			{
+				struct config_enum *conf = (struct config_enum *) gconf;
+
+				return pstrdup(config_enum_lookup_by_value(conf,
+														   *conf->variable));
+			}
+	}
+	Assert(false);
+	return NULL;
+}
+
+/* Was this value set by pg_db_role_setting for this database or role? */
+static bool
+set_by_database_or_role(GucSource source)
+{
+	return source == PGC_S_DATABASE || source == PGC_S_USER ||
+		source == PGC_S_DATABASE_USER;
+}
+
+/*
+ * Put back, after the connection, the server's value of every setting that
+ * the database or the role had set.  The values are forced (as the
+ * connection forces session_authorization), so that RESET and the end of a
+ * SET LOCAL come back to them too; a reload does not change them, so a
+ * change of such a setting in postgresql.conf reaches the scheduler when it
+ * next starts.  A custom setting that only the database or role knew has no
+ * server value: it is emptied.
+ */
+static void
+restore_server_settings(const char *dbname, ServerSetting *saved, int nsaved)
+{
+	struct config_generic **vars = get_guc_variables();
+	int			nvars = GetNumConfigOptions();
+	StringInfoData names;
+	int			restored = 0;
+	int			i;
+
+	initStringInfo(&names);
+	/* Check hooks (role, default_tablespace) look up catalogs in one. */
+	StartTransactionCommand();
+	for (i = 0; i < nvars; i++)
+	{
+		struct config_generic *gconf = vars[i];
+		const char *value = "";
+		int			j;
+
+		if (!set_by_database_or_role(gconf->source))
+			continue;
+		for (j = 0; j < nsaved; j++)
+		{
+			if (strcmp(saved[j].name, gconf->name) == 0)
+			{
+				value = saved[j].value;
+				break;
+			}
+		}
+		if (value == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("setting \"%s\" of database \"%s\" or its role has no server value to put back",
+							gconf->name, dbname),
+					 errhint("Remove the setting with ALTER DATABASE ... RESET or ALTER ROLE ... RESET.")));
+		(void) set_config_option(gconf->name, value, PGC_SU_BACKEND,
+								 PGC_S_OVERRIDE, GUC_ACTION_SET, true,
+								 ERROR, false);
+		Assert(gconf->source == PGC_S_OVERRIDE);
+		appendStringInfo(&names, "%s%s", restored > 0 ? ", " : "",
+						 gconf->name);
+		restored++;
+	}
+	CommitTransactionCommand();
+	if (restored > 0)
+		ereport(LOG,
+				(errmsg_plural("projcache scheduler uses the server's value of %d setting that database \"%s\" or its role set",
+							   "projcache scheduler uses the server's value of %d settings that database \"%s\" or its role set",
+							   restored, restored, dbname),
+				 errdetail("Settings: %s.", names.data)));
+	pfree(names.data);
+}
+
+/*
+ * Connect the scheduler to dbname, as pc_worker_connect() does, and then
+ * run with the server's settings, not the database's or its role's: see
+ * the file header.  PostgreSQL 15 has no connection flag that skips
+ * pg_db_role_setting, so the values the server gave this process are
+ * copied before the connection and put back after it.
+ */
+void
+pc_scheduler_connect(const char *dbname)
+{
+	MemoryContext cxt;
+	MemoryContext oldcxt;
+	struct config_generic **vars;
+	ServerSetting *saved;
+	int			nvars;
+	int			i;
+
+	Assert(dbname != NULL);
+	cxt = AllocSetContextCreate(TopMemoryContext, "projcache server settings",
+								ALLOCSET_DEFAULT_SIZES);
+	oldcxt = MemoryContextSwitchTo(cxt);
+	vars = get_guc_variables();
+	nvars = GetNumConfigOptions();
+	saved = palloc(nvars * sizeof(ServerSetting));
+	for (i = 0; i < nvars; i++)
+	{
+		saved[i].name = pstrdup(vars[i]->name);
+		saved[i].value = setting_value(vars[i]);
+	}
+	MemoryContextSwitchTo(oldcxt);
+
+	pc_worker_connect(dbname, InvalidOid);
+	restore_server_settings(dbname, saved, nvars);
+	MemoryContextDelete(cxt);
 }
