@@ -26,10 +26,14 @@
  * not cached when its record was replayed) is stored stale and waiting: it
  * may have read the rows from before the commit.
  *
- * When the list is full, redo drops the record and notes its transaction.
- * Then every cached key counts as waiting until every transaction up to the
- * newest dropped one has ended (a snapshot's xmin passes it); after that,
- * the keys stay stale and each is refetched on its next read.
+ * When the list is full, redo drops the record and notes its transaction
+ * (as it does for a record it cannot read).  Then every cached key counts
+ * as waiting until each transaction whose record was dropped has ended;
+ * after that, the keys stay stale and each is refetched on its next read.
+ * Only those transactions are waited for: another one left open on the
+ * primary, however old, holds nothing back.  (If more were dropped than
+ * the shared list of them holds, the rest are waited for as a horizon:
+ * until every transaction up to the newest of them has ended.)
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -229,7 +233,7 @@ take_new_items(void)
 	Size		n;
 	Size		pos;
 	bool		mark_all;
-	TransactionId overflow_xid;
+	int			ndropped;
 
 	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
 	n = pending->used - pending->marked;
@@ -248,7 +252,7 @@ take_new_items(void)
 	memcpy(copy, pending->data + pending->marked, n);
 	pending->marked += n;
 	mark_all = pending->overflowed && !pending->overflow_marked;
-	overflow_xid = pending->overflow_xid;
+	ndropped = pending->ndropped;
 	if (mark_all)
 		pending->overflow_marked = true;
 	LWLockRelease(pc_shared->wal_lock);
@@ -269,8 +273,9 @@ take_new_items(void)
 		overflow_active = true;
 		ereport(LOG,
 				(errmsg("projcache: invalidations replayed from WAL did not fit in projcache.wal_pending_memory"),
-				 errdetail("Every cached key is stale, and waits until transaction %u and all before it have ended.",
-						   overflow_xid)));
+				 errdetail_plural("Every cached key is stale, and waits until the %d transaction whose invalidations were dropped has ended.",
+								  "Every cached key is stale, and waits until the %d transactions whose invalidations were dropped have ended.",
+								  ndropped, ndropped)));
 		set_awaiting_all(true);
 	}
 	return true;
@@ -365,7 +370,7 @@ resolve_items(PcRefetchFn refetch)
 
 		pos += PC_WAL_ITEM_SIZE(item->keylen);
 		if (w == NULL)
-			continue;			/* cannot happen: counted when marked */
+			elog(ERROR, "projcache: a replayed key ended without being counted as waiting");
 		w->committed |= f->fate == XID_COMMITTED;
 		if (--w->items > 0)
 			continue;
@@ -394,40 +399,66 @@ oldest_running_xid(void)
 	return xmin;
 }
 
-/* After an overflow: has every transaction up to the newest dropped ended? */
+/*
+ * After an overflow: forget the dropped transactions that have ended, and
+ * end the overflow once none is left.  Redo only appends to dropped_xids,
+ * so the first entries under the exclusive lock are those looked at.
+ */
 static bool
 resolve_overflow(void)
 {
 	PcWalPending *pending = pc_wal_pending();
-	TransactionId overflow_xid;
-	TransactionId xmin;
+	TransactionId xids[PC_WAL_MAX_DROPPED_XIDS];
+	bool		ended[PC_WAL_MAX_DROPPED_XIDS];
+	TransactionId lost_xid;
+	bool		lost_ended = false;
+	bool		moved = false;
 	bool		over = false;
+	int			n;
+	int			i;
+	int			kept;
 
 	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
-	overflow_xid = pending->overflow_xid;
+	n = pending->ndropped;
+	memcpy(xids, pending->dropped_xids, n * sizeof(TransactionId));
+	lost_xid = pending->lost_xid;
 	LWLockRelease(pc_shared->wal_lock);
 
-	xmin = oldest_running_xid();
-	if (!TransactionIdPrecedes(overflow_xid, xmin))
-		return false;
+	for (i = 0; i < n; i++)
+		ended[i] = xid_fate(xids[i]) != XID_RUNNING;
+	if (TransactionIdIsValid(lost_xid))
+		lost_ended = TransactionIdPrecedes(lost_xid, oldest_running_xid());
 
 	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
-	if (pending->overflow_xid == overflow_xid)
+	Assert(pending->overflowed && pending->ndropped >= n);
+	for (i = 0, kept = 0; i < pending->ndropped; i++)
+	{
+		Assert(i >= n || TransactionIdEquals(pending->dropped_xids[i], xids[i]));
+		if (i < n && ended[i])
+			continue;
+		pending->dropped_xids[kept++] = pending->dropped_xids[i];
+	}
+	moved = kept < pending->ndropped;
+	pending->ndropped = kept;
+	if (lost_ended && TransactionIdEquals(pending->lost_xid, lost_xid))
+	{
+		pending->lost_xid = InvalidTransactionId;
+		moved = true;
+	}
+	if (pending->ndropped == 0 && !TransactionIdIsValid(pending->lost_xid))
 	{
 		pending->overflowed = false;
 		pending->overflow_marked = false;
-		pending->overflow_xid = InvalidTransactionId;
 		over = true;
 	}
 	LWLockRelease(pc_shared->wal_lock);
 	if (!over)
-		return false;			/* dropped another record meanwhile */
+		return moved;
 
 	overflow_active = false;
 	set_awaiting_all(false);
 	ereport(LOG,
-			(errmsg("projcache: transactions up to %u have ended; cached keys are refetched on their next read",
-					overflow_xid)));
+			(errmsg("projcache: the transactions whose invalidations were dropped have ended; cached keys are refetched on their next read")));
 	return true;
 }
 

@@ -21,9 +21,13 @@
  *	 but that lock;
  * - the worker marks the keys of new items stale (those before 'marked'
  *	 are done), then removes the items whose transaction has ended.
- * A record that does not fit is dropped whole, and 'overflowed' makes the
- * worker treat every cached key as waiting, until every transaction up to
- * overflow_xid has ended (keycache_replay.c).
+ * A record that does not fit is dropped whole, and so is one that cannot
+ * be read (malformed, or of a type this version does not know): then
+ * 'overflowed' makes the worker treat every cached key as waiting, until
+ * each transaction whose record was dropped has ended (keycache_replay.c).
+ * Those transactions are listed in dropped_xids; one that finds the list
+ * full is folded into lost_xid, and then the wait lasts until every
+ * transaction up to lost_xid has ended.
  */
 typedef struct PcWalItem
 {
@@ -31,6 +35,13 @@ typedef struct PcWalItem
 	uint16		keylen;
 	char		key[FLEXIBLE_ARRAY_MEMBER];
 } PcWalItem;
+
+/*
+ * Transactions whose records were dropped and that the worker has not yet
+ * seen end.  They are running transactions of the primary, so they are
+ * usually few; the worker removes each as it ends.
+ */
+#define PC_WAL_MAX_DROPPED_XIDS	256
 
 #define PC_WAL_ITEM_SIZE(keylen) \
 	INTALIGN(offsetof(PcWalItem, key) + (keylen))
@@ -40,12 +51,17 @@ typedef struct PcWalPending
 	Size		capacity;		/* bytes of data[] */
 	Size		used;			/* bytes of items in data[] */
 	Size		marked;			/* items before this offset were marked */
-	bool		overflowed;		/* a record was dropped; set until every
-								 * transaction up to overflow_xid ended */
-	TransactionId overflow_xid; /* the newest transaction dropped */
+	bool		overflowed;		/* a record was dropped; set until each of
+								 * its transactions ended */
 	bool		overflow_marked;	/* the worker marked every cached key */
+	int			ndropped;		/* entries of dropped_xids in use */
+	TransactionId dropped_xids[PC_WAL_MAX_DROPPED_XIDS];
+	TransactionId lost_xid;		/* newest dropped transaction that did not
+								 * fit in dropped_xids, or invalid */
 	uint64		keys_replayed;	/* keys redo was given, ever */
 	uint64		keys_dropped;	/* of which dropped for want of room */
+	uint64		records_unreadable; /* records skipped: malformed, or of an
+									 * unknown type */
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PcWalPending;
 

@@ -23,8 +23,14 @@
  * allocates nothing, runs no SPI and waits for no backend: it takes one
  * LWLock (the list's, or a snapshot slot's), copies bytes into memory
  * reserved at server start, and sets the worker's latch.  A record that
- * does not fit is dropped and noted (see wal.h).  Malformed records are
- * skipped.
+ * does not fit is dropped and noted (see wal.h).  A record it cannot read
+ * (malformed, or of a type this version does not know) is counted, logged
+ * as a WARNING, and noted the same way: every cached key is then stale
+ * until its transaction has ended, since its keys are unknown.
+ *
+ * projcache_debug_wal_record() writes records of any type and contents, so
+ * that tests can feed redo records it cannot read; it works only with
+ * projcache.debug_clock on, and no extension script declares it.
  *
  * The resource manager is registered by _PG_init() when the library is
  * preloaded, whatever projcache.wal_invalidations says: a server that
@@ -42,10 +48,12 @@
 #include "access/xlog_internal.h"
 #include "access/xloginsert.h"
 #include "access/xlogreader.h"
+#include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/lwlock.h"
 #include "utils/builtins.h"
+#include "utils/pg_lsn.h"
 
 #include "shmem.h"
 #include "snapshot.h"
@@ -195,7 +203,7 @@ pc_wal_pending_init(PcWalPending *pending)
 {
 	memset(pending, 0, offsetof(PcWalPending, data));
 	pending->capacity = (Size) pc_wal_pending_kb * 1024;
-	pending->overflow_xid = InvalidTransactionId;
+	pending->lost_xid = InvalidTransactionId;
 }
 
 PcWalPending *
@@ -260,6 +268,55 @@ append_item(const char *key, uint16 len, void *arg)
 	st->pending->used += PC_WAL_ITEM_SIZE(len);
 }
 
+/*
+ * A record of transaction xid was dropped: every cached key waits until
+ * that transaction has ended (keycache_replay.c).  Without a transaction
+ * there is nothing to wait for: the keys are only made stale.  Caller
+ * holds wal_lock exclusively.
+ */
+static void
+note_dropped(PcWalPending *pending, TransactionId xid)
+{
+	int			i;
+
+	Assert(LWLockHeldByMeInMode(pc_shared->wal_lock, LW_EXCLUSIVE));
+	pending->overflowed = true;
+	if (!TransactionIdIsNormal(xid))
+		return;
+	for (i = 0; i < pending->ndropped; i++)
+	{
+		if (TransactionIdEquals(pending->dropped_xids[i], xid))
+			return;
+	}
+	if (pending->ndropped < PC_WAL_MAX_DROPPED_XIDS)
+		pending->dropped_xids[pending->ndropped++] = xid;
+	else if (!TransactionIdIsValid(pending->lost_xid) ||
+			 TransactionIdFollows(xid, pending->lost_xid))
+		pending->lost_xid = xid;
+}
+
+/*
+ * A record redo cannot read: count it, say so, and treat it as dropped,
+ * so that no key it may have invalidated serves as fresh.
+ */
+static void
+redo_unreadable(XLogReaderState *record, const char *what)
+{
+	TransactionId xid = XLogRecGetXid(record);
+	PcWalPending *pending = pc_wal_pending();
+
+	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pending->records_unreadable++;
+	note_dropped(pending, xid);
+	LWLockRelease(pc_shared->wal_lock);
+	pc_wake_worker();
+	ereport(WARNING,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("projcache skipped a WAL record it cannot read: %s", what),
+			 errdetail("Every cached key is stale until transaction %u has ended.",
+					   xid)));
+}
+
 static void
 redo_invalidate(XLogReaderState *record)
 {
@@ -270,9 +327,17 @@ redo_invalidate(XLogReaderState *record)
 	Size		need = 0;
 	uint32		nkeys;
 
-	if (pc_shared == NULL || !TransactionIdIsNormal(xid) ||
-		!walk_keys(data, size, add_item_size, &need))
+	/* Written just before a commit record, by a transaction with an id. */
+	if (!TransactionIdIsNormal(xid))
+	{
+		redo_unreadable(record, "INVALIDATE without a transaction");
 		return;
+	}
+	if (!walk_keys(data, size, add_item_size, &need))
+	{
+		redo_unreadable(record, "malformed INVALIDATE");
+		return;
+	}
 	memcpy(&nkeys, data, sizeof(uint32));
 
 	pending = pc_wal_pending();
@@ -287,10 +352,7 @@ redo_invalidate(XLogReaderState *record)
 	else
 	{
 		pending->keys_dropped += nkeys;
-		if (!pending->overflowed ||
-			TransactionIdFollows(xid, pending->overflow_xid))
-			pending->overflow_xid = xid;
-		pending->overflowed = true;
+		note_dropped(pending, xid);
 	}
 	LWLockRelease(pc_shared->wal_lock);
 	pc_wake_worker();
@@ -301,8 +363,11 @@ redo_refresh(XLogReaderState *record)
 {
 	PcWalRefresh rec;
 
-	if (pc_shared == NULL || XLogRecGetDataLen(record) != sizeof(rec))
+	if (XLogRecGetDataLen(record) != sizeof(rec))
+	{
+		redo_unreadable(record, "malformed REFRESH_SNAPSHOT");
 		return;
+	}
 	memcpy(&rec, XLogRecGetData(record), sizeof(rec));
 	rec.name[NAMEDATALEN - 1] = '\0';
 	pc_snap_mark_stale(rec.dbid, rec.name);
@@ -311,6 +376,9 @@ redo_refresh(XLogReaderState *record)
 static void
 projcache_redo(XLogReaderState *record)
 {
+	/* Shared memory is set up before recovery starts (shmem.c). */
+	Assert(pc_shared != NULL);
+
 	switch (XLogRecGetInfo(record) & ~XLR_INFO_MASK)
 	{
 		case XLOG_PROJCACHE_INVALIDATE:
@@ -320,9 +388,49 @@ projcache_redo(XLogReaderState *record)
 			redo_refresh(record);
 			break;
 		default:
-			/* written by a newer projcache: nothing this one can do */
+			/* Written by a newer projcache, or not by projcache at all. */
+			redo_unreadable(record, "unknown record type");
 			break;
 	}
+}
+
+/*
+ * projcache_debug_wal_record(info int, data bytea) → pg_lsn: write a
+ * projcache record with these xl_info bits and this data, in the calling
+ * transaction, which is given an id; returns its LSN.  For tests of redo
+ * only: refused unless projcache.debug_clock is on, and to non-superusers.
+ * A test declares it with CREATE FUNCTION ... LANGUAGE C.
+ */
+PG_FUNCTION_INFO_V1(projcache_debug_wal_record);
+
+Datum
+projcache_debug_wal_record(PG_FUNCTION_ARGS)
+{
+	int32		info = PG_GETARG_INT32(0);
+	bytea	   *data = PG_GETARG_BYTEA_PP(1);
+
+	if (!pc_debug_clock)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("projcache.debug_clock is off"),
+				 errhint("Set projcache.debug_clock = on in postgresql.conf and restart; it is meant for tests only.")));
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers may write projcache WAL records")));
+	if (info < 0 || info > 0xFF || (info & XLR_INFO_MASK) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("record type must be one of 0x00, 0x10, ..., 0xF0")));
+	if (!rmgr_registered || RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("projcache WAL records can be written only on a primary that preloads projcache")));
+
+	(void) GetTopTransactionId();
+	XLogBeginInsert();
+	XLogRegisterData(VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data));
+	PG_RETURN_LSN(XLogInsert((RmgrId) pc_wal_rmgr_id, (uint8) info));
 }
 
 /* ----------------------------------------------------------------
