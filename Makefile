@@ -64,7 +64,7 @@ $(OBJS): $(wildcard src/*.h)
 
 # The scheduler core is plain C: it is compiled a second time, without the
 # server, into a cmocka test binary.
-UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -I$(srcdir)/src
+UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -DSCHED_UNIT_TEST -I$(srcdir)/src
 test/unit/test_scheduler: test/unit/test_scheduler.c src/scheduler.c src/scheduler.h
 	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_scheduler.c src/scheduler.c -lcmocka -lm
 

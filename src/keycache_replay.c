@@ -260,7 +260,11 @@ take_new_items(void)
 	for (pos = 0; pos < n;)
 	{
 		PcWalItem  *item = (PcWalItem *) (copy + pos);
-		WaitingKey *w = waiting_lookup(item->key, item->keylen, HASH_ENTER);
+		WaitingKey *w;
+
+		Assert(TransactionIdIsNormal(item->xid) && item->keylen > 0 &&
+			   pos + PC_WAL_ITEM_SIZE(item->keylen) <= n);
+		w = waiting_lookup(item->key, item->keylen, HASH_ENTER);
 
 		w->items++;
 		set_awaiting(item->key, item->keylen, true);
@@ -342,6 +346,7 @@ resolve_items(PcRefetchFn refetch)
 		Size		size = PC_WAL_ITEM_SIZE(item->keylen);
 		XidFateEntry *f = hash_search(fates, &item->xid, HASH_FIND, NULL);
 
+		Assert(f != NULL);		/* every marked item's xid was looked up */
 		if (f->fate == XID_RUNNING)
 		{
 			if (kept != pos)

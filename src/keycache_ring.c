@@ -104,6 +104,7 @@ pc_ring_drain(char *buf, Size bufsize)
 		Size		rec;
 
 		ring_read(ring, ring->read_pos, &len, sizeof(uint32));
+		Assert(len > 0 && len <= PC_MAX_KEY_BYTES);
 		rec = PC_RING_RECORD(len);
 		if (copied + rec > bufsize)
 			break;

@@ -653,12 +653,12 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
+	/* Only this process deletes entries, and not while their fetch runs. */
 	if (entry == NULL)
 	{
-		/* Cannot happen: only this process deletes entries. */
 		pc_free(new_value, new_value_size);
 		pc_free(new_error, new_error_size);
-		return breach;
+		elog(ERROR, "projcache: the entry of a key in a fetch is gone");
 	}
 	if (result != SCHED_RESULT_PENDING)
 	{

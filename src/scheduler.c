@@ -22,8 +22,20 @@
  */
 #include "scheduler.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * What the code assumes, checked where assertions are on: the unit tests,
+ * and server builds with USE_ASSERT_CHECKING (PROJCACHE_ASSERTS=1).  The
+ * server's Assert() needs its headers, which this file does without.
+ */
+#if defined(USE_ASSERT_CHECKING) || defined(SCHED_UNIT_TEST)
+#define SCHED_ASSERT(cond) assert(cond)
+#else
+#define SCHED_ASSERT(cond) ((void) 0)
+#endif
 
 typedef struct SchedHeap
 {
@@ -271,6 +283,7 @@ sched_unlink(Sched *s, SchedEntry *entry)
 static void
 heap_set(SchedHeap *h, SchedQueue q, int i, SchedEntry *e)
 {
+	SCHED_ASSERT(i >= 0 && i < h->capacity);
 	h->items[i] = e;
 	e->heap_pos[q] = i;
 }
@@ -323,6 +336,7 @@ queue_remove(Sched *s, SchedQueue q, SchedEntry *e)
 
 	if (i < 0)
 		return;
+	SCHED_ASSERT(i < h->count && h->items[i] == e);
 	e->heap_pos[q] = -1;
 	last = h->items[--h->count];
 	if (i == h->count)
@@ -351,6 +365,7 @@ queue_schedule(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
 		h->items = items;
 		h->capacity = newcap;
 	}
+	SCHED_ASSERT(e->heap_pos[q] == -1 && h->count < h->capacity);
 	e->heap_time[q] = when;
 	heap_set(h, q, h->count, e);
 	h->count++;
@@ -377,6 +392,7 @@ queue_pop_due(Sched *s, SchedQueue q, SchedTime now)
 	if (h->count == 0 || h->items[0]->heap_time[q] > now)
 		return NULL;
 	e = h->items[0];
+	SCHED_ASSERT(e->heap_pos[q] == 0);
 	queue_remove(s, q, e);
 	return e;
 }
@@ -599,9 +615,10 @@ sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result, SchedTime now)
 {
 	bool		is_refresh = e->is_refresh;
 
+	/* Only a fetch that was begun completes; release builds retry. */
+	SCHED_ASSERT(e->state == SCHED_IN_PROGRESS);
 	if (e->state != SCHED_IN_PROGRESS)
 	{
-		/* Cannot happen if callers follow the protocol; retry to be safe. */
 		e->state = SCHED_PENDING;
 		entry_try_begin_fetch(s, e, false, now);
 		return SCHED_RESCHEDULED;

@@ -346,8 +346,10 @@ redo_invalidate(XLogReaderState *record)
 	if (pending->capacity - pending->used >= need)
 	{
 		AppendState st = {pending, xid};
+		bool		walked PG_USED_FOR_ASSERTS_ONLY;
 
-		(void) walk_keys(data, size, append_item, &st);
+		walked = walk_keys(data, size, append_item, &st);
+		Assert(walked);
 	}
 	else
 	{
