@@ -123,7 +123,7 @@ pc_value_size(const PcValue *value)
  * Look the key up, creating a pending entry if it is unknown.  Returns the
  * entry locked exclusively; *created says whether it is new.  The key's
  * bytes are copied to DSA before the lock is taken.  With no room for a
- * new key in projcache.max_memory, returns NULL: nothing is created, and
+ * new key in the keys' part of projcache.max_memory, returns NULL: nothing is created, and
  * the worker is woken to make room (reads never fail for lack of it).
  */
 PcEntry *
@@ -140,8 +140,8 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	 * Refuse new keys before that could happen: with no room, the key is not
 	 * created (NULL), and the worker is asked to make room.
 	 */
-	if (pc_memory_used() + PC_ENTRY_DSA_BYTES + pc_dsa_footprint(len) <=
-		pc_memory_bound())
+	if (pc_key_memory_used() + PC_ENTRY_DSA_BYTES + pc_dsa_footprint(len) <=
+		pc_key_memory_bound())
 		dp = pc_alloc(len);
 	if (!DsaPointerIsValid(dp))
 	{

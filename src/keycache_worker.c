@@ -53,9 +53,12 @@
  * Eviction under memory pressure: once memory use crosses the high
  * watermark, or a reader found no room for a new key, the worker evicts
  * keys (SIEVE, see scheduler.h) until use is below the low watermark.  Both
- * are shares of what projcache.max_memory leaves for data (pc_memory_bound);
- * the gap between them is room for the keys and values that arrive while
- * the worker is busy with a fetch.
+ * are shares of what projcache.max_memory leaves for keys, and only what
+ * keys take is measured against them (pc_key_memory_bound): snapshot rows
+ * have a budget of their own, so however much of it they hold, the worker
+ * neither evicts keys for them nor finds itself unable to get below the
+ * low watermark.  The gap between the watermarks is room for the keys and
+ * values that arrive while the worker is busy with a fetch.
  */
 #define PC_EVICT_HIGH_PERCENT	95
 #define PC_EVICT_LOW_PERCENT	85
@@ -222,23 +225,22 @@ take_visited(SchedEntry *e, void *arg)
 }
 
 /*
- * Keep the key map under projcache.max_memory: past the high watermark, or
- * when a reader found no room, evict SIEVE's victims until memory use is
- * below the low watermark (or no key can be evicted: the rest are being
- * fetched, or memory is taken by snapshots, which key pressure never
- * evicts).
+ * Keep the key map within its part of projcache.max_memory: past the high
+ * watermark, or when a reader found no room, evict SIEVE's victims until
+ * what keys take is below the low watermark (or no key can be evicted: the
+ * rest are being fetched).
  */
 static void
 evict_for_memory(void)
 {
-	Size		bound = pc_memory_bound();
+	Size		bound = pc_key_memory_bound();
 	Size		high = bound / 100 * PC_EVICT_HIGH_PERCENT;
 	Size		low = bound / 100 * PC_EVICT_LOW_PERCENT;
 	bool		wanted = pg_atomic_exchange_u32(&pc_shared->room_wanted, 0) != 0;
 
-	if (!wanted && pc_memory_used() <= high)
+	if (!wanted && pc_key_memory_used() <= high)
 		return;
-	while (pc_memory_used() > low)
+	while (pc_key_memory_used() > low)
 	{
 		SchedEntry *victim = sched_sieve_victim(sched, take_visited, NULL);
 
@@ -511,7 +513,7 @@ make_value(PcFetchItem *item, Size *size)
 	PcValue    *value;
 
 	*size = offsetof(PcValue, data) + config_offset + config_len;
-	if (*size > pc_memory_bound() / PC_MAX_VALUE_DIVISOR)
+	if (*size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
 		return InvalidDsaPointer;
 	dp = pc_alloc(*size);
 	if (!DsaPointerIsValid(dp))
@@ -582,10 +584,10 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		if (!DsaPointerIsValid(new_value))
 		{
 			item->answer = PC_ANSWER_ERROR;
-			if (new_value_size > pc_memory_bound() / PC_MAX_VALUE_DIVISOR)
+			if (new_value_size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
 				item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
 									   new_value_size,
-									   pc_memory_bound() / PC_MAX_VALUE_DIVISOR);
+									   pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR);
 			else
 			{
 				item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",

@@ -42,6 +42,10 @@ int			pc_batch_interval_ms = 100;
 int			pc_fetch_timeout_ms = 30 * 1000;
 int			pc_max_memory_kb = 64 * 1024;
 int			pc_max_snapshots = 64;
+int			pc_snapshot_memory_kb = -1;
+int			pc_snapshot_memory_per_owner_kb = -1;
+int			pc_max_snapshots_per_owner = -1;
+int			pc_max_snapshots_per_database = -1;
 bool		pc_debug_clock = false;
 bool		pc_wal_invalidations = false;
 int			pc_wal_rmgr_id = RM_EXPERIMENTAL_ID;
@@ -55,6 +59,18 @@ check_notify_channel(char **newval, void **extra, GucSource source)
 	{
 		GUC_check_errdetail("A channel name is at most %d bytes long.",
 							NAMEDATALEN - 1);
+		return false;
+	}
+	return true;
+}
+
+/* A share of the snapshot slots: -1 (derived) or at least one slot. */
+static bool
+check_snapshot_share(int *newval, void **extra, GucSource source)
+{
+	if (*newval == 0)
+	{
+		GUC_check_errdetail("Use -1 for the default share, or at least 1.");
 		return false;
 	}
 	return true;
@@ -200,6 +216,42 @@ define_settings(void)
 							0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("projcache.snapshot_memory",
+							"Sets the part of projcache.max_memory that holds snapshot rows.",
+							"Keys cannot use it, and snapshots cannot use the rest. -1 means a quarter of projcache.max_memory.",
+							&pc_snapshot_memory_kb,
+							-1, -1, INT_MAX / 2,
+							PGC_POSTMASTER,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.snapshot_memory_per_owner",
+							"Sets the most of projcache.snapshot_memory the snapshots of one role may hold.",
+							"Snapshots owned by superusers are not bound by it. -1 means half of projcache.snapshot_memory.",
+							&pc_snapshot_memory_per_owner_kb,
+							-1, -1, INT_MAX / 2,
+							PGC_SIGHUP,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_snapshots_per_owner",
+							"Sets the most snapshot slots the snapshots of one role may take, over all databases.",
+							"Snapshots owned by superusers are not bound by it. -1 means a quarter of projcache.max_snapshots.",
+							&pc_max_snapshots_per_owner,
+							-1, -1, 10000,
+							PGC_SIGHUP,
+							0,
+							check_snapshot_share, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_snapshots_per_database",
+							"Sets the most snapshot slots the snapshots of one database may take.",
+							"Snapshots owned by superusers are not bound by it. -1 means half of projcache.max_snapshots.",
+							&pc_max_snapshots_per_database,
+							-1, -1, 10000,
+							PGC_SIGHUP,
+							0,
+							check_snapshot_share, NULL, NULL);
+
 	DefineCustomBoolVariable("projcache.wal_invalidations",
 							 "Writes invalidations and snapshot refreshes to WAL, for the caches of standbys.",
 							 "Every standby must then preload projcache.",
@@ -251,6 +303,7 @@ _PG_init(void)
 		return;
 
 	define_settings();
+	pc_check_memory_settings();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = projcache_shmem_request;

@@ -57,6 +57,10 @@ extern int	pc_batch_interval_ms;
 extern int	pc_fetch_timeout_ms;
 extern int	pc_max_memory_kb;
 extern int	pc_max_snapshots;
+extern int	pc_snapshot_memory_kb;
+extern int	pc_snapshot_memory_per_owner_kb;
+extern int	pc_max_snapshots_per_owner;
+extern int	pc_max_snapshots_per_database;
 extern bool pc_debug_clock;
 
 /* ----------------------------------------------------------------

@@ -15,6 +15,12 @@
  * the allocator's slack (pc_dsa_bytes).  The key map is a dshash table on
  * that area.
  *
+ * max_memory is split in two budgets, counted apart: snapshot rows take
+ * projcache.snapshot_memory (snap_memory_used), everything else (keys,
+ * values, error messages) the rest (memory_used).  Neither can take the
+ * other's room, so keys filling theirs never make a snapshot refresh fail,
+ * and snapshots filling theirs never make the worker evict keys.
+ *
  * Each process attaches to the area and the key map once, on first use.
  * See projcache.h for which lock protects what.
  *
@@ -121,6 +127,7 @@ pc_shmem_startup(void)
 		pg_atomic_init_u64(&shared->config_generation, 0);
 		pg_atomic_init_u64(&shared->registry_generation, 0);
 		pg_atomic_init_u64(&shared->memory_used, 0);
+		pg_atomic_init_u64(&shared->snap_memory_used, 0);
 		pg_atomic_init_u64(&shared->nentries, 0);
 		pg_atomic_init_u64(&shared->entry_serial, 0);
 		for (i = 0; i < PC_NUM_COUNTERS; i++)
@@ -300,11 +307,41 @@ pc_message_reserve(void)
 	return Min(pc_memory_limit() / 16, (Size) 64 * 1024);
 }
 
-/* Where pc_alloc() stops: projcache.max_memory less the message reserve. */
+/* projcache.snapshot_memory: the budget of snapshot rows, in bytes. */
 Size
-pc_memory_bound(void)
+pc_snap_memory_limit(void)
 {
-	return pc_memory_limit() - pc_message_reserve();
+	if (pc_snapshot_memory_kb < 0)
+		return pc_memory_limit() / 4;
+	return (Size) pc_snapshot_memory_kb * 1024;
+}
+
+/*
+ * Refuse, at server start, a snapshot budget that leaves keys nothing:
+ * the key budget below would wrap around.
+ */
+void
+pc_check_memory_settings(void)
+{
+	if (pc_snap_memory_limit() + pc_message_reserve() >= pc_memory_limit())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("projcache.snapshot_memory must be less than projcache.max_memory"),
+				 errdetail("projcache.snapshot_memory is %zu kB; projcache.max_memory is %d kB, of which %zu kB are kept for error messages.",
+						   pc_snap_memory_limit() / 1024, pc_max_memory_kb,
+						   pc_message_reserve() / 1024),
+				 errhint("Lower projcache.snapshot_memory, or raise projcache.max_memory.")));
+}
+
+/*
+ * Where pc_alloc() stops: what projcache.max_memory leaves for keys, once
+ * snapshot rows and the message reserve are set apart.
+ */
+Size
+pc_key_memory_bound(void)
+{
+	Assert(pc_memory_limit() > pc_snap_memory_limit() + pc_message_reserve());
+	return pc_memory_limit() - pc_snap_memory_limit() - pc_message_reserve();
 }
 
 static dsa_pointer
@@ -327,19 +364,19 @@ pc_alloc_internal(Size size, Size bound)
 }
 
 /*
- * Allocate from the DSA area without ever raising an out-of-memory ERROR:
- * returns InvalidDsaPointer when projcache.max_memory is used up.
+ * Allocate from the keys' budget without ever raising an out-of-memory
+ * ERROR: returns InvalidDsaPointer when it is used up.
  */
 dsa_pointer
 pc_alloc(Size size)
 {
-	return pc_alloc_internal(size, pc_memory_bound());
+	return pc_alloc_internal(size, pc_key_memory_bound());
 }
 
 /*
  * Store an error message to record, cut to PC_MAX_MESSAGE_BYTES.  It may
- * use the message reserve; InvalidDsaPointer if even that is used up.
- * *size is what to pass to pc_free().
+ * use the message reserve (never the snapshots' budget); InvalidDsaPointer
+ * if even that is used up.  *size is what to pass to pc_free().
  */
 dsa_pointer
 pc_store_message(const char *message, Size *size)
@@ -348,7 +385,8 @@ pc_store_message(const char *message, Size *size)
 	dsa_pointer dp;
 
 	*size = len + 1;
-	dp = pc_alloc_internal(*size, pc_memory_limit());
+	dp = pc_alloc_internal(*size,
+						   pc_memory_limit() - pc_snap_memory_limit());
 	if (DsaPointerIsValid(dp))
 	{
 		char	   *dst = dsa_get_address(pc_area(), dp);
@@ -357,6 +395,30 @@ pc_store_message(const char *message, Size *size)
 		dst[len] = '\0';
 	}
 	return dp;
+}
+
+/*
+ * Take footprint bytes of projcache.snapshot_memory for rows about to be
+ * allocated; false, with nothing taken, if they do not fit.  The snapshot
+ * slots decide whose rows they are (snapshot_store.c).
+ */
+bool
+pc_snap_memory_reserve(Size footprint)
+{
+	if (pg_atomic_add_fetch_u64(&pc_shared->snap_memory_used, footprint) >
+		pc_snap_memory_limit())
+	{
+		pg_atomic_fetch_sub_u64(&pc_shared->snap_memory_used, footprint);
+		return false;
+	}
+	return true;
+}
+
+void
+pc_snap_memory_release(Size footprint)
+{
+	Assert(pg_atomic_read_u64(&pc_shared->snap_memory_used) >= footprint);
+	pg_atomic_fetch_sub_u64(&pc_shared->snap_memory_used, footprint);
 }
 
 /* Free a chunk from pc_alloc(); size must be the size it was allocated with. */
@@ -369,10 +431,26 @@ pc_free(dsa_pointer dp, Size size)
 	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, pc_dsa_footprint(size));
 }
 
+/* All of projcache.max_memory in use: keys, messages and snapshot rows. */
 Size
 pc_memory_used(void)
 {
+	return (Size) (pg_atomic_read_u64(&pc_shared->memory_used) +
+				   pg_atomic_read_u64(&pc_shared->snap_memory_used));
+}
+
+/* The part of it counted against pc_key_memory_bound(). */
+Size
+pc_key_memory_used(void)
+{
 	return (Size) pg_atomic_read_u64(&pc_shared->memory_used);
+}
+
+/* The part of it counted against projcache.snapshot_memory. */
+Size
+pc_snap_memory_used(void)
+{
+	return (Size) pg_atomic_read_u64(&pc_shared->snap_memory_used);
 }
 
 /*

@@ -63,8 +63,9 @@ typedef enum PcCounter
  * - wal_lock (LWLock): the list of keys replayed on a standby and waiting
  *	 for their transaction's commit (wal.h).
  * - the DSA's own lock: its allocator.
- * - counters, memory_used (DSA bytes taken, as pc_dsa_footprint counts
- *	 them), clock_offset_ms, ring_overflow,
+ * - counters, memory_used and snap_memory_used (DSA bytes taken, as
+ *	 pc_dsa_footprint counts them, by keys and messages and by snapshot
+ *	 rows), clock_offset_ms, ring_overflow,
  *	 config_generation, registry_generation: atomics.
  * ----------------------------------------------------------------
  */
@@ -98,7 +99,10 @@ typedef struct PcShared
 	/* written often: keep off the line of the fields above */
 	char		pad[PG_CACHE_LINE_SIZE];
 	pg_atomic_uint64 counters[PC_NUM_COUNTERS];
-	pg_atomic_uint64 memory_used;	/* DSA bytes taken (pc_dsa_footprint) */
+	pg_atomic_uint64 memory_used;	/* DSA bytes taken by keys, values and
+									 * messages (pc_dsa_footprint) */
+	pg_atomic_uint64 snap_memory_used;	/* by snapshot rows, in flight or
+										 * published */
 	pg_atomic_uint64 nentries;	/* entries in the key map */
 	pg_atomic_uint64 entry_serial;	/* last PcEntry.serial handed out */
 	TimestampTz stats_reset;	/* under mutex */
@@ -130,12 +134,18 @@ extern PcRequestRing *pc_ring(void);
 extern void pc_wake_worker(void);
 extern void pc_count(PcCounter counter, uint64 n);
 extern Size pc_memory_used(void);
+extern Size pc_key_memory_used(void);
+extern Size pc_snap_memory_used(void);
 extern dsa_pointer pc_alloc(Size size);
 extern dsa_pointer pc_store_message(const char *message, Size *size);
 extern void pc_free(dsa_pointer dp, Size size);
 extern Size pc_dsa_footprint(Size size);
 extern Size pc_memory_limit(void);
-extern Size pc_memory_bound(void);
+extern Size pc_key_memory_bound(void);
+extern Size pc_snap_memory_limit(void);
+extern bool pc_snap_memory_reserve(Size footprint);
+extern void pc_snap_memory_release(Size footprint);
+extern void pc_check_memory_settings(void);
 extern void pc_require_loaded(void);
 extern char *pc_copy_no_oom(const void *src, Size len, bool nul_terminate,
 							bool *oom);

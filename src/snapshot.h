@@ -45,7 +45,7 @@ typedef struct PcSnapRef
 extern Size pc_snap_shmem_size(int max_snapshots);
 extern void pc_snap_shmem_init(void *place, int max_snapshots);
 extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id,
-								 int64 reg_stamp, bool none_ok);
+								 int64 reg_stamp, Oid owner, bool none_ok);
 
 /* Which registration a slot caches. */
 typedef struct PcSnapKey
@@ -84,7 +84,8 @@ extern void pc_snap_lease_drop(PcSnapRef ref);
 extern uint64 pc_snap_stale_marks(PcSnapRef ref);
 extern void pc_snap_mark_stale(Oid dbid, const char *name);
 extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
-							int64 rows, int64 now, uint64 stale_marks);
+							int64 rows, int64 now, uint64 stale_marks,
+							char **refusal);
 extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
 									int64 now, bool drop_rows);
 extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,

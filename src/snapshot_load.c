@@ -246,6 +246,7 @@ run_load(LoadTask *task, const char *sql)
 	MemoryContext cxt = CurrentMemoryContext;
 	StringInfoData rows;
 	PcUserSwitch sw;
+	char	   *refusal;
 	int64		nrows;
 	int			ret;
 
@@ -275,10 +276,8 @@ run_load(LoadTask *task, const char *sql)
 	pc_unbecome(&sw);
 
 	if (!pc_snap_publish(task->ref, rows.data, rows.len, nrows, pc_now_ms(),
-						 task->stale_marks))
-		task_report(task, PC_LOAD_FAILED, ERRCODE_OUT_OF_MEMORY,
-					psprintf("snapshot of %d bytes does not fit in projcache.max_memory (%d kB; %zu bytes in use)",
-							 rows.len, pc_max_memory_kb, pc_memory_used()));
+						 task->stale_marks, &refusal))
+		task_report(task, PC_LOAD_FAILED, ERRCODE_OUT_OF_MEMORY, refusal);
 	else
 		task_report(task, PC_LOAD_OK, 0, NULL);
 }

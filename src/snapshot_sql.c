@@ -211,11 +211,13 @@ acquire_slot(SnapReg *reg)
 				 errmsg("snapshot \"%s\" unavailable; it is not loaded yet",
 						reg->name),
 				 errdetail("It was created by this transaction; it is loaded after that commits.")));
-	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp, true);
+	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp,
+						  reg->owner, true);
 	if (ref.index >= 0)
 		return ref;
 	reclaim_slots();
-	return pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp, false);
+	return pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp,
+						   reg->owner, false);
 }
 
 /*

@@ -11,9 +11,19 @@
  * last cold-start attempt (a compare-and-swap target, so at most one load is
  * tried per TTL window).
  *
+ * What one role or database can take from the others is bounded here: a
+ * new slot is refused when its database holds max_snapshots_per_database
+ * slots or its owner max_snapshots_per_owner (over all databases), and rows
+ * are refused when they do not fit in projcache.snapshot_memory, or, for
+ * their owner, in snapshot_memory_per_owner.  Snapshots owned by a
+ * superuser are bound by the first and the third only, as a superuser's
+ * connections are by max_connections only.  The owner's memory is counted
+ * per slot (charged): the footprint of the slot's rows, plus that of rows
+ * being published into it, which until the swap exist beside the old ones.
+ *
  * Locking:
- * - snap_map_lock: in_use, dbid, name, reg_id, reg_stamp and generation of
- *	 every slot.
+ * - snap_map_lock: in_use, dbid, name, reg_id, reg_stamp, owner, charged
+ *	 and generation of every slot.
  *	 A slot is assigned under it in exclusive mode; readers find their slot
  *	 under it in shared mode, then keep only (index, generation).
  * - the slot's own LWLock: data, sizes, times, counters and last_error.
@@ -37,6 +47,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
 #include "utils/memutils.h"
@@ -55,6 +66,12 @@ typedef struct PcSnapSlot
 	int64		reg_stamp;		/* and its creation time, since ids restart
 								 * when the extension is created again */
 	uint64		generation;		/* bumped whenever the slot is reassigned */
+	Oid			owner;			/* the registration's owner, whose shares the
+								 * slot counts against (also under the slot's
+								 * lock, for recent_ref) */
+	Size		charged;		/* snapshot_memory bytes counted against the
+								 * owner at this generation: the rows, and
+								 * rows being published */
 
 	/* atomics */
 	pg_atomic_uint64 last_attempt_ms;	/* int64; PC_NEVER if none */
@@ -122,11 +139,43 @@ typedef struct SlotLeftovers
 	Size		error_bytes;
 } SlotLeftovers;
 
+/*
+ * Free rows and give their footprint back to projcache.snapshot_memory.
+ * What they counted against their slot's owner is given back apart
+ * (uncharge), or went with the slot's reset.
+ */
+static void
+free_rows(dsa_pointer dp, Size bytes)
+{
+	if (!DsaPointerIsValid(dp))
+		return;
+	dsa_free(pc_area(), dp);
+	pc_snap_memory_release(pc_dsa_footprint(bytes));
+}
+
 static void
 free_leftovers(SlotLeftovers *left)
 {
-	pc_free(left->data, left->data_bytes);
+	free_rows(left->data, left->data_bytes);
 	pc_free(left->error, left->error_bytes);
+}
+
+/*
+ * Stop counting footprint bytes against the owner of slot ref, unless the
+ * slot was reset since they were counted (a reset forgets them all).
+ */
+static void
+uncharge(PcSnapRef ref, Size footprint)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	if (s->generation == ref.generation)
+	{
+		Assert(s->charged >= footprint);
+		s->charged -= footprint;
+	}
+	LWLockRelease(pc_shared->snap_map_lock);
 }
 
 /*
@@ -135,7 +184,7 @@ free_leftovers(SlotLeftovers *left)
  */
 static void
 reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
-		   int64 reg_stamp, bool in_use, SlotLeftovers *left)
+		   int64 reg_stamp, Oid owner, bool in_use, SlotLeftovers *left)
 {
 	PcSnapSlot *s = &slots()[index];
 
@@ -150,6 +199,9 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	strlcpy(s->name, name, NAMEDATALEN);
 	s->reg_id = reg_id;
 	s->reg_stamp = reg_stamp;
+	s->owner = owner;
+	/* the rows go to *left; publishes in flight see the new generation */
+	s->charged = 0;
 	s->generation++;
 	s->data = InvalidDsaPointer;
 	s->data_bytes = 0;
@@ -259,7 +311,7 @@ static int	recent_next = 0;
 
 static bool
 recent_ref(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
-		   PcSnapRef *ref)
+		   Oid owner, PcSnapRef *ref)
 {
 	int			i;
 
@@ -276,7 +328,8 @@ recent_ref(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		LWLockAcquire(slot_lock(r->ref.index), LW_SHARED);
 		same = s->in_use && s->generation == r->ref.generation &&
 			s->dbid == dbid && s->reg_id == reg_id &&
-			s->reg_stamp == reg_stamp && strcmp(s->name, name) == 0;
+			s->reg_stamp == reg_stamp && s->owner == owner &&
+			strcmp(s->name, name) == 0;
 		LWLockRelease(slot_lock(r->ref.index));
 		if (same)
 		{
@@ -302,26 +355,129 @@ remember_ref(Oid dbid, int64 reg_id, int64 reg_stamp, PcSnapRef ref)
 	r->ref = ref;
 }
 
+/* projcache.max_snapshots_per_database, as slots. */
+static int
+slots_per_database(void)
+{
+	if (pc_max_snapshots_per_database < 0)
+		return Max(pc_shared->max_snapshots / 2, 1);
+	return Min(pc_max_snapshots_per_database, pc_shared->max_snapshots);
+}
+
+/* projcache.max_snapshots_per_owner, as slots. */
+static int
+slots_per_owner(void)
+{
+	if (pc_max_snapshots_per_owner < 0)
+		return Max(pc_shared->max_snapshots / 4, 1);
+	return Min(pc_max_snapshots_per_owner, pc_shared->max_snapshots);
+}
+
+/* Which bound refused a slot. */
+typedef enum SlotRefusal
+{
+	SLOT_GRANTED,
+	SLOT_NONE_FREE,				/* projcache.max_snapshots */
+	SLOT_DATABASE_FULL,			/* projcache.max_snapshots_per_database */
+	SLOT_OWNER_FULL				/* projcache.max_snapshots_per_owner */
+} SlotRefusal;
+
+/*
+ * May database dbid and role owner take one more slot, slot 'except'
+ * (the one they would take) aside?  Caller holds snap_map_lock.
+ */
+static SlotRefusal
+check_slot_shares(Oid dbid, Oid owner, int except)
+{
+	int			in_db = 0;
+	int			of_owner = 0;
+	int			i;
+
+	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
+	for (i = 0; i < pc_shared->max_snapshots; i++)
+	{
+		PcSnapSlot *s = &slots()[i];
+
+		if (!s->in_use || i == except)
+			continue;
+		if (s->dbid == dbid)
+			in_db++;
+		if (s->owner == owner)
+			of_owner++;
+	}
+	if (in_db >= slots_per_database())
+		return SLOT_DATABASE_FULL;
+	if (of_owner >= slots_per_owner())
+		return SLOT_OWNER_FULL;
+	return SLOT_GRANTED;
+}
+
+static void
+report_slot_refusal(SlotRefusal refusal, Oid dbid, Oid owner)
+{
+	char	   *dbname;
+	char	   *rolname;
+
+	switch (refusal)
+	{
+		case SLOT_GRANTED:
+			break;
+		case SLOT_NONE_FREE:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("too many projcache snapshots in use"),
+					 errdetail("All %d snapshot slots are taken.",
+							   pc_shared->max_snapshots),
+					 errhint("Raise projcache.max_snapshots, or drop unused snapshots.")));
+			break;
+		case SLOT_DATABASE_FULL:
+			dbname = get_database_name(dbid);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("too many projcache snapshots of database \"%s\" in use",
+							dbname ? dbname : "?"),
+					 errdetail("Its snapshots take %d snapshot slots, the most one database may take (projcache.max_snapshots_per_database).",
+							   slots_per_database()),
+					 errhint("Drop unused snapshots of this database, or raise projcache.max_snapshots_per_database.")));
+			break;
+		case SLOT_OWNER_FULL:
+			rolname = GetUserNameFromId(owner, true);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("too many projcache snapshots of role \"%s\" in use",
+							rolname ? rolname : "?"),
+					 errdetail("Its snapshots take %d snapshot slots, the most one role may take over all databases (projcache.max_snapshots_per_owner).",
+							   slots_per_owner()),
+					 errhint("Drop unused snapshots of that role, or raise projcache.max_snapshots_per_owner.")));
+			break;
+	}
+	Assert(refusal == SLOT_GRANTED);
+}
+
 /*
  * The slot of snapshot (dbid, name) as registered under (reg_id,
- * reg_stamp), assigning one if needed.  A slot left by an earlier
- * registration of the same name is emptied first.  When every slot is
- * taken: ERROR, or with none_ok a ref whose index is -1.
+ * reg_stamp) and owned by owner, assigning one if needed.  A slot left by
+ * an earlier registration of the same name is emptied first.  When no slot
+ * may be taken (all are, or the database's or the owner's share is):
+ * ERROR, or with none_ok a ref whose index is -1.
  */
 PcSnapRef
 pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
-				bool none_ok)
+				Oid owner, bool none_ok)
 {
 	PcSnapRef	ref;
 	int			index;
+	SlotRefusal refusal = SLOT_GRANTED;
+	bool		exempt;
 	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
-	if (recent_ref(dbid, name, reg_id, reg_stamp, &ref))
+	if (recent_ref(dbid, name, reg_id, reg_stamp, owner, &ref))
 		return ref;
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
-	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
+	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp) &&
+		slots()[index].owner == owner)
 	{
 		ref.index = index;
 		ref.generation = slots()[index].generation;
@@ -330,6 +486,9 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		return ref;
 	}
 	LWLockRelease(pc_shared->snap_map_lock);
+
+	/* A catalog lookup: not under the LWLock. */
+	exempt = superuser_arg(owner);
 
 	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
@@ -341,6 +500,28 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 			index = find_slot(dbid, name);
 	}
 	if (index < 0)
+		refusal = SLOT_NONE_FREE;
+	else if (slots()[index].in_use && slots()[index].dbid == dbid &&
+			 strcmp(slots()[index].name, name) == 0 &&
+			 slot_is(&slots()[index], reg_id, reg_stamp))
+	{
+		/* Its owner changed (REASSIGN OWNED): the slot is counted anew. */
+		if (slots()[index].owner != owner)
+		{
+			LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
+			slots()[index].owner = owner;
+			LWLockRelease(slot_lock(index));
+		}
+	}
+	else
+	{
+		if (!exempt)
+			refusal = check_slot_shares(dbid, owner, index);
+		if (refusal == SLOT_GRANTED)
+			reset_slot(index, dbid, name, reg_id, reg_stamp, owner, true,
+					   &left);
+	}
+	if (refusal != SLOT_GRANTED)
 	{
 		LWLockRelease(pc_shared->snap_map_lock);
 		if (none_ok)
@@ -349,17 +530,8 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 			ref.generation = 0;
 			return ref;
 		}
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("too many projcache snapshots in use"),
-				 errdetail("All %d snapshot slots are taken.",
-						   pc_shared->max_snapshots),
-				 errhint("Raise projcache.max_snapshots, or drop unused snapshots.")));
+		report_slot_refusal(refusal, dbid, owner);
 	}
-	if (!slots()[index].in_use || slots()[index].dbid != dbid ||
-		strcmp(slots()[index].name, name) != 0 ||
-		!slot_is(&slots()[index], reg_id, reg_stamp))
-		reset_slot(index, dbid, name, reg_id, reg_stamp, true, &left);
 	ref.index = index;
 	ref.generation = slots()[index].generation;
 	LWLockRelease(pc_shared->snap_map_lock);
@@ -379,7 +551,7 @@ pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
 	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
-		reset_slot(index, InvalidOid, "", 0, 0, false, &left);
+		reset_slot(index, InvalidOid, "", 0, 0, InvalidOid, false, &left);
 	LWLockRelease(pc_shared->snap_map_lock);
 
 	free_leftovers(&left);
@@ -847,28 +1019,150 @@ pc_snap_mark_stale(Oid dbid, const char *name)
 	LWLockRelease(pc_shared->snap_map_lock);
 }
 
+/* projcache.snapshot_memory_per_owner, in bytes. */
+static Size
+snap_memory_per_owner(void)
+{
+	if (pc_snapshot_memory_per_owner_kb < 0)
+		return pc_snap_memory_limit() / 2;
+	return Min((Size) pc_snapshot_memory_per_owner_kb * 1024,
+			   pc_snap_memory_limit());
+}
+
+/* The owner of slot ref, or InvalidOid if the slot was reassigned. */
+static Oid
+slot_owner(PcSnapRef ref)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	Oid			owner = InvalidOid;
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	if (s->generation == ref.generation)
+		owner = s->owner;
+	LWLockRelease(pc_shared->snap_map_lock);
+	return owner;
+}
+
+/* What charge() says. */
+typedef enum SnapRoom
+{
+	ROOM_TAKEN,
+	ROOM_GONE,					/* the slot was reassigned */
+	ROOM_OWNER_CHANGED,			/* look the owner up again */
+	ROOM_OWNER_FULL,			/* projcache.snapshot_memory_per_owner */
+	ROOM_BUDGET_FULL			/* projcache.snapshot_memory */
+} SnapRoom;
+
+/*
+ * Take footprint bytes of projcache.snapshot_memory for rows to publish in
+ * slot ref, counting them against its owner (unless exempt, a superuser).
+ * *owner_bytes is what the owner's slots hold besides.  Under the
+ * exclusive lock, so that two publishes of one owner cannot both pass.
+ */
+static SnapRoom
+charge(PcSnapRef ref, Oid owner, bool exempt, Size footprint,
+	   Size *owner_bytes)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	SnapRoom	room;
+	Size		held = 0;
+	int			i;
+
+	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	for (i = 0; i < pc_shared->max_snapshots; i++)
+		if (slots()[i].in_use && slots()[i].owner == owner)
+			held += slots()[i].charged;
+	*owner_bytes = held;
+	if (s->generation != ref.generation)
+		room = ROOM_GONE;
+	else if (s->owner != owner)
+		room = ROOM_OWNER_CHANGED;
+	else if (!exempt && held + footprint > snap_memory_per_owner())
+		room = ROOM_OWNER_FULL;
+	else if (!pc_snap_memory_reserve(footprint))
+		room = ROOM_BUDGET_FULL;
+	else
+	{
+		s->charged += footprint;
+		room = ROOM_TAKEN;
+	}
+	LWLockRelease(pc_shared->snap_map_lock);
+	return room;
+}
+
 /*
  * Publish freshly loaded rows.  The chunk is allocated and filled before
  * the lock is taken; the swap itself is a few stores.  Returns false, with
- * nothing changed, if projcache.max_memory has no room for it.
- * stale_marks is pc_snap_stale_marks() from before the load's query: if
- * redo marked the slot since, the query may have missed what the mark
- * stands for, so the new rows stay stale.
+ * nothing changed and *refusal saying why, if the rows do not fit: in
+ * projcache.snapshot_memory, in their owner's share of it, or in the
+ * area's free pages.  Until the swap the new rows exist beside the old
+ * ones, so a refresh needs room for both.  stale_marks is
+ * pc_snap_stale_marks() from before the load's query: if redo marked the
+ * slot since, the query may have missed what the mark stands for, so the
+ * new rows stay stale.  Runs in a transaction (it looks the owner up).
  */
 bool
 pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
-				int64 now, uint64 stale_marks)
+				int64 now, uint64 stale_marks, char **refusal)
 {
 	PcSnapSlot *s = &slots()[ref.index];
-	dsa_pointer dp = pc_alloc(Max(size, 1));
+	Size		bytes = Max(size, 1);
+	Size		footprint = pc_dsa_footprint(bytes);
+	Oid			owner;
+	bool		exempt;
+	Size		owner_bytes;
+	SnapRoom	room;
+	dsa_pointer dp;
 	dsa_pointer old_data = InvalidDsaPointer;
 	Size		old_bytes = 0;
 	dsa_pointer old_error = InvalidDsaPointer;
 	Size		old_error_bytes = 0;
 	bool		published = false;
 
+	Assert(IsTransactionState());
+	*refusal = NULL;
+	do
+	{
+		owner = slot_owner(ref);
+		if (!OidIsValid(owner))
+			return true;		/* dropped meanwhile: nothing to publish */
+		exempt = superuser_arg(owner);
+		room = charge(ref, owner, exempt, footprint, &owner_bytes);
+	} while (room == ROOM_OWNER_CHANGED);
+	switch (room)
+	{
+		case ROOM_TAKEN:
+			break;
+		case ROOM_GONE:
+		case ROOM_OWNER_CHANGED:
+			return true;
+		case ROOM_OWNER_FULL:
+			{
+				char	   *rolname = GetUserNameFromId(owner, true);
+
+				*refusal = psprintf("snapshot of %zu bytes does not fit in the share of projcache.snapshot_memory of role \"%s\" (projcache.snapshot_memory_per_owner = %zu kB; its snapshots hold %zu bytes)",
+									size, rolname ? rolname : "?",
+									snap_memory_per_owner() / 1024,
+									owner_bytes);
+				return false;
+			}
+		case ROOM_BUDGET_FULL:
+			*refusal = psprintf("snapshot of %zu bytes does not fit in projcache.snapshot_memory (%zu kB of projcache.max_memory; %zu bytes in use by snapshots)",
+								size, pc_snap_memory_limit() / 1024,
+								pc_snap_memory_used());
+			return false;
+	}
+
+	dp = dsa_allocate_extended(pc_area(), bytes,
+							   DSA_ALLOC_NO_OOM | DSA_ALLOC_HUGE);
 	if (!DsaPointerIsValid(dp))
+	{
+		pc_snap_memory_release(footprint);
+		uncharge(ref, footprint);
+		*refusal = psprintf("snapshot of %zu bytes found no free run of pages that large in projcache's shared memory (projcache.max_memory)",
+							size);
 		return false;
+	}
 	memcpy(dsa_get_address(pc_area(), dp), blob, size);
 
 	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
@@ -879,7 +1173,7 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		old_error = s->last_error;
 		old_error_bytes = s->last_error_bytes;
 		s->data = dp;
-		s->data_bytes = Max(size, 1);
+		s->data_bytes = bytes;
 		s->rows = rows;
 		s->version++;
 		s->loaded_at_ms = now;
@@ -895,8 +1189,16 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 	LWLockRelease(slot_lock(ref.index));
 
 	if (!published)
-		old_data = dp;			/* dropped meanwhile: discard ours */
-	pc_free(old_data, published ? old_bytes : Max(size, 1));
+	{
+		/* dropped meanwhile: discard ours */
+		free_rows(dp, bytes);
+		uncharge(ref, footprint);
+	}
+	else if (DsaPointerIsValid(old_data))
+	{
+		free_rows(old_data, old_bytes);
+		uncharge(ref, pc_dsa_footprint(old_bytes));
+	}
 	pc_free(old_error, old_error_bytes);
 	return true;
 }
@@ -956,7 +1258,11 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
 
 	pc_free(dp, bytes);
 	pc_free(old_error, old_error_bytes);
-	pc_free(old_data, old_data_bytes);
+	if (DsaPointerIsValid(old_data))
+	{
+		free_rows(old_data, old_data_bytes);
+		uncharge(ref, pc_dsa_footprint(old_data_bytes));
+	}
 	return age;
 }
 
