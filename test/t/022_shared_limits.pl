@@ -19,8 +19,8 @@
 #    share (53400 naming projcache.max_snapshots_per_database).  Another
 #    database's snapshots load all along, and a superuser's too.
 # c. Cold keys against snapshots: while a role that may only call get()
-#    reads cold keys as fast as it can (and the keys' part of max_memory is
-#    full), every refresh of an ordinary owner's 16 kB snapshot and of a
+#    reads cold keys as fast as it can, and the keys' part of max_memory is
+#    full (the worker is held in a fetch, so it cannot evict), every refresh of an ordinary owner's 16 kB snapshot and of a
 #    superuser's 400 kB one succeeds and follows its source: the keys'
 #    churn neither takes the snapshots' budget nor leaves the area too
 #    fragmented for 400 kB of rows.
@@ -165,12 +165,10 @@ cmp_ok( $node->safe_psql('postgres',
 	'<=', 2 * 1024 * 1024, 'the snapshots hold at most projcache.snapshot_memory');
 
 # The keys: all still there, and new ones are created and kept.
-is( $node->safe_psql(
+# Read until cached: a new key that finds no room is created by a later read.
+ok( $node->poll_query_until(
 		'postgres', q{
-SET ROLE app;
-SELECT count(*) FROM generate_series(1, 100) AS i
- WHERE projcache.get('new-' || i, '10s') IS NOT NULL}),
-	'100',
+SELECT count(projcache.get('new-' || i)) = 100 FROM generate_series(1, 100) AS i}),
 	'100 new keys are created and fetched while snapshots hold their budget');
 is( $node->safe_psql(
 		'postgres', q{
@@ -241,6 +239,21 @@ ok( $node->poll_query_until(
 		"SELECT refused_reads > $refused0 AND evictions_memory > $evicted0 FROM projcache.stats"),
 	'the cold reads have filled the keys\' part of max_memory');
 
+# The worker is then held inside a fetch (public.fetch reads public.gate),
+# so that it cannot evict: the keys' part stays full for as long as the
+# gate is shut.
+my $gate = $node->background_psql('postgres');
+$gate->query_safe('BEGIN');
+$gate->query_safe('LOCK public.gate IN ACCESS EXCLUSIVE MODE');
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) = 1 FROM pg_locks WHERE relation = 'public.gate'::regclass AND NOT granted"),
+	'the worker waits inside a fetch');
+my $refused1 = stat_value($node, 'refused_reads');
+ok( $node->poll_query_until(
+		'postgres', "SELECT refused_reads > $refused1 FROM projcache.stats"),
+	'and cold reads still find no room');
+
 my $refreshes = $node->safe_psql(
 	'postgres', q{
 CREATE TEMP TABLE refresh_result (ok int, failed int);
@@ -266,6 +279,8 @@ SELECT count(*) FROM pg_stat_activity WHERE application_name = 'flooder' AND sta
 });
 is($refreshes, "20|0\nt\n1",
 	'while the cold reads went on, all 20 refreshes succeeded');
+$gate->query_safe('COMMIT');
+$gate->quit;
 is( $node->safe_psql('postgres', q{
 SET ROLE hog;
 SELECT min(id) FROM projcache.snapshot('small') AS t(id int, pad text);
