@@ -279,6 +279,21 @@ SELECT count(*) FROM pg_stat_activity WHERE application_name = 'flooder' AND sta
 });
 is($refreshes, "20|0\nt\n1",
 	'while the cold reads went on, all 20 refreshes succeeded');
+
+# What the accounting relies on: the keys' churn leaves free runs of pages
+# long enough for the snapshots' budget.  With the keys' part still full,
+# a superuser's 1.5 MB snapshot (most of what the budget has left) loads.
+$node->safe_psql('postgres', q{
+CREATE TABLE public.huge (id int, pad text);
+INSERT INTO public.huge SELECT i, repeat('h', 600) FROM generate_series(1, 2400) AS i;
+SELECT projcache.create_snapshot('huge', 'SELECT id, pad FROM public.huge', '1h');
+});
+is( $node->safe_psql('postgres',
+		"SELECT count(*) FROM projcache.snapshot('huge') AS t(id int, pad text)"),
+	'2400', "with the keys' part full, a 1.5 MB snapshot finds room in the area");
+cmp_ok( $node->safe_psql('postgres',
+		"SELECT refused_reads FROM projcache.stats"),
+	'>', $refused1, 'while cold reads still found none');
 $gate->query_safe('COMMIT');
 $gate->quit;
 is( $node->safe_psql('postgres', q{
@@ -380,5 +395,17 @@ is(read_all($node, 'db2', 'other', 'd', 2), '2|0|',
 
 unlike(slurp_file($node->logfile), $crash, 'slots node: no crash in the log');
 $node->stop;
+
+# ---------------------------------------------------------------------------
+# A snapshot budget that leaves the keys nothing stops the server at start.
+# ---------------------------------------------------------------------------
+$node = projcache_node(
+	'badconf',
+	conf => "projcache.max_memory = '4MB'\nprojcache.snapshot_memory = '4MB'\n",
+	start => 0);
+ok(!$node->start(fail_ok => 1), 'snapshot_memory = max_memory: the server does not start');
+like(slurp_file($node->logfile),
+	qr/projcache\.snapshot_memory must be less than projcache\.max_memory/,
+	'and the log says why');
 
 done_testing();
