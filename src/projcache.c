@@ -16,6 +16,7 @@
 #include "access/rmgr.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "postmaster/postmaster.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -50,6 +51,8 @@ bool		pc_debug_clock = false;
 bool		pc_wal_invalidations = false;
 int			pc_wal_rmgr_id = RM_EXPERIMENTAL_ID;
 int			pc_wal_pending_kb = 1024;
+int			pc_max_load_workers = 4;
+int			pc_max_load_workers_per_role = 2;
 
 /* A channel name is an identifier: shorter than NAMEDATALEN. */
 static bool
@@ -277,6 +280,25 @@ define_settings(void)
 							1024, 8, (int) (MaxAllocSize / 1024),
 							PGC_POSTMASTER,
 							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	/* Snapshot load workers (snapshot_load.c) */
+	DefineCustomIntVariable("projcache.max_load_workers",
+							"Sets the most snapshot load workers running at once, over all databases.",
+							"Each takes a max_worker_processes slot while it runs.",
+							&pc_max_load_workers,
+							4, 0, MAX_BACKENDS,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_load_workers_per_role",
+							"Sets the most snapshot load workers running at once for one role, as reader or as owner.",
+							NULL,
+							&pc_max_load_workers_per_role,
+							2, 0, MAX_BACKENDS,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("projcache.debug_clock",

@@ -81,6 +81,7 @@ void
 pc_shmem_request(void)
 {
 	RequestAddinShmemSpace(pc_shmem_size());
+	RequestAddinShmemSpace(pc_load_shmem_size());
 	/* ring lock, snapshot map lock, one lock per snapshot slot, WAL list */
 	RequestNamedLWLockTranche("projcache", 3 + pc_max_snapshots);
 }
@@ -159,6 +160,7 @@ pc_shmem_startup(void)
 		dshash_detach(map);
 		dsa_detach(area);
 	}
+	pc_load_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 
 	pc_shared = shared;

@@ -100,8 +100,16 @@ typedef enum PcLoadStatus
 	PC_LOAD_NONE,				/* the worker did not report */
 	PC_LOAD_OK,					/* rows published */
 	PC_LOAD_FAILED,				/* the source failed: last-good applies */
-	PC_LOAD_REVOKED				/* the owner lost its rights, or is gone */
+	PC_LOAD_REVOKED,			/* the owner lost its rights, or is gone */
+	PC_LOAD_BUSY				/* no load worker to be had: not the source */
 } PcLoadStatus;
+
+/* projcache.max_load_workers and max_load_workers_per_role (projcache.c) */
+extern int	pc_max_load_workers;
+extern int	pc_max_load_workers_per_role;
+
+extern Size pc_load_shmem_size(void);
+extern void pc_load_shmem_init(void);
 
 extern bool pc_snap_types_match(int natts, const Oid *coltypes,
 								TupleDesc desc);

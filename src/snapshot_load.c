@@ -23,7 +23,27 @@
  *
  * The worker publishes the rows into the snapshot's slot itself and reports
  * how it went through a small DSM segment.  The reader waits for it to
- * exit; a cancel or timeout of the reader terminates it.
+ * exit.  A load is the reader's and ends with it:
+ *
+ *	 - however the reader ends (an ERROR, a cancel, its statement_timeout,
+ *	   pg_terminate_backend, a lost client), the worker is terminated:
+ *	   PG_ENSURE_ERROR_CLEANUP also runs at proc_exit, which PG_CATCH
+ *	   does not.  A client that goes away is noticed while waiting;
+ *	 - the worker arms the reader's statement_timeout, or the one of its
+ *	   own session (the server's, the database's) if that is lower, so a
+ *	   reader cannot lift the database's; either is the reader's timeout,
+ *	   not a failing source;
+ *	 - at most projcache.max_load_workers load workers run at once, and at
+ *	   most projcache.max_load_workers_per_role of them for one role,
+ *	   counted both as the reader's and as the snapshot owner's.  Finding
+ *	   none free is not a source failure: the caller serves the last good
+ *	   rows or fails with 53400, and nothing is throttled or recorded.
+ *
+ * A load never starts from a load worker (a snapshot's query that loads
+ * another snapshot) or a parallel worker: either is a member of another
+ * backend's lock group, and a second group would corrupt the lock
+ * manager's group lists.  The outer load then fails as its source does:
+ * its query cannot succeed.
  *
  * When a load fails, the worker tells a failing source apart from lost
  * rights by checking the owner's privileges on what the query reads
@@ -40,6 +60,7 @@
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
@@ -52,6 +73,9 @@
 #include "storage/dsm.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/dest.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -59,11 +83,56 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 
 #include "snapshot.h"
 
 /* Longest error text carried back to the reader. */
 #define LOAD_ERROR_BYTES	1024
+
+/* How often a waiting reader checks that its client is still there. */
+#define CLIENT_CHECK_MS		1000
+
+/*
+ * From libpq/libpq.h, which cannot be included where the server's GSSAPI
+ * headers are not installed.
+ */
+extern bool pq_check_connection(void);
+
+/*
+ * The load workers running or about to, in shared memory: one entry per
+ * possible background worker.  An entry is reserved by the reader before
+ * it registers the worker and taken over by the worker once it runs; it
+ * is freed by the worker's exit, or by the reader if no worker took it
+ * over (never started, or exited before).  The per-role counts need a scan
+ * of the entries, so a spinlock rather than atomics guards them; the scan
+ * is of max_worker_processes entries, once per load.
+ */
+typedef struct LoadWorkerEntry
+{
+	uint64		serial;			/* 0: free */
+	int			reader_pid;
+	int			worker_pid;		/* 0 until the worker has taken it over */
+	Oid			reader;			/* the reader's role, charged */
+	Oid			owner;			/* the snapshot's owner, charged too */
+} LoadWorkerEntry;
+
+typedef struct LoadWorkers
+{
+	slock_t		mutex;
+	uint64		last_serial;
+	int			nentries;
+	LoadWorkerEntry entries[FLEXIBLE_ARRAY_MEMBER];
+} LoadWorkers;
+
+static LoadWorkers *load_workers = NULL;
+
+/* Set in a load worker: a load never starts from one. */
+static bool am_load_worker = false;
+
+/* The entry this load worker took over, freed at its exit. */
+static int	my_entry = -1;
+static uint64 my_serial = 0;
 
 /*
  * The task, in a DSM segment the reader creates.  Laid out as this header,
@@ -83,12 +152,168 @@ typedef struct LoadTask
 	Size		query_offset;
 	int			leader_pgprocno;	/* the waiting reader, as lock group */
 	int			leader_pid;
+	int			entry;			/* in load_workers, and its serial */
+	uint64		serial;
+	int			statement_timeout_ms;	/* the reader's; 0: none */
 
 	/* set by the worker */
 	PcLoadStatus status;
 	int			sqlerrcode;
+	bool		timed_out;		/* ended by the timeout it armed */
+	int			timeout_ms;		/* that timeout */
 	char		error[LOAD_ERROR_BYTES];
 } LoadTask;
+
+/* ----------------------------------------------------------------
+ * Counting load workers (projcache.max_load_workers)
+ * ----------------------------------------------------------------
+ */
+
+Size
+pc_load_shmem_size(void)
+{
+	return add_size(offsetof(LoadWorkers, entries),
+					mul_size(max_worker_processes, sizeof(LoadWorkerEntry)));
+}
+
+/* Called with AddinShmemInitLock held. */
+void
+pc_load_shmem_init(void)
+{
+	bool		found;
+
+	load_workers = ShmemInitStruct("projcache load workers",
+								   pc_load_shmem_size(), &found);
+	if (!found)
+	{
+		memset(load_workers, 0, pc_load_shmem_size());
+		SpinLockInit(&load_workers->mutex);
+		load_workers->nentries = max_worker_processes;
+	}
+}
+
+/*
+ * Reserve an entry for a load by the current reader of owner's snapshot.
+ * Returns its index (and *serial), or -1 with *error saying which bound
+ * is reached.
+ */
+static int
+reserve_load_worker(Oid reader, Oid owner, uint64 *serial, char **error)
+{
+	LoadWorkers *lw = load_workers;
+	int			cap = Min(pc_max_load_workers, lw->nentries);
+	int			running = 0;
+	int			of_reader = 0;
+	int			of_owner = 0;
+	int			free_entry = -1;
+	int			i;
+
+	SpinLockAcquire(&lw->mutex);
+	for (i = 0; i < lw->nentries; i++)
+	{
+		LoadWorkerEntry *e = &lw->entries[i];
+
+		if (e->serial == 0)
+		{
+			if (free_entry < 0)
+				free_entry = i;
+			continue;
+		}
+		running++;
+		if (e->reader == reader || e->owner == reader)
+			of_reader++;
+		if (e->reader == owner || e->owner == owner)
+			of_owner++;
+	}
+	if (running < cap && of_reader < pc_max_load_workers_per_role &&
+		of_owner < pc_max_load_workers_per_role)
+	{
+		LoadWorkerEntry *e = &lw->entries[free_entry];
+
+		Assert(free_entry >= 0);
+		e->serial = *serial = ++lw->last_serial;
+		e->reader_pid = MyProcPid;
+		e->worker_pid = 0;
+		e->reader = reader;
+		e->owner = owner;
+	}
+	else
+		free_entry = -1;
+	SpinLockRelease(&lw->mutex);
+
+	if (free_entry >= 0)
+		return free_entry;
+	if (running >= cap)
+		*error = psprintf("%d snapshot loads are running, and projcache.max_load_workers is %d",
+						  running, cap);
+	else
+	{
+		bool		by_reader = of_reader >= pc_max_load_workers_per_role;
+
+		*error = psprintf("role \"%s\" has %d snapshot loads running, and projcache.max_load_workers_per_role is %d",
+						  GetUserNameFromId(by_reader ? reader : owner, true),
+						  by_reader ? of_reader : of_owner,
+						  pc_max_load_workers_per_role);
+	}
+	return -1;
+}
+
+/*
+ * The reader, once its worker has stopped or will never run: free the
+ * entry unless the worker took it over (it frees it when it exits).
+ */
+static void
+release_unadopted(int entry, uint64 serial)
+{
+	LoadWorkerEntry *e = &load_workers->entries[entry];
+
+	SpinLockAcquire(&load_workers->mutex);
+	if (e->serial == serial && e->worker_pid == 0)
+		e->serial = 0;
+	SpinLockRelease(&load_workers->mutex);
+}
+
+/*
+ * The worker, at start: take the reader's entry over.  False if the
+ * reader gave it up already (it has stopped waiting).
+ */
+static bool
+adopt_entry(int entry, uint64 serial)
+{
+	LoadWorkerEntry *e = &load_workers->entries[entry];
+	bool		adopted = false;
+
+	Assert(entry >= 0 && entry < load_workers->nentries);
+	SpinLockAcquire(&load_workers->mutex);
+	if (e->serial == serial && e->worker_pid == 0)
+	{
+		e->worker_pid = MyProcPid;
+		adopted = true;
+	}
+	SpinLockRelease(&load_workers->mutex);
+	if (adopted)
+	{
+		my_entry = entry;
+		my_serial = serial;
+	}
+	return adopted;
+}
+
+/* before_shmem_exit of a load worker: every exit frees its entry. */
+static void
+free_my_entry(int code, Datum arg)
+{
+	LoadWorkerEntry *e;
+
+	if (my_entry < 0)
+		return;
+	e = &load_workers->entries[my_entry];
+	SpinLockAcquire(&load_workers->mutex);
+	if (e->serial == my_serial && e->worker_pid == MyProcPid)
+		e->serial = 0;
+	SpinLockRelease(&load_workers->mutex);
+	my_entry = -1;
+}
 
 static Oid *
 task_coltypes(LoadTask *task)
@@ -339,6 +564,21 @@ owner_lost_rights(LoadTask *task, const char *sql)
 }
 
 /*
+ * The statement timeout a load runs under: the reader's, or this worker's
+ * own (the server's or the database's, as its session started) if that is
+ * lower, so that a reader can shorten but never lift the database's.
+ */
+static int
+load_timeout_ms(LoadTask *task)
+{
+	int			ms = task->statement_timeout_ms;
+
+	if (StatementTimeout > 0 && (ms <= 0 || StatementTimeout < ms))
+		ms = StatementTimeout;
+	return Max(ms, 0);
+}
+
+/*
  * Entry point of a load worker: bgw_main_arg is the task's DSM handle.
  */
 void
@@ -348,7 +588,9 @@ pc_snapshot_load_main(Datum main_arg)
 	LoadTask   *task;
 	MemoryContext cxt;
 	char	   *sql;
+	int			timeout_ms;
 
+	am_load_worker = true;
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
@@ -358,6 +600,11 @@ pc_snapshot_load_main(Datum main_arg)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("snapshot load task is gone")));
 	task = (LoadTask *) dsm_segment_address(seg);
+
+	/* From here on, however this process exits, its entry is freed. */
+	before_shmem_exit(free_my_entry, (Datum) 0);
+	if (!adopt_entry(task->entry, task->serial))
+		proc_exit(0);			/* the reader stopped waiting */
 
 	/*
 	 * Join the waiting reader's lock group, as a parallel worker does, so
@@ -386,8 +633,12 @@ pc_snapshot_load_main(Datum main_arg)
 	if (sql != NULL)
 		sql = pstrdup(sql);
 
+	/* Nothing arms statement_timeout in a background worker: do it here. */
+	timeout_ms = load_timeout_ms(task);
 	PG_TRY();
 	{
+		if (timeout_ms > 0)
+			enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
 		if (sql != NULL)
 			run_load(task, sql);
 	}
@@ -398,16 +649,22 @@ pc_snapshot_load_main(Datum main_arg)
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
+		/* It fired (and so is no longer active): not a remote 57014. */
+		task->timed_out = timeout_ms > 0 &&
+			edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+			!get_timeout_active(STATEMENT_TIMEOUT);
+		task->timeout_ms = timeout_ms;
 		task_report(task, PC_LOAD_FAILED, edata->sqlerrcode, edata->message);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+	disable_timeout(STATEMENT_TIMEOUT, false);
 
 	/* Nothing the query did stays: the rows are already published. */
 	AbortCurrentTransaction();
 	MemoryContextSwitchTo(cxt);
 
-	if (task->status == PC_LOAD_FAILED && sql != NULL &&
+	if (task->status == PC_LOAD_FAILED && sql != NULL && !task->timed_out &&
 		task->sqlerrcode != ERRCODE_OUT_OF_MEMORY &&
 		owner_lost_rights(task, sql))
 		task->status = PC_LOAD_REVOKED;
@@ -418,9 +675,93 @@ pc_snapshot_load_main(Datum main_arg)
 }
 
 /*
+ * Refuse a load where one would join a second lock group: in a load
+ * worker (a snapshot's query that loads another snapshot) or a parallel
+ * worker, each a member of another backend's group.
+ */
+static void
+refuse_nested_load(const char *name)
+{
+	PGPROC	   *leader = MyProc->lockGroupLeader;
+
+	if (am_load_worker)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("snapshot \"%s\" cannot be loaded by the load of another snapshot",
+						name),
+				 errdetail("A snapshot's query may read another snapshot only while that one is loaded and within its TTL."),
+				 errhint("Query the other snapshot's source directly.")));
+	if (IsInParallelMode() || IsParallelWorker() ||
+		(leader != NULL && leader != MyProc))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot load snapshot \"%s\" during a parallel operation",
+						name),
+				 errhint("A function that reads a snapshot must be marked PARALLEL UNSAFE.")));
+}
+
+/* What a reader's cleanup needs: its entry, and the worker once started. */
+typedef struct LoadWait
+{
+	int			entry;
+	uint64		serial;
+	BackgroundWorkerHandle *handle;
+} LoadWait;
+
+/*
+ * The reader ends (an ERROR, or proc_exit however it came): the load ends
+ * with it.
+ */
+static void
+end_load(int code, Datum arg)
+{
+	LoadWait   *wait = (LoadWait *) DatumGetPointer(arg);
+
+	if (wait->handle != NULL)
+		TerminateBackgroundWorker(wait->handle);
+	release_unadopted(wait->entry, wait->serial);
+}
+
+/*
+ * Wait for the worker to stop.  A client that went away ends this backend
+ * as the server does when it notices one (client_connection_check_interval),
+ * so that its load does not run on for nobody.
+ */
+static BgwHandleStatus
+wait_for_worker(BackgroundWorkerHandle *handle)
+{
+	for (;;)
+	{
+		BgwHandleStatus status;
+		pid_t		pid;
+		int			rc;
+
+		CHECK_FOR_INTERRUPTS();
+		status = GetBackgroundWorkerPid(handle, &pid);
+		if (status == BGWH_STOPPED)
+			return status;
+		rc = WaitLatch(MyLatch,
+					   WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
+					   CLIENT_CHECK_MS, WAIT_EVENT_BGWORKER_SHUTDOWN);
+		if (rc & WL_POSTMASTER_DEATH)
+			return BGWH_POSTMASTER_DIED;
+		ResetLatch(MyLatch);
+		if (whereToSendOutput == DestRemote && MyProcPort != NULL &&
+			!pq_check_connection())
+		{
+			ClientConnectionLost = true;
+			InterruptPending = true;
+		}
+	}
+}
+
+/*
  * Load a snapshot in a worker and wait for it.  Returns how it went, with
- * *error (and *sqlerrcode) set unless it succeeded.  A cancel or timeout of
- * this backend terminates the worker and is raised as usual.
+ * *error (and *sqlerrcode) set unless it succeeded; PC_LOAD_BUSY when no
+ * load worker could be had (53400), which says nothing about the source.
+ * A cancel or timeout of this backend, or of the load (statement_timeout),
+ * terminates the worker and is raised as usual; so is a load requested
+ * where it must not start (refuse_nested_load).
  */
 PcLoadStatus
 pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
@@ -432,65 +773,93 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 	dsm_segment *seg;
 	LoadTask   *task;
 	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
-	BgwHandleStatus status;
+	LoadWait	wait;
+	BgwHandleStatus status = BGWH_STOPPED;
+	bool		registered;
 	PcLoadStatus result;
 
-	seg = dsm_create(query_offset + strlen(query) + 1, 0);
-	task = (LoadTask *) dsm_segment_address(seg);
-	memset(task, 0, sizeof(LoadTask));
-	task->dbid = MyDatabaseId;
-	task->owner = owner;
-	task->view = view;
-	task->ref = ref;
-	task->stale_marks = pc_snap_stale_marks(ref);
-	strlcpy(task->name, name, NAMEDATALEN);
-	task->natts = natts;
-	task->key_attno = key_attno;
-	memcpy(task_coltypes(task), coltypes, natts * sizeof(Oid));
-	task->query_offset = query_offset;
-	strcpy(task_query(task), query);
-	BecomeLockGroupLeader();
-	task->leader_pgprocno = MyProc->pgprocno;
-	task->leader_pid = MyProcPid;
-	task->status = PC_LOAD_NONE;
+	refuse_nested_load(name);
+	Assert(load_workers != NULL);
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
-		BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_ConsistentState;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "projcache");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "pc_snapshot_load_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "projcache snapshot load");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "projcache snapshot load");
-	worker.bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));
-	worker.bgw_notify_pid = MyProcPid;
+	wait.handle = NULL;
+	wait.entry = reserve_load_worker(GetOuterUserId(), owner, &wait.serial,
+									 error);
+	if (wait.entry < 0)
+	{
+		*sqlerrcode = ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
+		return PC_LOAD_BUSY;
+	}
 
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	/* Only a backend in no other group leads one (see refuse_nested_load). */
+	Assert(MyProc->lockGroupLeader == NULL ||
+		   MyProc->lockGroupLeader == MyProc);
+
+	PG_ENSURE_ERROR_CLEANUP(end_load, PointerGetDatum(&wait));
+	{
+		seg = dsm_create(query_offset + strlen(query) + 1, 0);
+		task = (LoadTask *) dsm_segment_address(seg);
+		memset(task, 0, sizeof(LoadTask));
+		task->dbid = MyDatabaseId;
+		task->owner = owner;
+		task->view = view;
+		task->ref = ref;
+		task->stale_marks = pc_snap_stale_marks(ref);
+		strlcpy(task->name, name, NAMEDATALEN);
+		task->natts = natts;
+		task->key_attno = key_attno;
+		memcpy(task_coltypes(task), coltypes, natts * sizeof(Oid));
+		task->query_offset = query_offset;
+		strcpy(task_query(task), query);
+		BecomeLockGroupLeader();
+		task->leader_pgprocno = MyProc->pgprocno;
+		task->leader_pid = MyProcPid;
+		task->entry = wait.entry;
+		task->serial = wait.serial;
+		task->statement_timeout_ms = StatementTimeout;
+		task->status = PC_LOAD_NONE;
+
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+			BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_ConsistentState;
+		worker.bgw_restart_time = BGW_NEVER_RESTART;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "projcache");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "pc_snapshot_load_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "projcache snapshot load");
+		snprintf(worker.bgw_type, BGW_MAXLEN, "projcache snapshot load");
+		worker.bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));
+		worker.bgw_notify_pid = MyProcPid;
+
+		registered = RegisterDynamicBackgroundWorker(&worker, &wait.handle);
+		if (registered)
+			status = wait_for_worker(wait.handle);
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(end_load, PointerGetDatum(&wait));
+	release_unadopted(wait.entry, wait.serial);
+
+	if (!registered)
 	{
 		dsm_detach(seg);
 		*sqlerrcode = ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
 		*error = pstrdup("no background worker slot is free for the snapshot load; raise max_worker_processes");
-		return PC_LOAD_FAILED;
+		return PC_LOAD_BUSY;
 	}
-
-	PG_TRY();
-	{
-		status = WaitForBackgroundWorkerShutdown(handle);
-	}
-	PG_CATCH();
-	{
-		/* Our cancel, timeout or termination: the load ends with us. */
-		TerminateBackgroundWorker(handle);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
 	if (status == BGWH_POSTMASTER_DIED)
 		ereport(FATAL,
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),
 				 errmsg("postmaster exited during a projcache snapshot load")));
+
+	if (task->timed_out)
+	{
+		int			ms = task->timeout_ms;
+
+		dsm_detach(seg);
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("canceling statement due to statement timeout"),
+				 errdetail("The load of snapshot \"%s\" ran for longer than statement_timeout (%d ms).",
+						   name, ms)));
+	}
 
 	result = task->status;
 	*sqlerrcode = task->sqlerrcode;

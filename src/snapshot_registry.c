@@ -217,6 +217,13 @@ pc_registry_lookup(const char *name, bool missing_ok)
 	bool		with_views = pc_registry_has_views();
 	int			ret;
 
+	/* GetLatestSnapshot() below cannot be taken in parallel mode. */
+	if (IsInParallelMode())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot read snapshot \"%s\" during a parallel operation",
+						name),
+				 errhint("A function that reads a snapshot must be marked PARALLEL UNSAFE.")));
 	args[0] = CStringGetTextDatum(name);
 	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)

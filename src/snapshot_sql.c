@@ -156,6 +156,33 @@ warn_refresh_failed(SnapReg *reg, const char *error, int64 age_ms)
 				 errdetail("%s", error)));
 }
 
+/*
+ * No load worker could be had (projcache.max_load_workers, its share per
+ * role, or max_worker_processes).  That says nothing about the source:
+ * nothing is recorded, and a cold start's window is given back.
+ */
+static void
+report_no_load_worker(SnapReg *reg, const char *error)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("snapshot \"%s\" cannot be loaded now; no load worker is free",
+					reg->name),
+			 errdetail("%s", error),
+			 errhint("Retry once a load has finished.")));
+}
+
+/* The same, when the last good rows serve instead. */
+static void
+warn_no_load_worker(SnapReg *reg, const char *error)
+{
+	ereport(WARNING,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("refresh of snapshot \"%s\" postponed, serving the last good snapshot; no load worker is free",
+					reg->name),
+			 errdetail("%s", error)));
+}
+
 /* ----------------------------------------------------------------
  * current(): the rows to serve, per the rules at the top of this file
  * ----------------------------------------------------------------
@@ -271,6 +298,8 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 				warn_refresh_failed(reg, error,
 									pc_snap_record_failure(ref, error,
 														   pc_now_ms(), false));
+			if (status == PC_LOAD_BUSY)
+				warn_no_load_worker(reg, error);
 		}
 		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 			return;
@@ -322,6 +351,11 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (status == PC_LOAD_BUSY)
+	{
+		pc_snap_cold_unclaim(ref, now, prev_attempt);
+		report_no_load_worker(reg, error);
+	}
 	/* No rows to drop yet: lost rights fail like the source, with PC001. */
 	if (status != PC_LOAD_OK)
 	{
@@ -477,6 +511,9 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 			PG_RETURN_BOOL(true);
 		case PC_LOAD_REVOKED:
 			report_revoked(reg, ref, error, sqlerrcode);
+			break;
+		case PC_LOAD_BUSY:
+			report_no_load_worker(reg, error);
 			break;
 		default:
 			break;
