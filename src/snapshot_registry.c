@@ -1158,28 +1158,22 @@ static bool drop_callback_registered = false;
  * TYPE ... CASCADE of a column's type, DROP OWNED BY its owner, DROP VIEW)
  * drops the registration when the transaction commits, so that no reader
  * meets a registration whose types, view or owner are gone, and its name
- * is free again.  The object access hook only notes that a backing view
- * was dropped; at commit, every registration whose view no longer exists
- * is deleted (a drop rolled back to a savepoint leaves its view, and so its
+ * is free again.  The object access hook only notes that a view was
+ * dropped; at commit, every registration whose view no longer exists is
+ * deleted (a drop rolled back to a savepoint leaves its view, and so its
  * registration), and its slot freed as drop_snapshot() frees it.
+ *
+ * Any view: its schema and name do not tell a backing view, since its
+ * owner may move it out of schema projcache (ALTER VIEW ... SET SCHEMA
+ * needs CREATE only on the schema it goes to) and rename it there.  A
+ * transaction that dropped other views deletes nothing, and changes
+ * nothing in the registry.  Temporary views are left out: no view moves
+ * into or out of a temporary schema, so none backs a snapshot.
  */
 static object_access_hook_type prev_object_access_hook = NULL;
 static bool backing_view_dropped = false;
 
 static void register_xact_callback(void);
-
-static bool
-is_backing_view(Oid relid)
-{
-	Oid			nsp = get_namespace_oid("projcache", true);
-	char	   *relname;
-
-	if (!OidIsValid(nsp) || get_rel_namespace(relid) != nsp ||
-		get_rel_relkind(relid) != RELKIND_VIEW)
-		return false;
-	relname = get_rel_name(relid);
-	return relname != NULL && strncmp(relname, "snapshot_", 9) == 0;
-}
 
 static void
 note_backing_view_drop(ObjectAccessType access, Oid classId, Oid objectId,
@@ -1188,7 +1182,8 @@ note_backing_view_drop(ObjectAccessType access, Oid classId, Oid objectId,
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
 	if (access == OAT_DROP && classId == RelationRelationId && subId == 0 &&
-		!backing_view_dropped && is_backing_view(objectId))
+		!backing_view_dropped && get_rel_relkind(objectId) == RELKIND_VIEW &&
+		get_rel_persistence(objectId) != RELPERSISTENCE_TEMP)
 	{
 		register_xact_callback();
 		backing_view_dropped = true;
@@ -1217,7 +1212,6 @@ drop_orphaned_registrations(void)
 		!OidIsValid(get_relname_relid("snapshot_registry", nsp)) ||
 		!pc_registry_has_views())
 		return;
-	pc_registry_changed();
 	CommandCounterIncrement();
 	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -1231,6 +1225,9 @@ drop_orphaned_registrations(void)
 					" (extract(epoch FROM r.created_at) * 1000000)::int8",
 					false, 0) != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not delete registrations whose view was dropped");
+	/* A failed DELETE aborts the transaction: nothing to mark then. */
+	if (SPI_processed > 0)
+		pc_registry_changed();
 	for (row = 0; row < SPI_processed; row++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[row];
