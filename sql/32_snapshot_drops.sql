@@ -101,3 +101,23 @@ SELECT name FROM projcache.snapshot_registry ORDER BY name;
 SELECT * FROM projcache.snapshot('kept') AS s(x int);
 \c :regress_db
 DROP DATABASE regress_drops_db;
+
+-- 6. A 1.0 registration has no view to keep its types: one whose type was
+-- dropped before the update could not be bound, and IMPORT FOREIGN SCHEMA
+-- leaves it out with a WARNING instead of failing with XX000.
+CREATE DATABASE regress_drops_db;
+\c regress_drops_db
+CREATE EXTENSION projcache VERSION '1.0';
+CREATE TYPE public.gone AS ENUM ('x');
+SELECT projcache.create_snapshot('typed', $$SELECT 'x'::public.gone AS g$$, '1h');
+SELECT projcache.create_snapshot('plain', 'SELECT 1 AS n', '1h');
+DROP TYPE public.gone;
+SET client_min_messages = error;
+ALTER EXTENSION projcache UPDATE;
+RESET client_min_messages;
+SELECT name, bind_error IS NOT NULL AS unbound FROM projcache.snapshot_registry ORDER BY name;
+CREATE SCHEMA imported;
+IMPORT FOREIGN SCHEMA projcache FROM SERVER projcache INTO imported;
+SELECT relname FROM pg_class WHERE relnamespace = 'imported'::regnamespace ORDER BY relname;
+\c :regress_db
+DROP DATABASE regress_drops_db;

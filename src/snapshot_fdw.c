@@ -809,10 +809,26 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 		appendStringInfo(&cmd, "CREATE FOREIGN TABLE %s (",
 						 quote_identifier(name));
 		for (i = 0; i < reg->natts; i++)
+		{
+			char	   *type = format_type_extended(reg->coltypes[i], -1,
+													FORMAT_TYPE_FORCE_QUALIFY |
+													FORMAT_TYPE_INVALID_AS_NULL);
+
+			/* A 1.0 registration that could not be bound has no view to keep it. */
+			if (type == NULL)
+			{
+				ereport(WARNING,
+						(errcode(ERRCODE_UNDEFINED_OBJECT),
+						 errmsg("snapshot \"%s\" is not imported: the type of its column \"%s\" no longer exists",
+								name, reg->colnames[i]),
+						 errhint("Drop the snapshot and create it again.")));
+				break;
+			}
 			appendStringInfo(&cmd, "%s%s %s", i > 0 ? ", " : "",
-							 quote_identifier(reg->colnames[i]),
-							 format_type_extended(reg->coltypes[i], -1,
-												  FORMAT_TYPE_FORCE_QUALIFY));
+							 quote_identifier(reg->colnames[i]), type);
+		}
+		if (i < reg->natts)
+			continue;
 		appendStringInfo(&cmd, ") SERVER %s OPTIONS (snapshot %s)",
 						 quote_identifier(server->servername),
 						 quote_literal_cstr(name));
