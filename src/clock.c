@@ -80,6 +80,24 @@ pc_interval_from_ms(int64 ms)
 PG_FUNCTION_INFO_V1(projcache_debug_advance_clock);
 
 /*
+ * Test-only functions work only with projcache.debug_clock = on, and for
+ * superusers; "action" completes "only superusers may ...".
+ */
+void
+pc_require_debug(const char *action)
+{
+	if (!pc_debug_clock)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("projcache.debug_clock is off"),
+				 errhint("Set projcache.debug_clock = on in postgresql.conf and restart; it is meant for tests only.")));
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers may %s", action)));
+}
+
+/*
  * projcache.debug_advance_clock(interval): move the clock forward, then
  * wake the worker so that whatever just became due runs now.
  */
@@ -90,15 +108,7 @@ projcache_debug_advance_clock(PG_FUNCTION_ARGS)
 	int64		step_ms;
 
 	pc_require_loaded();
-	if (!pc_debug_clock)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("projcache.debug_clock is off"),
-				 errhint("Set projcache.debug_clock = on in postgresql.conf and restart; it is meant for tests only.")));
-	if (!superuser())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("only superusers may move the projcache clock")));
+	pc_require_debug("move the projcache clock");
 	if (step->month != 0 || step->day != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

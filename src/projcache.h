@@ -67,6 +67,7 @@ extern bool pc_debug_clock;
  * Clock (clock.c)
  * ----------------------------------------------------------------
  */
+extern void pc_require_debug(const char *action);
 extern int64 pc_now_ms(void);
 extern int64 pc_real_now_ms(void);
 extern TimestampTz pc_mono_to_timestamp(int64 mono_ms);

@@ -411,15 +411,7 @@ projcache_debug_wal_record(PG_FUNCTION_ARGS)
 	int32		info = PG_GETARG_INT32(0);
 	bytea	   *data = PG_GETARG_BYTEA_PP(1);
 
-	if (!pc_debug_clock)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("projcache.debug_clock is off"),
-				 errhint("Set projcache.debug_clock = on in postgresql.conf and restart; it is meant for tests only.")));
-	if (!superuser())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("only superusers may write projcache WAL records")));
+	pc_require_debug("write projcache WAL records");
 	if (info < 0 || info > 0xFF || (info & XLR_INFO_MASK) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
