@@ -34,8 +34,10 @@ WORK=
 DATA=
 SOCK=
 
-[ -w "$(dirname "$OUT")" ] && { [ ! -e "$OUT" ] || [ -w "$OUT" ]; } ||
-	{ echo "$NAME: cannot write $OUT" >&2; exit 2; }
+if [ ! -w "$(dirname "$OUT")" ] || { [ -e "$OUT" ] && [ ! -w "$OUT" ]; }; then
+	echo "$NAME: cannot write $OUT" >&2
+	exit 2
+fi
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
