@@ -56,9 +56,10 @@ typedef struct PcEntry
 	uint64		serial;			/* tells this entry from a later one of the
 								 * same key */
 	pg_atomic_uint32 requests;	/* PC_REQ_* not yet taken by the worker */
-	pg_atomic_uint32 visited;	/* read since the worker's eviction hand
-								 * last passed (SIEVE); set by readers, only
-								 * when clear, and cleared by the worker */
+	pg_atomic_uint32 visited;	/* read since the key entered its eviction
+								 * FIFO or the worker last looked at it
+								 * (S3-FIFO); set by readers, only when
+								 * clear, and cleared by the worker */
 	uint8		state;			/* PcKeyState */
 	uint8		fetch_state;	/* PcFetchState */
 	bool		invalidated;	/* stale until the next successful fetch */

@@ -67,7 +67,7 @@ typedef struct PcRead
 	Jsonb	   *config;			/* NULL unless enabled */
 	char	   *revision;		/* details only */
 	char	   *last_error;		/* details only */
-	bool		visited;		/* read since the eviction hand passed */
+	bool		visited;		/* read since the eviction last looked */
 	bool		oom;			/* a copy failed under the lock */
 } PcRead;
 
@@ -211,7 +211,10 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	else
 	{
 		r->found = true;
-		/* SIEVE: mark it read, writing only when it is not marked yet. */
+		/*
+		 * S3-FIFO: mark it read, writing only when it is not marked yet: a
+		 * hit writes at most this one shared cache line.
+		 */
 		if (pg_atomic_read_u32(&entry->visited) == 0)
 			pg_atomic_write_u32(&entry->visited, 1);
 	}

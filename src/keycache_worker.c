@@ -52,7 +52,7 @@
 /*
  * Eviction under memory pressure: once memory use crosses the high
  * watermark, or a reader found no room for a new key, the worker evicts
- * keys (SIEVE, see scheduler.h) until use is below the low watermark.  Both
+ * keys (S3-FIFO, see scheduler.h) until use is below the low watermark.  Both
  * are shares of what projcache.max_memory leaves for keys, and only what
  * keys take is measured against them (pc_key_memory_bound): snapshot rows
  * have a budget of their own, so however much of it they hold, the worker
@@ -176,12 +176,6 @@ mirror_entry(SchedEntry *e)
 		entry->retry_at = e->fetch_when;
 	else if (e->state == SCHED_PENDING && e->has_next_attempt)
 		entry->retry_at = e->next_attempt;
-	if (e->returning)
-	{
-		/* evicted lately and read again: spare it once (sched_evict_victim) */
-		pg_atomic_write_u32(&entry->visited, 1);
-		e->returning = false;
-	}
 	if (e->has_expiry)
 		entry->expires_at = e->expiry;
 	entry->has_refresh = e->heap_pos[SCHED_QUEUE_REFRESH] >= 0;
@@ -207,7 +201,10 @@ delete_shared(const char *key, uint32 len, PcCounter cause)
 	}
 }
 
-/* For SIEVE: was the key read since the hand last passed?  Clears the mark. */
+/*
+ * For S3-FIFO: was the key read since it entered its FIFO, or since the
+ * eviction last looked at it?  Clears the mark.
+ */
 static bool
 take_visited(SchedEntry *e, void *arg)
 {
@@ -226,7 +223,7 @@ take_visited(SchedEntry *e, void *arg)
 
 /*
  * Keep the key map within its part of projcache.max_memory: past the high
- * watermark, or when a reader found no room, evict SIEVE's victims until
+ * watermark, or when a reader found no room, evict S3-FIFO's victims until
  * what keys take is below the low watermark (or no key can be evicted: the
  * rest are being fetched).
  */
@@ -242,7 +239,7 @@ evict_for_memory(void)
 		return;
 	while (pc_key_memory_used() > low)
 	{
-		SchedEntry *victim = sched_sieve_victim(sched, take_visited, NULL);
+		SchedEntry *victim = sched_memory_victim(sched, take_visited, NULL);
 
 		if (victim == NULL)
 			break;

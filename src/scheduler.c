@@ -11,7 +11,9 @@
  *	 so scheduling, rescheduling and cancelling cost O(log n) and nothing
  *	 ever scans all keys;
  * - the open batch: fetches that are due and are being gathered before one
- *	 call of the fetch function.
+ *	 call of the fetch function;
+ * - S3-FIFO's two FIFOs of keys (doubly linked through the entries) and
+ *	 its ghost FIFO of hashes (see sched_memory_victim).
  *
  * This file must compile without PostgreSQL headers: it is unit-tested on
  * its own (test/unit/test_scheduler.c).
@@ -65,20 +67,29 @@ struct Sched
 	SchedEntry **dispatched;
 	int			dispatched_capacity;
 
-	/* insertion order and the SIEVE hand (see sched_sieve_victim) */
-	SchedEntry *fifo_head;		/* newest */
-	SchedEntry *fifo_tail;		/* oldest */
-	SchedEntry *hand;			/* next to look at; NULL: start at the tail */
+	/* S3-FIFO's FIFOs (see sched_memory_victim): [0] small, [1] main */
+	SchedEntry *fifo_head[2];	/* newest */
+	SchedEntry *fifo_tail[2];	/* oldest */
+	size_t		fifo_count[2];
 
 	/*
-	 * Hashes of keys SIEVE evicted lately (see sched_evict_victim): slot
-	 * hash & (nevicted - 1) holds the hash with its low bit set, 0 if empty.
+	 * The ghost FIFO: hashes of keys evicted from the small FIFO lately.
+	 * Slot hash & (nghosts - 1) holds the hash with its low bit set (0 if
+	 * empty) and the number of small-FIFO evictions before it; a hash is
+	 * still remembered while it is among the last fifo_count[1] evicted
+	 * from there.  A newer hash may overwrite an older one: the ghost
+	 * forgets.
 	 */
-	uint32_t   *evicted;
-	size_t		nevicted;		/* power of two, or 0 before the first */
+	struct SchedGhost
+	{
+		uint32_t	hash;
+		uint64_t	seq;
+	}		   *ghosts;
+	size_t		nghosts;		/* power of two, or 0 before the first */
+	uint64_t	ghost_seq;		/* evictions from the small FIFO so far */
 };
 
-#define SCHED_MIN_EVICTED_SLOTS 1024
+#define SCHED_MIN_GHOST_SLOTS 1024
 
 #define SCHED_INITIAL_BUCKETS 1024
 
@@ -211,12 +222,62 @@ sched_count(const Sched *s)
 	return s->nentries;
 }
 
+/* Put e at the head (newest end) of the main FIFO, or of the small one. */
+static void
+fifo_push_head(Sched *s, SchedEntry *e, bool main)
+{
+	int			f = main ? 1 : 0;
+
+	e->in_main = main;
+	e->fifo_older = s->fifo_head[f];
+	e->fifo_newer = NULL;
+	if (s->fifo_head[f] != NULL)
+		s->fifo_head[f]->fifo_newer = e;
+	s->fifo_head[f] = e;
+	if (s->fifo_tail[f] == NULL)
+		s->fifo_tail[f] = e;
+	s->fifo_count[f]++;
+}
+
+/* Take e out of its FIFO. */
+static void
+fifo_remove(Sched *s, SchedEntry *e)
+{
+	int			f = e->in_main ? 1 : 0;
+
+	SCHED_ASSERT(s->fifo_count[f] > 0);
+	if (e->fifo_newer != NULL)
+		e->fifo_newer->fifo_older = e->fifo_older;
+	else
+		s->fifo_head[f] = e->fifo_older;
+	if (e->fifo_older != NULL)
+		e->fifo_older->fifo_newer = e->fifo_newer;
+	else
+		s->fifo_tail[f] = e->fifo_newer;
+	e->fifo_newer = e->fifo_older = NULL;
+	s->fifo_count[f]--;
+}
+
+/* Does the ghost FIFO remember this hash? */
+static bool
+ghost_holds(const Sched *s, uint32_t hash)
+{
+	const struct SchedGhost *g;
+	size_t		span = s->fifo_count[1] > 0 ? s->fifo_count[1] : 1;
+
+	if (s->nghosts == 0)
+		return false;
+	g = &s->ghosts[hash & (s->nghosts - 1)];
+	return g->hash == (hash | 1) && s->ghost_seq - g->seq <= span;
+}
+
 static SchedEntry *
 sched_insert_new(Sched *s, const char *key, size_t keylen)
 {
 	SchedEntry *e = sched_alloc0(s, sizeof(SchedEntry));
 	size_t		b;
 	int			q;
+	bool		in_ghost;
 
 	e->key = s->alloc_fn(keylen > 0 ? keylen : 1);
 	memcpy(e->key, key, keylen);
@@ -233,22 +294,11 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	s->buckets[b] = e;
 	s->nentries++;
 
-	/* Back soon after SIEVE evicted it? */
-	if (s->nevicted > 0 &&
-		s->evicted[e->hash & (s->nevicted - 1)] == (e->hash | 1))
-	{
-		s->evicted[e->hash & (s->nevicted - 1)] = 0;
-		e->returning = true;
-	}
-
-	/* The newest key heads the insertion order. */
-	e->fifo_older = s->fifo_head;
-	e->fifo_newer = NULL;
-	if (s->fifo_head != NULL)
-		s->fifo_head->fifo_newer = e;
-	s->fifo_head = e;
-	if (s->fifo_tail == NULL)
-		s->fifo_tail = e;
+	/* Back soon after the small FIFO let it go?  Then it goes to main. */
+	in_ghost = ghost_holds(s, e->hash);
+	if (in_ghost)
+		s->ghosts[e->hash & (s->nghosts - 1)].hash = 0;
+	fifo_push_head(s, e, in_ghost);
 	return e;
 }
 
@@ -262,17 +312,7 @@ sched_unlink(Sched *s, SchedEntry *entry)
 	*link = entry->next;
 	s->nentries--;
 
-	/* Out of the insertion order; a hand on it moves on to the newer one. */
-	if (s->hand == entry)
-		s->hand = entry->fifo_newer;
-	if (entry->fifo_newer != NULL)
-		entry->fifo_newer->fifo_older = entry->fifo_older;
-	else
-		s->fifo_head = entry->fifo_older;
-	if (entry->fifo_older != NULL)
-		entry->fifo_older->fifo_newer = entry->fifo_newer;
-	else
-		s->fifo_tail = entry->fifo_newer;
+	fifo_remove(s, entry);
 }
 
 /* ----------------------------------------------------------------
@@ -442,8 +482,8 @@ sched_destroy(Sched *s)
 		}
 	}
 	s->free_fn(s->buckets);
-	if (s->evicted != NULL)
-		s->free_fn(s->evicted);
+	if (s->ghosts != NULL)
+		s->free_fn(s->ghosts);
 	for (q = 0; q < SCHED_NUM_QUEUES; q++)
 		if (s->heaps[q].items)
 			s->free_fn(s->heaps[q].items);
@@ -468,18 +508,20 @@ sched_set_config(Sched *s, const SchedConfig *config)
 	int64_t		shift = (config->expiry_ms + config->grace_period_ms) -
 		(s->config.expiry_ms + s->config.grace_period_ms);
 	SchedEntry *e;
+	int			f;
 
 	s->config = *config;
 	if (shift == 0)
 		return 0;
-	for (e = s->fifo_head; e != NULL; e = e->fifo_older)
-	{
-		if (!e->has_expiry)
-			continue;
-		e->expiry += shift;
-		if (e->heap_pos[SCHED_QUEUE_EVICT] >= 0)
-			queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
-	}
+	for (f = 0; f < 2; f++)
+		for (e = s->fifo_head[f]; e != NULL; e = e->fifo_older)
+		{
+			if (!e->has_expiry)
+				continue;
+			e->expiry += shift;
+			if (e->heap_pos[SCHED_QUEUE_EVICT] >= 0)
+				queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
+		}
 	return shift;
 }
 
@@ -716,49 +758,95 @@ sched_evictable(const SchedEntry *e)
 }
 
 /*
- * The next victim of SIEVE (see scheduler.h).  Each key is looked at most
- * twice per call: once to clear its mark, once more to take it; so a call
- * ends even when every key was visited or none can be evicted.
+ * The next victim of S3-FIFO (see scheduler.h).  Each key is looked at
+ * most twice per call (a key of the small FIFO may move to main, and be
+ * looked at there once more), so a call ends even when every key was
+ * visited or none can be evicted.
  */
 SchedEntry *
-sched_sieve_victim(Sched *s, SchedVisitedFn visited, void *arg)
+sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 {
-	SchedEntry *e = s->hand != NULL ? s->hand : s->fifo_tail;
 	size_t		looks = 2 * s->nentries + 1;
+	size_t		small_looks = 0;
 
-	while (e != NULL && looks-- > 0)
+	while (looks-- > 0 && s->nentries > 0)
 	{
-		SchedEntry *next = e->fifo_newer != NULL ? e->fifo_newer : s->fifo_tail;
+		SchedEntry *e;
 
-		if (sched_evictable(e) && !visited(e, arg))
+		/*
+		 * The small FIFO while it holds its share, unless each of its keys
+		 * was passed over in this call for being fetched.
+		 */
+		if (s->fifo_count[0] > 0 && small_looks < s->fifo_count[0] &&
+			(s->fifo_count[0] * 100 >= SCHED_SMALL_PERCENT * s->nentries ||
+			 s->fifo_count[1] == 0))
 		{
-			/* The hand stays on the next key; unlinking e keeps it there. */
-			s->hand = next == e ? NULL : next;
-			return e;
+			e = s->fifo_tail[0];
+			if (!sched_evictable(e))
+			{
+				/* being fetched: stays in the small FIFO, untouched */
+				small_looks++;
+				fifo_remove(s, e);
+				fifo_push_head(s, e, false);
+			}
+			else if (visited(e, arg))
+			{
+				/* read again: promoted, mark cleared */
+				fifo_remove(s, e);
+				fifo_push_head(s, e, true);
+			}
+			else
+				return e;
+			continue;
 		}
-		e = next;
+		if (s->fifo_count[1] == 0)
+			break;
+		e = s->fifo_tail[1];
+		if (sched_evictable(e) && !visited(e, arg))
+			return e;
+		/* read again since last looked at, or being fetched: reinserted */
+		fifo_remove(s, e);
+		fifo_push_head(s, e, true);
 	}
-	s->hand = e;
 	return NULL;
 }
 
 void
 sched_evict_victim(Sched *s, SchedEntry *victim)
 {
-	/* Room for about twice as many hashes as keys; growing forgets them. */
-	if (s->nevicted < 2 * s->nentries || s->nevicted == 0)
+	if (!victim->in_main)
 	{
-		size_t		n = SCHED_MIN_EVICTED_SLOTS;
+		struct SchedGhost *g;
 
-		while (n < 2 * s->nentries)
-			n *= 2;
-		if (s->evicted != NULL)
-			s->free_fn(s->evicted);
-		s->evicted = sched_alloc0(s, n * sizeof(uint32_t));
-		s->nevicted = n;
+		/* Room for about twice as many hashes as keys; growing forgets them. */
+		if (s->nghosts < 2 * s->nentries || s->nghosts == 0)
+		{
+			size_t		n = SCHED_MIN_GHOST_SLOTS;
+
+			while (n < 2 * s->nentries)
+				n *= 2;
+			if (s->ghosts != NULL)
+				s->free_fn(s->ghosts);
+			s->ghosts = sched_alloc0(s, n * sizeof(struct SchedGhost));
+			s->nghosts = n;
+		}
+		g = &s->ghosts[victim->hash & (s->nghosts - 1)];
+		g->hash = victim->hash | 1;
+		g->seq = s->ghost_seq++;
 	}
-	s->evicted[victim->hash & (s->nevicted - 1)] = victim->hash | 1;
 	sched_evict(s, victim);
+}
+
+bool
+sched_in_ghost(const Sched *s, const char *key, size_t keylen)
+{
+	return ghost_holds(s, sched_hash(key, keylen));
+}
+
+size_t
+sched_small_count(const Sched *s)
+{
+	return s->fifo_count[0];
 }
 
 SchedEvictReply

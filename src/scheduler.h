@@ -144,15 +144,11 @@ typedef struct SchedEntry
 	bool		gathered;
 
 	/*
-	 * Created again soon after SIEVE evicted it: the caller marks it visited
-	 * (see sched_evict_victim), then clears this.
+	 * Eviction under memory pressure (S3-FIFO, see sched_memory_victim):
+	 * the FIFO the key is in, small or main, and its place there; the
+	 * newest key of each is its head, the oldest its tail.
 	 */
-	bool		returning;
-
-	/*
-	 * Insertion order, for eviction under memory pressure (SIEVE): the
-	 * newest key is the head, the oldest the tail.
-	 */
+	bool		in_main;
 	struct SchedEntry *fifo_newer;
 	struct SchedEntry *fifo_older;
 
@@ -212,36 +208,48 @@ extern void sched_evict(Sched *s, SchedEntry *entry);
 extern SchedEvictReply sched_request_evict(Sched *s, const char *key, size_t keylen);
 
 /*
- * Eviction under memory pressure, by SIEVE (Zhang et al., NSDI 2024): keys
- * sit in insertion order; a hand walks from the oldest toward the newest,
- * wrapping around.  A key read since the hand last passed it ("visited",
- * which the caller keeps, since readers set it) is spared and its mark
- * cleared; the first unvisited key is the victim, and the hand stays on the
- * next newer one.  A key whose fetch is dispatched or gathered into the
- * open batch is passed over, untouched: it is never evicted.
+ * Eviction under memory pressure, by S3-FIFO (Yang et al., SOSP 2023),
+ * chosen by measurement (bench/working_set_sim.py).  Keys sit in two
+ * FIFOs: a new key enters the small one, which keys read only once leave
+ * first, and keys read again move on to the main one, which keeps them
+ * by reinsertion:
+ *
+ * - while the small FIFO holds at least SCHED_SMALL_PERCENT of the keys
+ *	 (or the main one is empty), its oldest key is looked at: one read since
+ *	 it came in ("visited", which the caller keeps, since readers set it)
+ *	 moves to the head of the main FIFO, its mark cleared; one not read is
+ *	 the victim, and its hash is remembered in the ghost FIFO;
+ * - else the main FIFO's oldest key is looked at: visited, it goes back to
+ *	 the head, its mark cleared; not, it is the victim (not remembered);
+ * - a key created while the ghost FIFO remembers it (it left the small
+ *	 FIFO within the last as many evictions from there as the main FIFO
+ *	 holds keys) goes straight into the main FIFO.
+ *
+ * So keys read once (a scan) cycle through the small FIFO and never
+ * displace the main one's.  A key whose fetch is dispatched or gathered
+ * into the open batch is never a victim: it goes back to the head of its
+ * FIFO, untouched.
  *
  * visited(entry, arg) says whether the key was visited and clears the mark.
  * Returns the victim, which the caller removes (from the shared map, then
- * with sched_evict()), or NULL if no key can be evicted.
+ * with sched_evict_victim()), or NULL if no key can be evicted.  Shares of
+ * the FIFOs are counted in keys, not bytes.
  */
+#define SCHED_SMALL_PERCENT 30
+
 typedef bool (*SchedVisitedFn) (SchedEntry *entry, void *arg);
 
-extern SchedEntry *sched_sieve_victim(Sched *s, SchedVisitedFn visited,
-									  void *arg);
+extern SchedEntry *sched_memory_victim(Sched *s, SchedVisitedFn visited,
+									   void *arg);
 
 /*
- * Evict a victim of sched_sieve_victim(), remembering that it was evicted.
- * SIEVE demotes new keys quickly: one that is not read again before the
- * hand reaches it goes first.  That is right for keys read once, but a key
- * read every few seconds can be evicted each time it comes back, while keys
- * no longer read keep their marks for a whole turn of the hand.  So the
- * scheduler remembers the hashes of about twice as many evicted keys as it
- * holds (in a table where a newer hash may overwrite an older one), and a
- * key created again while remembered starts "returning": the caller marks
- * it visited, so it survives the hand's next pass.  Keys evicted by
- * expiry or by request are not remembered.
+ * Evict a victim of sched_memory_victim(); one from the small FIFO is
+ * remembered in the ghost FIFO.  Keys evicted by expiry or by request are
+ * not remembered.
  */
 extern void sched_evict_victim(Sched *s, SchedEntry *victim);
+extern bool sched_in_ghost(const Sched *s, const char *key, size_t keylen);
+extern size_t sched_small_count(const Sched *s);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*

@@ -1668,7 +1668,7 @@ test_heap_stress(void **state)
 }
 
 /* ----------------------------------------------------------------
- * Eviction under memory pressure: SIEVE
+ * Eviction under memory pressure: S3-FIFO
  * ----------------------------------------------------------------
  */
 
@@ -1762,11 +1762,11 @@ visit(SieveFixture *f, const char *key)
 	visit_set(&f->v, key);
 }
 
-/* Evict SIEVE's next victim as the worker does; its key, or NULL. */
+/* Evict S3-FIFO's next victim as the worker does; its key, or NULL. */
 static const char *
 sieve_evict(SieveFixture *f)
 {
-	SchedEntry *e = sched_sieve_victim(f->s, test_and_clear, &f->v);
+	SchedEntry *e = sched_memory_victim(f->s, test_and_clear, &f->v);
 
 	if (e == NULL)
 		return NULL;
@@ -1776,33 +1776,38 @@ sieve_evict(SieveFixture *f)
 	return f->buf;
 }
 
+/* Is the (one-letter) key in the main FIFO? */
+static bool
+in_main(SieveFixture *f, const char *key)
+{
+	SchedEntry *e = sched_lookup(f->s, key, strlen(key));
+
+	assert_non_null(e);
+	return e->in_main;
+}
+
 /*
- * A reader asks for a key the cache does not hold: the worker creates it,
- * and marks it visited if it is returning.  Says whether it was.
+ * A reader asks for a key the cache does not hold: the worker creates it.
+ * Says whether it went straight into the main FIFO (a ghost hit).
  */
 static bool
 asked_for(SieveFixture *f, const char *key)
 {
 	SchedEntry *e = sched_try_begin_fetch(f->s, key, strlen(key), false, 0);
-	bool		returning;
 
 	assert_non_null(e);
-	returning = e->returning;
-	if (returning)
-	{
-		visit(f, key);
-		e->returning = false;
-	}
-	return returning;
+	return e->in_main;
 }
 
 /* With nothing visited, keys go oldest first, as in a FIFO. */
 static void
-test_sieve_unvisited_fifo(void **state)
+test_s3fifo_unvisited_fifo(void **state)
 {
 	SieveFixture *f = *state;
 
 	cached(f, "abc");
+	assert_false(in_main(f, "a"));
+	assert_int_equal(sched_small_count(f->s), 3);
 	assert_string_equal(sieve_evict(f), "a");
 	assert_string_equal(sieve_evict(f), "b");
 	assert_string_equal(sieve_evict(f), "c");
@@ -1811,32 +1816,95 @@ test_sieve_unvisited_fifo(void **state)
 }
 
 /*
- * A visited key survives the hand once, its mark cleared; the hand stays
- * where it stopped (it does not go back to the oldest key), so a survivor
- * is taken only when the hand comes round again.
+ * A key read again while in the small FIFO moves to the main one when the
+ * small FIFO's eviction reaches it, its mark cleared; a key read once is
+ * the victim.
  */
 static void
-test_sieve_visited_survive_one_pass(void **state)
+test_s3fifo_read_again_moves_to_main(void **state)
 {
 	SieveFixture *f = *state;
 
-	cached(f, "abcd");
-	visit(f, "a");
-	visit(f, "c");
-	/* a spared (mark cleared), b taken; the hand stops at c */
-	assert_string_equal(sieve_evict(f), "b");
-	/* c spared, d taken; the hand wraps to the oldest, a */
-	assert_string_equal(sieve_evict(f), "d");
-	/* a was not read again: taken now */
-	visit(f, "c");
+	cached(f, "abc");
+	visit(f, "b");
 	assert_string_equal(sieve_evict(f), "a");
-	/* c read again since: spared once more, and is the only key left */
+	assert_false(in_main(f, "b"));	/* promoted only when looked at */
+	/* b read again: to main, mark cleared; c read once: the victim */
 	assert_string_equal(sieve_evict(f), "c");
+	assert_true(in_main(f, "b"));
+	assert_int_equal(sched_small_count(f->s), 0);
+	/* b was not read again in main: taken now */
+	assert_string_equal(sieve_evict(f), "b");
 }
 
-/* Every key visited: one pass clears all marks, then the oldest goes. */
+/*
+ * While the small FIFO holds its share of the keys (SCHED_SMALL_PERCENT),
+ * keys read once leave from it, oldest first, before any key of the main
+ * FIFO, however old: a scan never reaches the main FIFO.  Below its share,
+ * the main FIFO evicts.
+ */
 static void
-test_sieve_all_visited(void **state)
+test_s3fifo_scan_leaves_main_alone(void **state)
+{
+	SieveFixture *f = *state;
+
+	assert_int_equal(SCHED_SMALL_PERCENT, 30);
+	cached(f, "abcdefghij");
+	visit(f, "a");
+	visit(f, "b");
+	visit(f, "c");
+	visit(f, "d");
+	visit(f, "e");
+	visit(f, "f");
+	visit(f, "g");
+	/* a .. g promoted, h read once: the victim */
+	assert_string_equal(sieve_evict(f), "h");
+	assert_true(in_main(f, "a") && in_main(f, "g"));
+	assert_int_equal(sched_small_count(f->s), 2);
+	/* a scan of keys read once: i j k l m n o p q in small, 9 of 16 */
+	cached(f, "klmnopq");
+	assert_string_equal(sieve_evict(f), "i");	/* 8 of 15 left */
+	assert_string_equal(sieve_evict(f), "j");
+	assert_string_equal(sieve_evict(f), "k");
+	assert_string_equal(sieve_evict(f), "l");
+	assert_string_equal(sieve_evict(f), "m");
+	assert_string_equal(sieve_evict(f), "n");	/* 3 of 10 left: 30 % */
+	assert_string_equal(sieve_evict(f), "o");	/* 2 of 9 left */
+	assert_int_equal(sched_small_count(f->s), 2);
+	/* below its share: the main FIFO's oldest (its mark cleared) goes */
+	assert_string_equal(sieve_evict(f), "a");
+	assert_true(in_main(f, "b"));
+}
+
+/*
+ * The main FIFO reinserts a key read since the eviction last looked at it,
+ * clearing its mark, and evicts one that was not: each pass clears the
+ * marks it passes.
+ */
+static void
+test_s3fifo_main_reinsertion_clears_marks(void **state)
+{
+	SieveFixture *f = *state;
+
+	cached(f, "abc");
+	visit(f, "a");
+	visit(f, "b");
+	visit(f, "c");
+	assert_string_equal(sieve_evict(f), "a");	/* all to main, then a */
+	assert_int_equal(sched_small_count(f->s), 0);
+	visit(f, "b");
+	f->v.looks = 0;
+	/* b reinserted, mark cleared; c not read: the victim */
+	assert_string_equal(sieve_evict(f), "c");
+	assert_int_equal(f->v.looks, 2);
+	/* b not read since: taken */
+	assert_string_equal(sieve_evict(f), "b");
+	assert_null(sieve_evict(f));
+}
+
+/* Every key visited: one pass promotes them all, then the oldest goes. */
+static void
+test_s3fifo_all_visited(void **state)
 {
 	SieveFixture *f = *state;
 
@@ -1845,32 +1913,17 @@ test_sieve_all_visited(void **state)
 	visit(f, "b");
 	visit(f, "c");
 	assert_string_equal(sieve_evict(f), "a");
-	assert_int_equal(f->v.looks, 4);	/* a, b, c cleared; a again */
+	assert_int_equal(f->v.looks, 4);	/* a, b, c promoted; a again */
 	assert_string_equal(sieve_evict(f), "b");
-}
-
-/* New keys go in as the newest: they do not move the hand. */
-static void
-test_sieve_new_keys_behind_the_hand(void **state)
-{
-	SieveFixture *f = *state;
-
-	cached(f, "abc");
-	visit(f, "a");
-	assert_string_equal(sieve_evict(f), "b");	/* hand at c */
-	cached(f, "x");
-	visit(f, "c");
-	/* c spared, then x, the newest, before wrapping to a */
-	assert_string_equal(sieve_evict(f), "x");
 }
 
 /*
  * A key whose fetch is out (dispatched, or gathered into the open batch)
- * is never a victim, visited or not; a pending key waiting out its backoff
- * is.  With nothing evictable, there is no victim.
+ * is never a victim, visited or not, in either FIFO; a pending key waiting
+ * out its backoff is.  With nothing evictable, there is no victim.
  */
 static void
-test_sieve_spares_fetches(void **state)
+test_s3fifo_spares_fetches(void **state)
 {
 	SieveFixture *f = *state;
 	Sched	   *s = f->s;
@@ -1893,59 +1946,96 @@ test_sieve_spares_fetches(void **state)
 	assert_true(sched_evictable(p));
 	assert_string_equal(sieve_evict(f), "later");
 	assert_null(sieve_evict(f));
+
+	/*
+	 * Fetches under way stay in the small FIFO, passed over; the keys read
+	 * again go to main, and with only fetches left in the small FIFO, the
+	 * main FIFO evicts.
+	 */
+	cached(f, "ab");
+	visit(f, "a");
+	visit(f, "b");
+	assert_string_equal(sieve_evict(f), "a");
+	assert_true(in_main(f, "b"));
+	assert_string_equal(sieve_evict(f), "b");
+	assert_null(sieve_evict(f));
+	assert_int_equal(sched_count(f->s), 2);
 }
 
 /*
- * Other evictions (a key's timer, evict()) take keys out of the order
- * wherever they are, the one under the hand included: the hand moves to
- * the next newer key.
+ * A key the small FIFO evicted, asked for again while the ghost FIFO
+ * remembers it, goes straight into the main FIFO; keys evicted otherwise
+ * (a timer, evict(), the main FIFO) come back as new keys, to the small
+ * FIFO.  A ghost hit is used up.
  */
 static void
-test_sieve_other_evictions(void **state)
+test_s3fifo_ghost_admits_to_main(void **state)
+{
+	SieveFixture *f = *state;
+
+	cached(f, "abcd");
+	visit(f, "d");
+	assert_string_equal(sieve_evict(f), "a");
+	assert_true(sched_in_ghost(f->s, "a", 1));
+	assert_int_equal(sched_request_evict(f->s, "b", 1), SCHED_EVICT_NOW);
+	assert_false(sched_in_ghost(f->s, "b", 1));
+	assert_true(asked_for(f, "a"));
+	assert_false(sched_in_ghost(f->s, "a", 1));
+	assert_false(asked_for(f, "b"));
+	/* small: c d b; main: a */
+	assert_string_equal(sieve_evict(f), "c");
+	/* d read again: promoted; b the victim */
+	assert_string_equal(sieve_evict(f), "b");
+	assert_true(in_main(f, "d"));
+	/* the main FIFO's victims are not remembered */
+	assert_string_equal(sieve_evict(f), "a");
+	assert_false(sched_in_ghost(f->s, "a", 1));
+	assert_false(asked_for(f, "a"));
+}
+
+/*
+ * The ghost FIFO holds as many keys as the main FIFO: a key is remembered
+ * while it is among the last that many the small FIFO evicted.
+ */
+static void
+test_s3fifo_ghost_forgets(void **state)
 {
 	SieveFixture *f = *state;
 
 	cached(f, "abcd");
 	visit(f, "a");
-	assert_string_equal(sieve_evict(f), "b");	/* hand at c */
-	assert_int_equal(sched_request_evict(f->s, "c", 1), SCHED_EVICT_NOW);	/* hand to d */
+	assert_string_equal(sieve_evict(f), "b");	/* a to main: 1 key */
+	assert_true(sched_in_ghost(f->s, "b", 1));
+	assert_string_equal(sieve_evict(f), "c");
+	assert_true(sched_in_ghost(f->s, "c", 1));
+	assert_false(sched_in_ghost(f->s, "b", 1));
+	/* main grows to 2: the ghost FIFO remembers two again */
 	visit(f, "d");
-	/* d spared, a (mark cleared before) taken */
-	assert_string_equal(sieve_evict(f), "a");
-	assert_int_equal(sched_request_evict(f->s, "d", 1), SCHED_EVICT_NOW);
-	assert_null(sieve_evict(f));
-	assert_int_equal(sched_count(f->s), 0);
+	cached(f, "e");
+	assert_string_equal(sieve_evict(f), "e");	/* d promoted */
+	assert_true(sched_in_ghost(f->s, "e", 1));
+	assert_true(sched_in_ghost(f->s, "c", 1));
 }
 
 /*
- * A key SIEVE evicted that is asked for again comes back marked visited,
- * so the hand spares it once; keys evicted otherwise (a timer, evict())
- * come back as new keys.  Each return is one eviction's worth: the key is
- * remembered again only when SIEVE evicts it again.
+ * Other evictions (a key's timer, evict()) take keys out of their FIFO
+ * wherever they are.
  */
 static void
-test_sieve_returning_keys(void **state)
+test_s3fifo_other_evictions(void **state)
 {
 	SieveFixture *f = *state;
 
 	cached(f, "abcd");
-	assert_string_equal(sieve_evict(f), "a");
-	assert_int_equal(sched_request_evict(f->s, "b", 1), SCHED_EVICT_NOW);
-	assert_true(asked_for(f, "a"));
-	assert_false(asked_for(f, "b"));
-	/* oldest first: c, d, a (visited), b */
-	assert_string_equal(sieve_evict(f), "c");
-	assert_string_equal(sieve_evict(f), "d");
-	assert_string_equal(sieve_evict(f), "b");	/* a spared, its mark cleared */
-	assert_string_equal(sieve_evict(f), "a");
-	assert_int_equal(sched_count(f->s), 0);
-
-	/* a again: SIEVE evicted it a second time, so it returns again */
-	assert_true(asked_for(f, "a"));
-	cached(f, "e");
-	assert_string_equal(sieve_evict(f), "e");	/* a spared */
+	visit(f, "a");
+	visit(f, "b");
+	assert_string_equal(sieve_evict(f), "c");	/* a b to main */
 	assert_int_equal(sched_request_evict(f->s, "a", 1), SCHED_EVICT_NOW);
-	assert_false(asked_for(f, "a"));
+	assert_int_equal(sched_request_evict(f->s, "d", 1), SCHED_EVICT_NOW);
+	assert_int_equal(sched_small_count(f->s), 0);
+	assert_string_equal(sieve_evict(f), "b");
+	assert_null(sieve_evict(f));
+	assert_int_equal(sched_count(f->s), 0);
 }
 
 /*
@@ -2011,13 +2101,15 @@ main(void)
 		cmocka_unit_test(test_pending_never_evicted),
 		cmocka_unit_test(test_refresh_unknown_key),
 		cmocka_unit_test(test_heap_stress),
-		cmocka_unit_test_setup_teardown(test_sieve_unvisited_fifo, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_sieve_visited_survive_one_pass, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_sieve_all_visited, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_sieve_new_keys_behind_the_hand, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_sieve_spares_fetches, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_sieve_other_evictions, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_sieve_returning_keys, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_unvisited_fifo, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_read_again_moves_to_main, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_scan_leaves_main_alone, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_main_reinsertion_clears_marks, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_all_visited, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_spares_fetches, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_admits_to_main, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_forgets, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_other_evictions, sieve_setup, sieve_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
