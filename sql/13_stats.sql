@@ -23,7 +23,7 @@ SELECT count(projcache.get('stats-1')) AS hits_served FROM generate_series(1, 10
 SELECT hits, fetch_requests, request_overflows FROM projcache.stats;
 
 -- Evictions by cause and the hit ratio (since 1.1); a read marks the key
--- visited for the eviction hand.
+-- visited for the eviction FIFOs.
 SELECT projcache.reset_stats();
 SELECT hit_ratio IS NULL AS no_reads_yet, evictions_requested, refused_reads
   FROM projcache.stats;

@@ -11,7 +11,7 @@
 #    reported as "ran longer than projcache.fetch_timeout".
 # c. With projcache.max_memory at its minimum (1MB), a full cache evicts and
 #    never fails: 100 values of 20 kB (twice the memory) are all fetched
-#    and served while five hot keys, read in between, stay cached (SIEVE);
+#    and served while five hot keys, read in between, stay cached (S3-FIFO);
 #    a flood of 100,000 new keys gets no ERROR; memory_used never exceeds
 #    memory_limit (sampled); a value that can never fit is refused with a
 #    last_error naming projcache.max_memory, the key stays pending, and the
@@ -243,7 +243,7 @@ my $big_bytes = $mem->safe_psql('postgres',
 my $limit = stat_value($mem, 'memory_limit');
 is($limit, 1024 * 1024, 'stats.memory_limit is projcache.max_memory (1MB)');
 
-# Five small hot keys, read between every step below: SIEVE keeps them.
+# Five small hot keys, read between every step below: the eviction keeps them.
 $mem->safe_psql(
 	'postgres', q{
 INSERT INTO public.upstream (key, revision, config)

@@ -1,6 +1,6 @@
 # Copyright (c) 2026, projcache developers
 #
-# A full cache evicts, never fails (SIEVE under projcache.max_memory).
+# A full cache evicts, never fails (S3-FIFO under projcache.max_memory).
 #
 # a. The working-set scenario: projcache.max_memory = 8MB, an upstream of
 #    50,000 keys with configs of about 1 kB, rounds of 5,000 get() calls of
