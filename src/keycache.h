@@ -18,15 +18,29 @@
  */
 
 /*
- * A key as the dshash sees it.  Stored entries hold the bytes in DSA
- * ('data'); a search key points at the caller's bytes ('local'), so no key
- * is copied to look it up and no entry pays for the longest key.
+ * A key as the dshash sees it: 16 bytes.  A stored key of up to
+ * PC_KEY_INLINE_BYTES bytes is held in the entry itself (PC_KEY_INLINE); a
+ * longer one in a DSA chunk of its own (PC_KEY_DSA).  A search key points
+ * at the caller's bytes (PC_KEY_SEARCH), so no key is copied to look it up
+ * and no entry pays for the longest key.  The pointer of the last two forms
+ * is kept in bytes[PC_KEY_PTR_AT..], aligned, and read with memcpy
+ * (keycache_map.c); use pc_key_bytes() for the bytes of any form.
  */
+#define PC_KEY_INLINE_BYTES	13
+#define PC_KEY_PTR_AT		5	/* offset in bytes[] of a pointer */
+
+typedef enum PcKeyForm
+{
+	PC_KEY_SEARCH = 0,
+	PC_KEY_INLINE,
+	PC_KEY_DSA
+} PcKeyForm;
+
 typedef struct PcKey
 {
-	uint32		len;
-	dsa_pointer data;			/* stored entries: the key's bytes */
-	const char *local;			/* search keys only; NULL when stored */
+	uint16		len;
+	uint8		form;			/* PcKeyForm */
+	char		bytes[PC_KEY_INLINE_BYTES];
 } PcKey;
 
 /* What readers see of a key: pending, enabled or disabled. */
@@ -50,6 +64,11 @@ typedef enum PcFetchState
 #define PC_REQ_INVALIDATE	0x02
 #define PC_REQ_EVICT		0x04
 
+/*
+ * One key's shared state.  Laid out so that dshash's item (its 16-byte
+ * header and this) fills the allocator's 112-byte size class: keep new
+ * fields in the padding after error_unstored, or check PC_ENTRY_DSA_BYTES.
+ */
 typedef struct PcEntry
 {
 	PcKey		key;			/* hash key; must be first */
@@ -60,6 +79,7 @@ typedef struct PcEntry
 								 * FIFO or the worker last looked at it
 								 * (S3-FIFO); set by readers, only when
 								 * clear, and cleared by the worker */
+	int32		attempts;		/* failed or pending attempts in a row */
 	uint8		state;			/* PcKeyState */
 	uint8		fetch_state;	/* PcFetchState */
 	bool		invalidated;	/* stale until the next successful fetch */
@@ -69,7 +89,6 @@ typedef struct PcEntry
 									 * (keycache_replay.c) */
 	bool		has_refresh;	/* refresh_at is set */
 	bool		error_unstored; /* last fetch failed; no room for its message */
-	int32		attempts;		/* failed or pending attempts in a row */
 	int64		fetched_at;		/* pc clock of the last success, if any */
 	int64		expires_at;		/* eviction due, if fetched */
 	int64		refresh_at;		/* refresh due, if has_refresh */
@@ -79,13 +98,22 @@ typedef struct PcEntry
 	dsa_pointer last_error;		/* NUL-terminated message, or invalid */
 } PcEntry;
 
-/* A cached value: revision and config, in one DSA chunk. */
+/*
+ * A cached value: revision and config, in one DSA chunk or, when that
+ * saves room, two.  The allocator rounds a chunk up to its size class
+ * (1,044 bytes take 1,280, 4,116 take 5,456), so a value that would waste
+ * much of its class is cut where a class ends: the head chunk, full, holds
+ * this header, the tail's dsa_pointer and the first head_len bytes; the
+ * tail chunk, small, the rest.  Read it with pc_value_read() and friends.
+ */
 typedef struct PcValue
 {
 	int32		revision_len;	/* -1: no revision */
 	uint32		config_len;		/* 0: no config (disabled) */
-	/* revision bytes, then the config's jsonb varlena at config_offset */
-	uint32		config_offset;
+	uint32		head_len;		/* bytes held in this chunk; if fewer than
+								 * the value's, data starts with the tail's
+								 * dsa_pointer (unaligned) */
+	/* revision bytes, then the config's jsonb varlena, unaligned */
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PcValue;
 
@@ -119,7 +147,13 @@ extern void pc_entry_scan_end(dshash_seq_status *status);
 extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
 										 bool *created);
 extern void pc_keymap_delete(PcEntry *entry);
-extern Size pc_value_size(const PcValue *value);
+extern dsa_pointer pc_value_make(const char *revision,
+								 const struct varlena *config);
+extern void pc_value_free(dsa_pointer dp);
+extern void pc_value_read(const PcValue *value, Size offset, Size len,
+						  char *dst);
+extern char *pc_value_revision(const PcValue *value, bool *oom);
+extern struct varlena *pc_value_config(const PcValue *value, bool *oom);
 extern bool pc_request_mark(PcEntry *entry, uint32 bits);
 extern void pc_request_send(const char *key, uint32 len);
 extern void pc_check_key(text *key, const char **bytes, uint32 *len);

@@ -4,10 +4,14 @@
  *	  The key cache's shared map: a dshash table of PcEntry on the DSA area.
  *
  * Keys have variable length (up to PC_MAX_KEY_BYTES) but dshash wants a
- * fixed-size key, so the hashed key is a small PcKey that points at the
- * bytes: in DSA for stored entries, in the caller's memory for lookups.
- * Our own hash and compare functions follow either pointer.  An entry thus
- * costs its fixed part plus its key's bytes, not the longest key.
+ * fixed-size key, so the hashed key is a small PcKey: a short key's bytes
+ * themselves, or a pointer to them, in DSA for stored entries, in the
+ * caller's memory for lookups.  Our own hash and compare functions read
+ * either form.  An entry thus costs its fixed part, plus its key's bytes
+ * only when they do not fit in it, not the longest key.
+ *
+ * Values are laid out here too (PcValue): in one chunk, or two when the
+ * allocator's size classes would otherwise waste much of one.
  *
  * Locking: each entry is protected by its dshash partition lock.  Nothing
  * of ours that can ERROR, sleep or do I/O runs while one is held: chunks
@@ -25,6 +29,7 @@
 
 #include "common/hashfn.h"
 #include "utils/builtins.h"
+#include "utils/freepage.h"
 
 #include "keycache.h"
 
@@ -61,23 +66,58 @@ pc_keymap_attach(dsa_area *area, int tranche_id, dshash_table_handle handle)
 	return dshash_attach(area, &params, handle, area);
 }
 
+StaticAssertDecl(offsetof(PcKey, bytes) + PC_KEY_PTR_AT == 8 &&
+				 sizeof(dsa_pointer) <= 8 && sizeof(char *) <= 8 &&
+				 sizeof(PcKey) == 16,
+				 "a PcKey's pointer must be aligned and fit in its 16 bytes");
+StaticAssertDecl(PC_MAX_KEY_BYTES <= PG_UINT16_MAX,
+				 "PcKey.len must hold the longest key");
+
+static void
+key_set_ptr(PcKey *k, const void *ptr, size_t size)
+{
+	memcpy(k->bytes + PC_KEY_PTR_AT, ptr, size);
+}
+
+static dsa_pointer
+key_dsa(const PcKey *k)
+{
+	dsa_pointer dp;
+
+	Assert(k->form == PC_KEY_DSA);
+	memcpy(&dp, k->bytes + PC_KEY_PTR_AT, sizeof(dp));
+	return dp;
+}
+
 PcKey
 pc_search_key(const char *key, uint32 len)
 {
 	PcKey		k;
 
-	k.len = len;
-	k.data = InvalidDsaPointer;
-	k.local = key;
+	Assert(len <= PC_MAX_KEY_BYTES);
+	k.len = (uint16) len;
+	k.form = PC_KEY_SEARCH;
+	key_set_ptr(&k, &key, sizeof(key));
 	return k;
 }
 
 const char *
 pc_key_bytes(dsa_area *area, const PcKey *key)
 {
-	if (key->local != NULL)
-		return key->local;
-	return (const char *) dsa_get_address(area, key->data);
+	const char *local;
+
+	switch ((PcKeyForm) key->form)
+	{
+		case PC_KEY_INLINE:
+			return key->bytes;
+		case PC_KEY_DSA:
+			return (const char *) dsa_get_address(area, key_dsa(key));
+		case PC_KEY_SEARCH:
+			break;
+	}
+	Assert(key->form == PC_KEY_SEARCH);
+	memcpy(&local, key->bytes + PC_KEY_PTR_AT, sizeof(local));
+	return local;
 }
 
 uint32
@@ -113,16 +153,243 @@ pc_key_cv(const char *key, uint32 len)
 	return &pc_shared->key_cv[pc_key_hash(key, len) % PC_NUM_KEY_CVS];
 }
 
-Size
-pc_value_size(const PcValue *value)
+/* ----------------------------------------------------------------
+ * Values
+ * ----------------------------------------------------------------
+ */
+
+/* A split value is kept whole unless cutting it saves at least this. */
+#define PC_VALUE_SPLIT_MIN	32
+
+#define VALUE_HEADER		offsetof(PcValue, data)
+#define VALUE_SPLIT_HEADER	(VALUE_HEADER + sizeof(dsa_pointer))
+
+static Size
+value_len(const PcValue *value)
 {
-	return offsetof(PcValue, data) + value->config_offset + value->config_len;
+	return Max(value->revision_len, 0) + (Size) value->config_len;
+}
+
+static bool
+value_is_split(const PcValue *value)
+{
+	return value->head_len < value_len(value);
+}
+
+static const char *
+value_head(const PcValue *value)
+{
+	return value->data + (value_is_split(value) ? sizeof(dsa_pointer) : 0);
+}
+
+static dsa_pointer
+value_tail(const PcValue *value)
+{
+	dsa_pointer dp = InvalidDsaPointer;
+
+	if (value_is_split(value))
+		memcpy(&dp, value->data, sizeof(dp));
+	return dp;
+}
+
+/*
+ * How many of a value's len bytes go in its head chunk (len: whole).  Every
+ * cut that fills a chunk of some size class or page count is tried; the
+ * cheapest wins if it beats one chunk by PC_VALUE_SPLIT_MIN.
+ */
+static Size
+value_head_len(Size len)
+{
+	Size		best = pc_dsa_footprint(VALUE_HEADER + len);
+	Size		best_head = len;
+	Size		want = VALUE_SPLIT_HEADER + 1;
+
+	while (want < VALUE_SPLIT_HEADER + len)
+	{
+		Size		capacity = pc_dsa_capacity(want);
+		Size		head = capacity - VALUE_SPLIT_HEADER;
+		Size		cost;
+
+		if (head >= len)
+			break;
+		cost = pc_dsa_footprint(capacity) + pc_dsa_footprint(len - head);
+		if (cost + PC_VALUE_SPLIT_MIN <= best)
+		{
+			best = cost;
+			best_head = head;
+		}
+		want = capacity + 1;
+		/* Past the size classes, heads are whole pages: try the last two. */
+		if (capacity >= 2 * FPM_PAGE_SIZE &&
+			want + 2 * FPM_PAGE_SIZE < VALUE_SPLIT_HEADER + len)
+			want = TYPEALIGN_DOWN(FPM_PAGE_SIZE, VALUE_SPLIT_HEADER + len) -
+				FPM_PAGE_SIZE + 1;
+	}
+	return best_head;
+}
+
+/*
+ * Store a value (revision may be NULL, config NULL for a disabled key);
+ * InvalidDsaPointer if the keys' memory is used up.  Worker only; no lock
+ * is held, nothing here raises an ERROR.
+ */
+dsa_pointer
+pc_value_make(const char *revision, const struct varlena *config)
+{
+	int32		revlen = revision ? (int32) strlen(revision) : -1;
+	uint32		config_len = config ? VARSIZE(config) : 0;
+	Size		len = Max(revlen, 0) + (Size) config_len;
+	Size		head_len = value_head_len(len);
+	dsa_pointer dp;
+	dsa_pointer tail = InvalidDsaPointer;
+	PcValue    *value;
+	char	   *dst;
+	char	   *tail_dst = NULL;
+	Size		off;
+
+	if (head_len < len)
+	{
+		tail = pc_alloc(len - head_len);
+		if (!DsaPointerIsValid(tail))
+			return InvalidDsaPointer;
+		tail_dst = dsa_get_address(pc_area(), tail);
+		dp = pc_alloc(VALUE_SPLIT_HEADER + head_len);
+	}
+	else
+		dp = pc_alloc(VALUE_HEADER + len);
+	if (!DsaPointerIsValid(dp))
+	{
+		pc_free(tail, len - head_len);
+		return InvalidDsaPointer;
+	}
+	value = dsa_get_address(pc_area(), dp);
+	value->revision_len = revlen;
+	value->config_len = config_len;
+	value->head_len = (uint32) head_len;
+	if (head_len < len)
+		memcpy(value->data, &tail, sizeof(tail));
+	dst = (char *) value_head(value);
+
+	/* The revision's bytes, then the config's, across the cut. */
+	off = 0;
+	if (revlen > 0)
+	{
+		Size		n = Min((Size) revlen, head_len);
+
+		memcpy(dst, revision, n);
+		if (n < (Size) revlen)
+			memcpy(tail_dst, revision + n, revlen - n);
+		off = revlen;
+	}
+	if (config_len > 0)
+	{
+		const char *src = (const char *) config;
+		Size		n = head_len > off ? Min(head_len - off, config_len) : 0;
+
+		if (n > 0)
+			memcpy(dst + off, src, n);
+		if (n < config_len)
+			memcpy(tail_dst + (off + n - head_len), src + n, config_len - n);
+	}
+	Assert(value_len(value) == len);
+	return dp;
+}
+
+/*
+ * Free a value's chunks.  The caller has unlinked it from its entry under
+ * the entry's lock, so no reader can reach it, and only the worker frees
+ * values: its header is still there to read.
+ */
+void
+pc_value_free(dsa_pointer dp)
+{
+	PcValue    *value;
+	Size		len;
+
+	if (!DsaPointerIsValid(dp))
+		return;
+	value = dsa_get_address(pc_area(), dp);
+	len = value_len(value);
+	if (value_is_split(value))
+	{
+		pc_free(value_tail(value), len - value->head_len);
+		pc_free(dp, VALUE_SPLIT_HEADER + value->head_len);
+	}
+	else
+		pc_free(dp, VALUE_HEADER + len);
+}
+
+/*
+ * Copy bytes [offset, offset + len) of a value's revision and config.
+ * Caller holds the lock of the entry that points to it.
+ */
+void
+pc_value_read(const PcValue *value, Size offset, Size len, char *dst)
+{
+	Size		n = 0;
+
+	PC_ASSERT_ENTRY_LOCKED();
+	Assert(offset + len <= value_len(value));
+	if (offset < value->head_len)
+	{
+		n = Min(len, value->head_len - offset);
+		memcpy(dst, value_head(value) + offset, n);
+	}
+	if (n < len)
+	{
+		const char *tail = dsa_get_address(pc_area(), value_tail(value));
+
+		memcpy(dst + n, tail + (offset + n - value->head_len), len - n);
+	}
+}
+
+/*
+ * Copies of the revision (NUL-terminated) and of the config, in the
+ * current memory context; NULL if there is none.  Under the entry's lock:
+ * no ERROR, a failed copy returns NULL and sets *oom (if given).
+ */
+char *
+pc_value_revision(const PcValue *value, bool *oom)
+{
+	char	   *dst;
+
+	if (value->revision_len < 0)
+		return NULL;
+	dst = palloc_extended(value->revision_len + 1, MCXT_ALLOC_NO_OOM);
+	if (dst == NULL)
+	{
+		if (oom != NULL)
+			*oom = true;
+		return NULL;
+	}
+	pc_value_read(value, 0, value->revision_len, dst);
+	dst[value->revision_len] = '\0';
+	return dst;
+}
+
+struct varlena *
+pc_value_config(const PcValue *value, bool *oom)
+{
+	char	   *dst;
+
+	if (value->config_len == 0)
+		return NULL;
+	dst = palloc_extended(value->config_len, MCXT_ALLOC_NO_OOM);
+	if (dst == NULL)
+	{
+		if (oom != NULL)
+			*oom = true;
+		return NULL;
+	}
+	pc_value_read(value, Max(value->revision_len, 0), value->config_len, dst);
+	return (struct varlena *) dst;
 }
 
 /*
  * Look the key up, creating a pending entry if it is unknown.  Returns the
- * entry locked exclusively; *created says whether it is new.  The key's
- * bytes are copied to DSA before the lock is taken.  With no room for a
+ * entry locked exclusively; *created says whether it is new.  A key too
+ * long to be held in the entry is copied to DSA before the lock is taken;
+ * a short one into the entry, under it.  With no room for a
  * new key in the keys' part of projcache.max_memory, returns NULL: nothing is created, and
  * the worker is woken to make room (reads never fail for lack of it).
  */
@@ -133,6 +400,8 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	dsa_pointer dp = InvalidDsaPointer;
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
+	bool		in_entry = len <= PC_KEY_INLINE_BYTES;
+	bool		room;
 	bool		found;
 
 	/*
@@ -140,10 +409,14 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	 * Refuse new keys before that could happen: with no room, the key is not
 	 * created (NULL), and the worker is asked to make room.
 	 */
-	if (pc_key_memory_used() + PC_ENTRY_DSA_BYTES + pc_dsa_footprint(len) <=
-		pc_key_memory_bound())
+	room = pc_key_memory_used() + PC_ENTRY_DSA_BYTES +
+		(in_entry ? 0 : pc_dsa_footprint(len)) <= pc_key_memory_bound();
+	if (room && !in_entry)
+	{
 		dp = pc_alloc(len);
-	if (!DsaPointerIsValid(dp))
+		room = DsaPointerIsValid(dp);
+	}
+	if (!room)
 	{
 		/* Someone may have created it meanwhile: no need for room then. */
 		entry = pc_entry_find(&search, true);
@@ -157,7 +430,8 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		*created = false;
 		return NULL;
 	}
-	memcpy(dsa_get_address(pc_area(), dp), key, len);
+	if (!in_entry)
+		memcpy(dsa_get_address(pc_area(), dp), key, len);
 
 	/*
 	 * dshash may still fail to allocate the entry (or a larger bucket
@@ -206,9 +480,17 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	}
 	else
 	{
-		entry->key.len = len;
-		entry->key.data = dp;
-		entry->key.local = NULL;
+		Assert(entry->key.len == len);
+		if (in_entry)
+		{
+			entry->key.form = PC_KEY_INLINE;
+			memcpy(entry->key.bytes, key, len);
+		}
+		else
+		{
+			entry->key.form = PC_KEY_DSA;
+			key_set_ptr(&entry->key, &dp, sizeof(dp));
+		}
 		entry->serial = pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
 		pg_atomic_init_u32(&entry->requests, 0);
 		pg_atomic_init_u32(&entry->visited, 0);
@@ -295,16 +577,16 @@ pc_entry_scan_end(dshash_seq_status *status)
 void
 pc_keymap_delete(PcEntry *entry)
 {
-	dsa_pointer key = entry->key.data;
+	dsa_pointer key = InvalidDsaPointer;
 	uint32		keylen = entry->key.len;
 	dsa_pointer value = entry->value;
 	dsa_pointer error = entry->last_error;
-	Size		value_size = 0;
 	Size		error_size = 0;
 
 	PC_ASSERT_ENTRY_LOCKED();
-	if (DsaPointerIsValid(value))
-		value_size = pc_value_size(dsa_get_address(pc_area(), value));
+	Assert(entry->key.form != PC_KEY_SEARCH);
+	if (entry->key.form == PC_KEY_DSA)
+		key = key_dsa(&entry->key);
 	if (DsaPointerIsValid(error))
 		error_size = strlen(dsa_get_address(pc_area(), error)) + 1;
 
@@ -316,7 +598,7 @@ pc_keymap_delete(PcEntry *entry)
 	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
 
 	pc_free(key, keylen);
-	pc_free(value, value_size);
+	pc_value_free(value);
 	pc_free(error, error_size);
 }
 

@@ -103,13 +103,10 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 		PcValue    *value = dsa_get_address(area, entry->value);
 
 		r->value_bytes = value->config_len;
-		if (want_config && entry->state == PC_STATE_ENABLED &&
-			value->config_len > 0)
-			r->config = (Jsonb *) pc_copy_no_oom(value->data + value->config_offset,
-												 value->config_len, false, &r->oom);
-		if (details && value->revision_len >= 0)
-			r->revision = pc_copy_no_oom(value->data, value->revision_len, true,
-									  &r->oom);
+		if (want_config && entry->state == PC_STATE_ENABLED)
+			r->config = (Jsonb *) pc_value_config(value, &r->oom);
+		if (details)
+			r->revision = pc_value_revision(value, &r->oom);
 	}
 	if (details && DsaPointerIsValid(entry->last_error))
 	{

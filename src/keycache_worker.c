@@ -497,33 +497,19 @@ count_delay(SchedEntry *e)
 }
 
 /*
- * Build a DSA chunk for a new value; InvalidDsaPointer if it is too large
+ * Store a new value in DSA; InvalidDsaPointer if it is too large
  * (PC_MAX_VALUE_DIVISOR) or memory is full.
  */
 static dsa_pointer
 make_value(PcFetchItem *item, Size *size)
 {
-	int32		revlen = item->new_revision ? (int32) strlen(item->new_revision) : -1;
-	uint32		config_offset = MAXALIGN(Max(revlen, 0));
-	uint32		config_len = item->config ? VARSIZE(item->config) : 0;
-	dsa_pointer dp;
-	PcValue    *value;
+	Size		revlen = item->new_revision ? strlen(item->new_revision) : 0;
+	Size		config_len = item->config ? VARSIZE(item->config) : 0;
 
-	*size = offsetof(PcValue, data) + config_offset + config_len;
+	*size = offsetof(PcValue, data) + revlen + config_len;
 	if (*size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
 		return InvalidDsaPointer;
-	dp = pc_alloc(*size);
-	if (!DsaPointerIsValid(dp))
-		return dp;
-	value = dsa_get_address(pc_area(), dp);
-	value->revision_len = revlen;
-	value->config_len = config_len;
-	value->config_offset = config_offset;
-	if (revlen > 0)
-		memcpy(value->data, item->new_revision, revlen);
-	if (config_len > 0)
-		memcpy(value->data + config_offset, item->config, config_len);
-	return dp;
+	return pc_value_make(item->new_revision, item->config);
 }
 
 /* Does the key hold a value now (for not_modified)? */
@@ -559,7 +545,6 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	dsa_pointer new_error = InvalidDsaPointer;
 	Size		new_error_size = 0;
 	dsa_pointer old_value = InvalidDsaPointer;
-	Size		old_value_size = 0;
 	dsa_pointer old_error = InvalidDsaPointer;
 	Size		old_error_size = 0;
 	PcKey		search;
@@ -622,7 +607,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	completion = sched_complete_fetch(sched, e, result, now);
 	if (completion == SCHED_EVICTED)
 	{
-		pc_free(new_value, new_value_size);
+		pc_value_free(new_value);
 		pc_free(new_error, new_error_size);
 		delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
 		return breach;
@@ -655,7 +640,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	/* Only this process deletes entries, and not while their fetch runs. */
 	if (entry == NULL)
 	{
-		pc_free(new_value, new_value_size);
+		pc_value_free(new_value);
 		pc_free(new_error, new_error_size);
 		elog(ERROR, "projcache: the entry of a key in a fetch is gone");
 	}
@@ -664,8 +649,6 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		if (result == SCHED_RESULT_VALUE)
 		{
 			old_value = entry->value;
-			if (DsaPointerIsValid(old_value))
-				old_value_size = pc_value_size(dsa_get_address(pc_area(), old_value));
 			entry->value = new_value;
 			entry->state = item->answer == PC_ANSWER_ENABLED ?
 				PC_STATE_ENABLED : PC_STATE_DISABLED;
@@ -684,7 +667,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		!DsaPointerIsValid(new_error);
 	pc_entry_release(entry);
 
-	pc_free(old_value, old_value_size);
+	pc_value_free(old_value);
 	pc_free(old_error, old_error_size);
 
 	if (completion == SCHED_DONE || completion == SCHED_RESCHEDULED)
@@ -803,11 +786,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 			{
 				PcValue    *value = dsa_get_address(pc_area(), entry->value);
 
-				if (value->revision_len >= 0)
-				{
-					items[i].revision = pc_copy_no_oom(value->data, value->revision_len, true, NULL);
-					oom = items[i].revision == NULL;
-				}
+				items[i].revision = pc_value_revision(value, &oom);
 			}
 			pc_entry_release(entry);
 		}

@@ -283,20 +283,36 @@ pc_memory_limit(void)
  * descriptor for large ones.  The classes are those of PostgreSQL 15's
  * dsa.c; an approximation elsewhere errs only in how much slack is used.
  */
+static const uint16 pc_dsa_classes[] = {
+	8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+	320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1560, 1816, 2048,
+	2616, 3120, 3640, 4096, 5456, 6552, 7280, 8192
+};
+
 Size
 pc_dsa_footprint(Size size)
 {
-	static const uint16 classes[] = {
-		8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
-		320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1560, 1816, 2048,
-		2616, 3120, 3640, 4096, 5456, 6552, 7280, 8192
-	};
 	int			i;
 
-	for (i = 0; i < lengthof(classes); i++)
-		if (size <= classes[i])
-			return classes[i];
+	for (i = 0; i < lengthof(pc_dsa_classes); i++)
+		if (size <= pc_dsa_classes[i])
+			return pc_dsa_classes[i];
 	return TYPEALIGN(4096, size) + 64;
+}
+
+/*
+ * The most bytes a chunk of the same footprint as one of 'size' bytes can
+ * hold: its size class, or its whole pages.
+ */
+Size
+pc_dsa_capacity(Size size)
+{
+	int			i;
+
+	for (i = 0; i < lengthof(pc_dsa_classes); i++)
+		if (size <= pc_dsa_classes[i])
+			return pc_dsa_classes[i];
+	return TYPEALIGN(4096, size);
 }
 
 /*

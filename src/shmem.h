@@ -140,6 +140,7 @@ extern dsa_pointer pc_alloc(Size size);
 extern dsa_pointer pc_store_message(const char *message, Size *size);
 extern void pc_free(dsa_pointer dp, Size size);
 extern Size pc_dsa_footprint(Size size);
+extern Size pc_dsa_capacity(Size size);
 extern Size pc_memory_limit(void);
 extern Size pc_key_memory_bound(void);
 extern Size pc_snap_memory_limit(void);
