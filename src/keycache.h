@@ -63,6 +63,9 @@ typedef enum PcFetchState
 #define PC_REQ_FETCH		0x01
 #define PC_REQ_INVALIDATE	0x02
 #define PC_REQ_EVICT		0x04
+#define PC_REQ_DEMAND		0x08	/* read again, or waited for, while its
+									 * fetch waits: fetch it before keys read
+									 * once (scheduler.h, "Fair fetching") */
 
 /*
  * One key's shared state.  Laid out so that dshash's item (its 16-byte

@@ -186,6 +186,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		send = false;
+	bool		first_visit = false;
 	int64		now = pc_now_ms();
 
 	entry = pc_entry_find(&search, false);
@@ -213,7 +214,10 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		 * hit writes at most this one shared cache line.
 		 */
 		if (pg_atomic_read_u32(&entry->visited) == 0)
+		{
 			pg_atomic_write_u32(&entry->visited, 1);
+			first_visit = true;
+		}
 	}
 
 	copy_entry(entry, details, true, r);
@@ -222,6 +226,11 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		(r->state == PC_STATE_PENDING ||
 		 read_freshness(r, now) != SCHED_FRESH))
 		send = pc_request_mark(entry, PC_REQ_FETCH);
+	else if (first_visit && r->state == PC_STATE_PENDING)
+	{
+		/* Read again while its fetch waits: tell the worker, once. */
+		send = pc_request_mark(entry, PC_REQ_DEMAND);
+	}
 	pc_entry_release(entry);
 
 	/* A request bit set must reach the worker, whatever happens next. */
@@ -266,6 +275,29 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 	}
 	ConditionVariableCancelSleep();
 	return result;
+}
+
+/*
+ * A reader is about to wait for a pending key: its fetch must not wait
+ * behind keys read once (scheduler.h, "Fair fetching").  Marks the key read
+ * again, as a second reader would.
+ */
+static void
+demand_key(const char *key, uint32 len)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	bool		send;
+
+	entry = pc_entry_find(&search, false);
+	if (entry == NULL)
+		return;
+	if (pg_atomic_read_u32(&entry->visited) == 0)
+		pg_atomic_write_u32(&entry->visited, 1);
+	send = pc_request_mark(entry, PC_REQ_DEMAND);
+	pc_entry_release(entry);
+	if (send)
+		pc_request_send(key, len);
 }
 
 /* What wait_for_key() reads into. */
@@ -336,7 +368,10 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 	pc_check_key(keyarg, key, len);
 	read_key(*key, *len, details, r);
 	if (r->state == PC_STATE_PENDING && wait_ms > 0)
+	{
+		demand_key(*key, *len);
 		wait_for_key(*key, *len, wait_ms, details, r);
+	}
 }
 
 Datum
@@ -487,7 +522,8 @@ projcache_fetch(PG_FUNCTION_ARGS)
 		entry = pc_keymap_find_or_create(key, len, &created);
 	if (entry == NULL)
 		PG_RETURN_VOID();		/* no room: the worker is making some */
-	send = pc_request_mark(entry, PC_REQ_FETCH);
+	/* Asked for by name: not a key read once in passing. */
+	send = pc_request_mark(entry, PC_REQ_FETCH | PC_REQ_DEMAND);
 	pc_entry_release(entry);
 	if (send)
 		pc_request_send(key, len);

@@ -256,6 +256,7 @@ handle_request(const char *key, uint32 len, int64 now)
 	PcEntry    *entry;
 	uint32		bits;
 	bool		invalidated;
+	bool		visited;
 	SchedEntry *e = NULL;
 
 	entry = pc_entry_find(&search, false);
@@ -263,6 +264,8 @@ handle_request(const char *key, uint32 len, int64 now)
 		return;
 	bits = pg_atomic_exchange_u32(&entry->requests, 0);
 	invalidated = entry->invalidated;
+	/* Read again before we got here: that is demand too. */
+	visited = pg_atomic_read_u32(&entry->visited) != 0;
 	pc_entry_release(entry);
 
 	/*
@@ -288,14 +291,60 @@ handle_request(const char *key, uint32 len, int64 now)
 	}
 	if (bits & PC_REQ_INVALIDATE)
 		sched_invalidate(sched, key, len, now);
-	else if (bits & PC_REQ_FETCH)
+	else if (bits & (PC_REQ_FETCH | PC_REQ_DEMAND))
 		sched_try_begin_fetch(sched, key, len, false, now);
 	else
 		return;
 
 	e = sched_lookup(sched, key, len);
+	if (e != NULL && e->state == SCHED_IN_PROGRESS &&
+		((bits & PC_REQ_DEMAND) || visited))
+		sched_note_demand(sched, e);
 	if (e != NULL)
 		mirror_entry(e);
+}
+
+/*
+ * Fair fetching: past SCHED_ONCE_BATCHES batches of keys read only once
+ * waiting for a fetch, drop the oldest (a scan's, most likely), unless a
+ * reader read it again meanwhile.  Its entry goes from the map, so its
+ * next read asks again, as a key of its own FIFO's ghost: with demand.
+ */
+static void
+drop_fetches_for_nobody(void)
+{
+	size_t		limit = (size_t) SCHED_ONCE_BATCHES * pc_batch_size;
+	SchedEntry *e;
+
+	while ((e = sched_once_excess(sched, limit)) != NULL)
+	{
+		PcKey		search = pc_search_key(e->key, e->keylen);
+		PcEntry    *entry;
+		bool		dropped = false;
+
+		entry = pc_entry_find(&search, true);
+		if (entry != NULL &&
+			pg_atomic_read_u32(&entry->visited) == 0 &&
+			pg_atomic_read_u32(&entry->requests) == 0)
+		{
+			pc_keymap_delete(entry);
+			dropped = true;
+		}
+		else if (entry != NULL)
+			pc_entry_release(entry);
+		if (entry == NULL || dropped)
+		{
+			if (dropped)
+			{
+				pc_count(PC_CTR_EVICTIONS, 1);
+				pc_count(PC_CTR_DROPPED_FETCHES, 1);
+				ConditionVariableBroadcast(pc_key_cv(e->key, e->keylen));
+			}
+			sched_evict_victim(sched, e);
+		}
+		else
+			sched_note_demand(sched, e);	/* read again meanwhile */
+	}
 }
 
 /*
@@ -830,6 +879,7 @@ rebuild_private_state(int64 now)
 		int64		fetched_at;
 		int64		expires_at;
 		int64		refresh_at;
+		bool		visited;	/* read again: its fetch is demanded */
 	} Saved;
 	dshash_seq_status status;
 	PcEntry    *entry;
@@ -868,6 +918,8 @@ rebuild_private_state(int64 now)
 		saved[list.count - 1].fetched_at = entry->fetched_at;
 		saved[list.count - 1].expires_at = entry->expires_at;
 		saved[list.count - 1].refresh_at = entry->refresh_at;
+		saved[list.count - 1].visited =
+			pg_atomic_read_u32(&entry->visited) != 0;
 	}
 	pc_entry_scan_end(&status);
 	if (list.oom)
@@ -899,6 +951,8 @@ rebuild_private_state(int64 now)
 		e = sched_lookup(sched, list.keys[i], list.lens[i]);
 		if (e != NULL && s->attempts > 0 && !s->invalidated)
 			sched_resume_backoff(sched, e, s->attempts, now);
+		if (e != NULL && s->visited && e->state == SCHED_IN_PROGRESS)
+			sched_note_demand(sched, e);
 		if (e != NULL)
 			mirror_entry(e);
 	}
@@ -995,6 +1049,7 @@ pc_worker_main(Datum main_arg)
 		replay_poll = pc_replay_poll(refetch_replayed);
 		now = pc_now_ms();
 		process_requests(now);
+		drop_fetches_for_nobody();
 		process_timers(now);
 		evict_for_memory();
 		n = sched_ready_batch(sched, now, pc_batch_size, pc_batch_interval_ms,

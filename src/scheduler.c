@@ -6,8 +6,9 @@
  * See scheduler.h for the state machine.  The data structures:
  *
  * - a chained hash table of SchedEntry, keyed by the key's bytes;
- * - three binary min-heaps of entry pointers (evictions, refreshes, fetches
- *	 waiting for their due time).  Every entry records its index in each heap,
+ * - four binary min-heaps of entry pointers (evictions, refreshes, and the
+ *	 two queues of fetches waiting for their due time, see "Fair fetching"
+ *	 in scheduler.h).  Every entry records its index in each heap,
  *	 so scheduling, rescheduling and cancelling cost O(log n) and nothing
  *	 ever scans all keys;
  * - the open batch: fetches that are due and are being gathered before one
@@ -57,6 +58,7 @@ struct Sched
 	size_t		nentries;
 
 	SchedHeap	heaps[SCHED_NUM_QUEUES];
+	uint64_t	heap_seq;		/* schedulings so far, for ties */
 
 	/* the open batch */
 	SchedEntry **batch;
@@ -328,6 +330,15 @@ heap_set(SchedHeap *h, SchedQueue q, int i, SchedEntry *e)
 	e->heap_pos[q] = i;
 }
 
+/* Does a go before b in queue q?  Earlier time first; at the same time, FIFO. */
+static inline bool
+heap_before(const SchedEntry *a, const SchedEntry *b, SchedQueue q)
+{
+	if (a->heap_time[q] != b->heap_time[q])
+		return a->heap_time[q] < b->heap_time[q];
+	return a->heap_seq[q] < b->heap_seq[q];
+}
+
 static void
 heap_sift_up(SchedHeap *h, SchedQueue q, int i)
 {
@@ -337,7 +348,7 @@ heap_sift_up(SchedHeap *h, SchedQueue q, int i)
 	{
 		int			parent = (i - 1) / 2;
 
-		if (h->items[parent]->heap_time[q] <= e->heap_time[q])
+		if (!heap_before(e, h->items[parent], q))
 			break;
 		heap_set(h, q, i, h->items[parent]);
 		i = parent;
@@ -357,9 +368,9 @@ heap_sift_down(SchedHeap *h, SchedQueue q, int i)
 		if (child >= h->count)
 			break;
 		if (child + 1 < h->count &&
-			h->items[child + 1]->heap_time[q] < h->items[child]->heap_time[q])
+			heap_before(h->items[child + 1], h->items[child], q))
 			child++;
-		if (e->heap_time[q] <= h->items[child]->heap_time[q])
+		if (!heap_before(h->items[child], e, q))
 			break;
 		heap_set(h, q, i, h->items[child]);
 		i = child;
@@ -407,6 +418,7 @@ queue_schedule(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
 	}
 	SCHED_ASSERT(e->heap_pos[q] == -1 && h->count < h->capacity);
 	e->heap_time[q] = when;
+	e->heap_seq[q] = s->heap_seq++;
 	heap_set(h, q, h->count, e);
 	h->count++;
 	heap_sift_up(h, q, h->count - 1);
@@ -546,6 +558,29 @@ entry_is_fresh(const Sched *s, const SchedEntry *e, SchedTime now)
 }
 
 /*
+ * The queue a fetch of e waits in: keys nobody has read twice wait behind
+ * the rest.
+ */
+static SchedQueue
+due_queue_for(const SchedEntry *e)
+{
+	if (e->has_last_fetch || e->in_main || e->invalidated || e->demanded)
+		return SCHED_QUEUE_DUE;
+	return SCHED_QUEUE_DUE_ONCE;
+}
+
+/* The due queue e waits in, or -1 if its fetch is not waiting in one. */
+static int
+waiting_queue(const SchedEntry *e)
+{
+	if (e->heap_pos[SCHED_QUEUE_DUE] >= 0)
+		return SCHED_QUEUE_DUE;
+	if (e->heap_pos[SCHED_QUEUE_DUE_ONCE] >= 0)
+		return SCHED_QUEUE_DUE_ONCE;
+	return -1;
+}
+
+/*
  * Begin a fetch of e unless one is in progress or its value is fresh: a
  * second request while in progress does nothing, but a normal request
  * upgrades an in-progress refresh.  Returns e if the caller must put it in
@@ -592,7 +627,8 @@ entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
 	/* No eviction while a fetch is running; completion reschedules it. */
 	queue_remove(s, SCHED_QUEUE_EVICT, e);
 	/* A refresh firing meanwhile finds the fetch running and does nothing. */
-	queue_schedule(s, SCHED_QUEUE_DUE, e, has_when && when > now ? when : now);
+	queue_schedule(s, due_queue_for(e), e,
+				   has_when && when > now ? when : now);
 	return e;
 }
 
@@ -632,9 +668,10 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
 		e->is_refresh = false;
 		if (e->dispatched)
 			e->refetch_after = true;
-		else if (e->heap_pos[SCHED_QUEUE_DUE] >= 0)
+		else if (waiting_queue(e) >= 0)
 		{
-			/* Waiting for its backoff: due now. */
+			/* Waiting for its turn or its backoff: due now, with priority. */
+			queue_remove(s, SCHED_QUEUE_DUE_ONCE, e);
 			e->has_fetch_when = false;
 			queue_schedule(s, SCHED_QUEUE_DUE, e, now);
 		}
@@ -791,9 +828,11 @@ sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 			}
 			else if (visited(e, arg))
 			{
-				/* read again: promoted, mark cleared */
+				/* read again: promoted, mark cleared, its fetch demanded */
 				fifo_remove(s, e);
 				fifo_push_head(s, e, true);
+				if (e->state == SCHED_IN_PROGRESS)
+					sched_note_demand(s, e);
 			}
 			else
 				return e;
@@ -887,6 +926,46 @@ ensure_capacity(Sched *s, SchedEntry ***array, int *capacity, int needed)
 	*capacity = needed;
 }
 
+/* ----------------------------------------------------------------
+ * Fair fetching (see scheduler.h)
+ * ----------------------------------------------------------------
+ */
+
+void
+sched_note_demand(Sched *s, SchedEntry *e)
+{
+	e->demanded = true;
+	if (e->heap_pos[SCHED_QUEUE_DUE_ONCE] >= 0)
+	{
+		SchedTime	when = e->heap_time[SCHED_QUEUE_DUE_ONCE];
+
+		queue_remove(s, SCHED_QUEUE_DUE_ONCE, e);
+		queue_schedule(s, SCHED_QUEUE_DUE, e, when);
+		/* Its place is where it would have been, had it been there. */
+		e->heap_seq[SCHED_QUEUE_DUE] = e->heap_seq[SCHED_QUEUE_DUE_ONCE];
+		heap_sift_up(&s->heaps[SCHED_QUEUE_DUE], SCHED_QUEUE_DUE,
+					 e->heap_pos[SCHED_QUEUE_DUE]);
+	}
+}
+
+SchedEntry *
+sched_once_excess(Sched *s, size_t limit)
+{
+	const SchedHeap *h = &s->heaps[SCHED_QUEUE_DUE_ONCE];
+
+	if ((size_t) h->count <= limit)
+		return NULL;
+	/* Waiting, so neither gathered nor dispatched: it may go. */
+	SCHED_ASSERT(sched_evictable(h->items[0]));
+	return h->items[0];
+}
+
+size_t
+sched_once_count(const Sched *s)
+{
+	return (size_t) s->heaps[SCHED_QUEUE_DUE_ONCE].count;
+}
+
 /*
  * The batch to fetch now, if any: up to batch_size keys due for a fetch,
  * gathered since the first of them came due; handed out once that was
@@ -906,7 +985,8 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 	ensure_capacity(s, &s->batch, &s->batch_capacity, batch_size);
 
 	while (s->batch_count < batch_size &&
-		   (e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL)
+		   ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL ||
+			(e = queue_pop_due(s, SCHED_QUEUE_DUE_ONCE, now)) != NULL))
 	{
 		if (s->batch_count == 0)
 			s->batch_opened = now;
@@ -993,13 +1073,15 @@ sched_resume_backoff(Sched *s, SchedEntry *e, int attempts, SchedTime now)
 {
 	int64_t		delay;
 
+	int			q = waiting_queue(e);
+
 	e->attempts = attempts;
-	if (e->state != SCHED_IN_PROGRESS || e->heap_pos[SCHED_QUEUE_DUE] < 0)
+	if (e->state != SCHED_IN_PROGRESS || q < 0)
 		return;
 	delay = sched_backoff_delay(attempts, s->config.max_retry_backoff_ms);
 	if (delay <= 0)
 		return;
 	e->has_fetch_when = true;
 	e->fetch_when = now + delay;
-	queue_schedule(s, SCHED_QUEUE_DUE, e, now + delay);
+	queue_schedule(s, q, e, now + delay);
 }

@@ -97,7 +97,8 @@ typedef enum SchedQueue
 {
 	SCHED_QUEUE_EVICT,
 	SCHED_QUEUE_REFRESH,
-	SCHED_QUEUE_DUE,
+	SCHED_QUEUE_DUE,			/* fetches readers wait for (see below) */
+	SCHED_QUEUE_DUE_ONCE,		/* fetches of keys read only once so far */
 	SCHED_NUM_QUEUES
 } SchedQueue;
 
@@ -144,6 +145,12 @@ typedef struct SchedEntry
 	bool		gathered;
 
 	/*
+	 * Read again, or waited for, since it was created: its fetches wait
+	 * with those of cached keys, not behind keys read once.
+	 */
+	bool		demanded;
+
+	/*
 	 * Eviction under memory pressure (S3-FIFO, see sched_memory_victim):
 	 * the FIFO the key is in, small or main, and its place there; the
 	 * newest key of each is its head, the oldest its tail.
@@ -152,9 +159,13 @@ typedef struct SchedEntry
 	struct SchedEntry *fifo_newer;
 	struct SchedEntry *fifo_older;
 
-	/* timer queue bookkeeping: index in each heap, or -1 */
+	/*
+	 * timer queue bookkeeping: index in each heap, or -1; the time, and the
+	 * order of scheduling, which breaks ties (first scheduled, first out)
+	 */
 	int			heap_pos[SCHED_NUM_QUEUES];
 	SchedTime	heap_time[SCHED_NUM_QUEUES];
+	uint64_t	heap_seq[SCHED_NUM_QUEUES];
 } SchedEntry;
 
 typedef struct Sched Sched;
@@ -253,10 +264,36 @@ extern size_t sched_small_count(const Sched *s);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*
- * Batching: move due fetches into the open batch and say whether it should
- * go out now (it is full, or has gathered for batch_interval_ms).  Returns
- * the number of entries in *batch to dispatch, 0 to keep gathering; the
- * array stays valid until the next call.
+ * Fair fetching.  A fetch waits in one of two queues, both in due-time
+ * order: SCHED_QUEUE_DUE for keys that have a value (stale, invalidated,
+ * refreshed), came back from the ghost FIFO, or were read again while they
+ * waited (sched_note_demand); SCHED_QUEUE_DUE_ONCE for keys read once so
+ * far.  Batches take from the first until it is empty, so a backlog of
+ * keys nobody reads again (a scan) never delays the keys readers keep
+ * asking for.  The second queue is bounded: past SCHED_ONCE_BATCHES
+ * batches of keys, its oldest are dropped (sched_once_excess), as a cache
+ * that is full drops what it fetched for nobody.
+ */
+#define SCHED_ONCE_BATCHES 16
+
+/* The key was read again, or a reader waits for it: mark it demanded. */
+extern void sched_note_demand(Sched *s, SchedEntry *entry);
+
+/*
+ * The oldest fetch of a key read only once, if more than limit wait; the
+ * caller drops the key (from the shared map, then with
+ * sched_evict_victim(), which remembers it in the ghost FIFO so that a
+ * second read is demand) or, if it was read meanwhile, marks it demanded.
+ */
+extern SchedEntry *sched_once_excess(Sched *s, size_t limit);
+extern size_t sched_once_count(const Sched *s);
+
+/*
+ * Batching: move due fetches into the open batch (those of SCHED_QUEUE_DUE
+ * first, then SCHED_QUEUE_DUE_ONCE) and say whether it should go out now
+ * (it is full, or has gathered for batch_interval_ms).  Returns the number
+ * of entries in *batch to dispatch, 0 to keep gathering; the array stays
+ * valid until the next call.
  */
 extern int	sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 							  int64_t batch_interval_ms, SchedEntry ***batch);

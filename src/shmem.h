@@ -44,6 +44,7 @@ typedef enum PcCounter
 	PC_CTR_EXPIRY_EVICTIONS,	/* keys evicted at expiry + grace period */
 	PC_CTR_REQUESTED_EVICTIONS, /* keys evicted by projcache.evict() */
 	PC_CTR_REFUSED_READS,		/* reads of new keys that found no room */
+	PC_CTR_DROPPED_FETCHES,		/* keys read once, dropped unfetched */
 	PC_NUM_COUNTERS
 } PcCounter;
 

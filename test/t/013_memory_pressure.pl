@@ -233,9 +233,6 @@ cmp_ok(stat_value($node, 'memory_used'), '<=', $limit,
 	'memory_used is within memory_limit');
 
 is(worker_pid($node), $pid, 'the worker kept its pid');
-unlike(
-	slurp_file($node->logfile),
-	qr/PANIC|TRAP:|terminated by signal|server process .* exited with exit code/i,
-	'the log shows no crash');
+log_shows_no_crash($node);
 $node->stop;
 done_testing();

@@ -58,6 +58,7 @@ our @EXPORT = qw(
   log_since
   start_session
   wait_session
+  log_shows_no_crash
 );
 
 # A failed poll should fail the test in seconds, not minutes: the whole TAP
@@ -373,12 +374,13 @@ sub log_since
 
 =pod
 
-=item start_session(node, application_name, sql)
+=item start_session(node, application_name, sql, timeout => seconds)
 
 Runs C<sql> through C<psql -c> in the background, connected with the given
 application_name (so that pg_stat_activity can find it), and returns a
 handle for wait_session().  Meant for sessions that a crash or a signal
-ends: nothing is ever written to this psql's stdin.
+ends: nothing is ever written to this psql's stdin.  The session is killed
+after C<timeout> seconds (the test timeout by default).
 
 =item wait_session(handle)
 
@@ -389,7 +391,7 @@ returns (exit code, stdout, stderr, seconds waited).
 
 sub start_session
 {
-	my ($node, $appname, $sql) = @_;
+	my ($node, $appname, $sql, %opts) = @_;
 	my %session = (stdout => '', stderr => '');
 
 	$session{harness} = IPC::Run::start(
@@ -402,7 +404,8 @@ sub start_session
 		'<', \undef,
 		'>', \$session{stdout},
 		'2>', \$session{stderr},
-		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+		IPC::Run::timeout(
+			$opts{timeout} // $PostgreSQL::Test::Utils::timeout_default));
 	return \%session;
 }
 
@@ -424,6 +427,26 @@ sub wait_session
 		$rc = $session->{harness}->result(0);
 	}
 	return ($rc, $session->{stdout}, $session->{stderr}, time - $t0);
+}
+
+=pod
+
+=item log_shows_no_crash(node)
+
+A test that the node's log has no PANIC, failed assertion or backend
+that died.
+
+=cut
+
+sub log_shows_no_crash
+{
+	my ($node) = @_;
+
+	unlike(
+		slurp_file($node->logfile),
+		qr/PANIC|TRAP:|terminated by signal|server process .* exited with exit code/i,
+		'the log shows no crash');
+	return;
 }
 
 =pod

@@ -2038,6 +2038,151 @@ test_s3fifo_other_evictions(void **state)
 	assert_int_equal(sched_count(f->s), 0);
 }
 
+/* ----------------------------------------------------------------
+ * Fair fetching: keys read once wait behind the rest, and not without end
+ * ----------------------------------------------------------------
+ */
+
+/* The keys of the next batch (up to n), in order, as one string of letters. */
+static const char *
+next_batch(SieveFixture *f, int n, SchedTime now)
+{
+	SchedEntry **batch;
+	int			count = sched_ready_batch(f->s, now, n, 0, &batch);
+	int			i;
+
+	for (i = 0; i < count; i++)
+	{
+		assert_int_equal(batch[i]->keylen, 1);
+		f->buf[i] = batch[i]->key[0];
+	}
+	f->buf[count] = '\0';
+	return f->buf;
+}
+
+/* Begin a fetch of each one-letter key, in order. */
+static void
+asked_for_all(SieveFixture *f, const char *keys, SchedTime now)
+{
+	for (; *keys; keys++)
+		assert_non_null(sched_try_begin_fetch(f->s, keys, 1, false, now));
+}
+
+/*
+ * A stale key's fetch, and that of a key read again while it waited, go
+ * before those of keys read once, whatever came first; each queue keeps
+ * its order.
+ */
+static void
+test_fair_fetch_order(void **state)
+{
+	SieveFixture *f = *state;
+	SchedTime	now = 0;
+
+	/* "s" and "t" have values that go stale at DEFAULT_EXPIRY_MS. */
+	(void) sched_restore_complete(f->s, "s", 1, 0, 1000000, false, 0);
+	(void) sched_restore_complete(f->s, "t", 1, 0, 1000000, false, 0);
+	now = DEFAULT_EXPIRY_MS + 1;
+	asked_for_all(f, "abcd", now);
+	assert_int_equal(sched_once_count(f->s), 4);
+	asked_for_all(f, "ts", now + 1);
+	assert_int_equal(sched_once_count(f->s), 4);
+	/* "c" is read again while it waits. */
+	sched_note_demand(f->s, sched_lookup(f->s, "c", 1));
+	assert_int_equal(sched_once_count(f->s), 3);
+
+	/* "c" was due before "t" and "s": due-time order within the queue. */
+	assert_string_equal(next_batch(f, 2, now + 1), "ct");
+	assert_string_equal(next_batch(f, 2, now + 1), "sa");
+	assert_string_equal(next_batch(f, 8, now + 1), "bd");
+	assert_int_equal(sched_once_count(f->s), 0);
+}
+
+/*
+ * A key read once keeps that status through pending answers (its retries
+ * still wait behind), and loses it when read again; a key back from the
+ * ghost FIFO, or invalidated, never has it.
+ */
+static void
+test_fair_fetch_classes(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *e;
+
+	SchedTime	when;
+	int			i;
+
+	asked_for_all(f, "a", 0);
+	e = sched_lookup(f->s, "a", 1);
+	for (i = 0; i < 2; i++)
+	{
+		assert_string_equal(next_batch(f, 1, 0), "a");
+		assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING, 0),
+						 SCHED_RESCHEDULED);
+		assert_int_equal(sched_once_count(f->s), 1);
+	}
+	assert_true(e->has_fetch_when && e->fetch_when > 0);
+	sched_note_demand(f->s, e);
+	assert_int_equal(sched_once_count(f->s), 0);
+	assert_true(e->demanded);
+	/* The retry keeps its backoff: not due before its time. */
+	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE, &when));
+	assert_int_equal(when, e->fetch_when);
+	assert_string_equal(next_batch(f, 1, 0), "");
+	assert_string_equal(next_batch(f, 1, e->fetch_when), "a");
+	assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING,
+										  e->fetch_when), SCHED_RESCHEDULED);
+	assert_int_equal(sched_once_count(f->s), 0);	/* still demanded */
+
+	/* Invalidated while it waits: due now, with priority. */
+	asked_for_all(f, "b", 0);
+	assert_int_equal(sched_once_count(f->s), 1);
+	assert_null(sched_invalidate(f->s, "b", 1, 5));
+	assert_int_equal(sched_once_count(f->s), 0);
+
+	/* Dropped, then asked for again: remembered, so demanded at once. */
+	asked_for_all(f, "c", 0);
+	e = sched_once_excess(f->s, 0);
+	assert_non_null(e);
+	assert_true(entry_is_key(e, "c"));
+	sched_evict_victim(f->s, e);
+	assert_null(sched_once_excess(f->s, 0));
+	assert_true(asked_for(f, "c"));
+	assert_int_equal(sched_once_count(f->s), 0);
+}
+
+/*
+ * Past the bound the oldest waiting keys read once go, oldest first; a key
+ * promoted to the main FIFO by the eviction (read again) is demanded.
+ */
+static void
+test_fair_fetch_bound(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *e;
+	int			dropped = 0;
+
+	asked_for_all(f, "abcdef", 0);
+	asked_for_all(f, "g", 1);
+	while ((e = sched_once_excess(f->s, 3)) != NULL)
+	{
+		f->buf[dropped++] = e->key[0];
+		sched_evict_victim(f->s, e);
+	}
+	f->buf[dropped] = '\0';
+	assert_string_equal(f->buf, "abcd");
+	assert_int_equal(sched_once_count(f->s), 3);
+	assert_int_equal(sched_count(f->s), 3);
+
+	/* "e" read again: the eviction promotes it and so demands it. */
+	visit(f, "e");
+	assert_string_equal(sieve_evict(f), "f");
+	assert_true(in_main(f, "e"));
+	assert_true(sched_lookup(f->s, "e", 1)->demanded);
+	assert_int_equal(sched_once_count(f->s), 1);
+	assert_string_equal(next_batch(f, 8, 1), "eg");
+}
+
 /*
  * A changed expiry or grace period applies to keys already cached: each
  * eviction moves by the difference (raising expiry must not leave keys
@@ -2110,6 +2255,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_admits_to_main, sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_forgets, sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_other_evictions, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_fetch_order, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_fetch_classes, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_fetch_bound, sieve_setup, sieve_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
