@@ -20,6 +20,8 @@ OBJS = \
 	src/launcher.o \
 	src/keycache_sql.o \
 	src/keycache_replay.o \
+	src/keycache_dump.o \
+	src/dump_file.o \
 	src/snapshot_store.o \
 	src/snapshot_load.o \
 	src/snapshot_registry.o \
@@ -31,7 +33,8 @@ OBJS = \
 EXTENSION = projcache
 DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql projcache--1.0.1--1.1.sql \
 	projcache--1.1--1.1.1.sql projcache--1.1.1.sql \
-	projcache--1.0--1.1.1.sql projcache--1.0.1--1.1.1.sql
+	projcache--1.0--1.1.1.sql projcache--1.0.1--1.1.1.sql \
+	projcache--1.1.1--1.2.sql projcache--1.2.sql
 PGFILEDESC = "projcache - shared-memory caches for configuration"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

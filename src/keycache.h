@@ -162,6 +162,21 @@ extern void pc_request_send(const char *key, uint32 len);
 extern void pc_check_key(text *key, const char **bytes, uint32 *len);
 
 /* ----------------------------------------------------------------
+ * The key map's dump (keycache_dump.c)
+ * ----------------------------------------------------------------
+ */
+#define PC_KEYS_DUMP_FILE	"projcache_keys.dump"
+
+typedef struct PcKeyDump PcKeyDump;
+
+extern PcKeyDump *pc_keys_dump_begin(void);
+extern bool pc_keys_dump_step(PcKeyDump *dump, int64 deadline_ms);
+extern void pc_keys_dump_end(PcKeyDump *dump, bool discard);
+extern uint64 pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
+												 int64 fetched_at,
+												 int64 expires_at));
+
+/* ----------------------------------------------------------------
  * The request ring (keycache_ring.c)
  * ----------------------------------------------------------------
  */

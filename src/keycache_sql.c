@@ -839,8 +839,8 @@ projcache_entries(PG_FUNCTION_ARGS)
 	for (i = 0; i < count; i++)
 	{
 		PcRead	   *r = &rows[i];
-		Datum		values[14];
-		bool		nulls[14];
+		Datum		values[16];
+		bool		nulls[16];
 		bool		backoff = r->retry_at > now;
 
 		memset(nulls, true, sizeof(nulls));
@@ -893,6 +893,11 @@ projcache_entries(PG_FUNCTION_ARGS)
 			values[13] = TimestampTzGetDatum(pc_mono_to_timestamp(r->retry_at));
 			nulls[13] = false;
 		}
+		/* Since 1.2: the key's own fresh and stale periods. */
+		values[14] = pc_interval_from_ms(pc_expiry_ms);
+		nulls[14] = false;
+		values[15] = pc_interval_from_ms(pc_grace_period_ms);
+		nulls[15] = false;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -913,7 +918,7 @@ projcache_stats(PG_FUNCTION_ARGS)
 		PC_CTR_EVICTIONS, PC_CTR_REFRESHES, PC_CTR_REQUEST_OVERFLOWS
 	};
 	TupleDesc	tupdesc;
-	Datum		values[3 + lengthof(columns) + 4 + 6];
+	Datum		values[3 + lengthof(columns) + 4 + 6 + 6];
 	bool		nulls[lengthof(values)];
 	StringInfoData histogram;
 	int			col = 0;
@@ -976,6 +981,36 @@ projcache_stats(PG_FUNCTION_ARGS)
 							 pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DELAY_LTE15S + i]));
 		appendStringInfoChar(&histogram, ']');
 		values[col++] = DirectFunctionCall1(jsonb_in, CStringGetDatum(histogram.data));
+	}
+
+	/* Since 1.2: fair fetching, and the dumps. */
+	if (tupdesc->natts > col)
+	{
+		uint64		loaded_keys;
+		uint64		loaded_snapshots;
+		int64		loaded_age_ms;
+		bool		dump_read;
+		TimestampTz written_at;
+		uint64		dump_keys;
+
+		SpinLockAcquire(&pc_shared->mutex);
+		dump_read = pc_shared->keys_dump_read;
+		loaded_keys = pc_shared->loaded_keys;
+		loaded_snapshots = pc_shared->loaded_snapshots;
+		loaded_age_ms = pc_shared->loaded_dump_age_ms;
+		written_at = pc_shared->dump_written_at;
+		dump_keys = pc_shared->dump_keys;
+		SpinLockRelease(&pc_shared->mutex);
+
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DROPPED_FETCHES]));
+		values[col++] = Int64GetDatum((int64) loaded_keys);
+		values[col++] = Int64GetDatum((int64) loaded_snapshots);
+		values[col] = pc_interval_from_ms(loaded_age_ms);
+		nulls[col++] = !dump_read || (loaded_keys == 0 && loaded_snapshots == 0);
+		values[col] = TimestampTzGetDatum(written_at);
+		nulls[col++] = written_at == 0;
+		values[col] = Int64GetDatum((int64) dump_keys);
+		nulls[col++] = written_at == 0;
 	}
 
 	Assert(col == tupdesc->natts);

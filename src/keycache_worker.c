@@ -75,6 +75,9 @@
 static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
+static PcKeyDump *key_dump = NULL;	/* a dump being written, a slice at a
+									 * time */
+static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static char *ring_buf = NULL;
 
 static void *
@@ -964,6 +967,91 @@ rebuild_private_state(int64 now)
 	pfree(saved);
 }
 
+/* ----------------------------------------------------------------
+ * The key map's dump (keycache_dump.c)
+ * ----------------------------------------------------------------
+ */
+
+/* A key loaded from the dump: cached, stale, evicted on its own schedule. */
+static void
+restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
+				   int64 expires_at)
+{
+	SchedEntry *e = sched_restore_complete(sched, key, len, fetched_at,
+										   expires_at, false, 0);
+
+	mirror_entry(e);
+}
+
+/*
+ * Load the dump, once per server start: the first scheduler does, before
+ * its first fetch; one restarted later finds the map warm already.
+ */
+static void
+load_dump_once(void)
+{
+	bool		first;
+
+	SpinLockAcquire(&pc_shared->mutex);
+	first = !pc_shared->keys_dump_read;
+	pc_shared->keys_dump_read = true;
+	SpinLockRelease(&pc_shared->mutex);
+	if (first && pc_dump_interval_s >= 0)
+		(void) pc_keys_load_dump(restore_loaded_key);
+}
+
+/*
+ * Every dump_interval, write a dump a slice at a time: each call writes
+ * for at most a batch interval, so that fetches go on in between.  Returns
+ * whether a dump is under way (the caller must not sleep).
+ */
+static bool
+dump_step(void)
+{
+	int64		real_now = pc_real_now_ms();
+
+	if (key_dump == NULL && pc_dump_interval_s > 0 && real_now >= next_dump_ms)
+	{
+		next_dump_ms = real_now + (int64) pc_dump_interval_s * 1000;
+		key_dump = pc_keys_dump_begin();
+	}
+	if (key_dump == NULL)
+		return false;
+	if (pc_keys_dump_step(key_dump, real_now + Max(pc_batch_interval_ms, 10)))
+	{
+		pc_keys_dump_end(key_dump, false);
+		key_dump = NULL;
+	}
+	return key_dump != NULL;
+}
+
+/*
+ * before_shmem_exit: dump the whole map as the worker ends (a shutdown, or
+ * its termination), unless dumps are off.  Not after a crash, which runs
+ * no exit callbacks: the last periodic dump is what a restart loads.
+ */
+static void
+dump_at_exit(int code, Datum arg)
+{
+	PcKeyDump  *d;
+
+	if (key_dump != NULL)
+	{
+		pc_keys_dump_end(key_dump, true);
+		key_dump = NULL;
+	}
+	if (pc_dump_interval_s < 0)
+		return;
+	/* Exiting on an ERROR: no lock of ours may stay held while we read. */
+	LWLockReleaseAll();
+	d = pc_keys_dump_begin();
+	if (d == NULL)
+		return;
+	while (!pc_keys_dump_step(d, PG_INT64_MAX))
+		;
+	pc_keys_dump_end(d, false);
+}
+
 /*
  * Entry point of the "projcache scheduler" worker.  It connects to
  * projcache.database, takes the worker's place in shared memory, rebuilds
@@ -1014,6 +1102,9 @@ pc_worker_main(Datum main_arg)
 
 	MemoryContextSwitchTo(batch_cxt);
 	rebuild_private_state(pc_now_ms());
+	load_dump_once();
+	before_shmem_exit(dump_at_exit, (Datum) 0);
+	next_dump_ms = pc_real_now_ms() + (int64) pc_dump_interval_s * 1000;
 	pc_replay_init();
 	ereport(LOG,
 			(errmsg("projcache scheduler ready in database \"%s\"",
@@ -1030,6 +1121,7 @@ pc_worker_main(Datum main_arg)
 		int			n;
 		long		timeout = PC_MAX_SLEEP_MS;
 		long		replay_poll;
+		bool		dumping;
 
 		/*
 		 * A query cancel (pg_cancel_backend, or a statement timeout that
@@ -1052,6 +1144,7 @@ pc_worker_main(Datum main_arg)
 		drop_fetches_for_nobody();
 		process_timers(now);
 		evict_for_memory();
+		dumping = dump_step();
 		n = sched_ready_batch(sched, now, pc_batch_size, pc_batch_interval_ms,
 							  &batch);
 		if (n > 0)
@@ -1065,6 +1158,11 @@ pc_worker_main(Datum main_arg)
 			timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
 		if (replay_poll >= 0)
 			timeout = Min(timeout, replay_poll);
+		if (dumping)
+			timeout = 0;
+		else if (pc_dump_interval_s > 0)
+			timeout = Min(timeout,
+						  Max(0, next_dump_ms - pc_real_now_ms()));
 		if (timeout > 0)
 		{
 			(void) WaitLatch(MyLatch,

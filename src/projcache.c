@@ -48,6 +48,7 @@ int			pc_snapshot_memory_per_owner_kb = -1;
 int			pc_max_snapshots_per_owner = -1;
 int			pc_max_snapshots_per_database = -1;
 bool		pc_debug_clock = false;
+int			pc_dump_interval_s = 300;
 bool		pc_wal_invalidations = false;
 int			pc_wal_rmgr_id = RM_EXPERIMENTAL_ID;
 int			pc_wal_pending_kb = 1024;
@@ -299,6 +300,15 @@ define_settings(void)
 							2, 0, MAX_BACKENDS,
 							PGC_SIGHUP,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.dump_interval",
+							"Sets how often the key cache is dumped to disk, to come back warm after a restart.",
+							"0 dumps at shutdown only; -1 never dumps nor loads.",
+							&pc_dump_interval_s,
+							300, -1, INT_MAX / 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("projcache.debug_clock",

@@ -62,6 +62,7 @@ extern int	pc_snapshot_memory_per_owner_kb;
 extern int	pc_max_snapshots_per_owner;
 extern int	pc_max_snapshots_per_database;
 extern bool pc_debug_clock;
+extern int	pc_dump_interval_s;
 
 /* ----------------------------------------------------------------
  * Clock (clock.c)

@@ -122,6 +122,14 @@ typedef struct PcShared
 	LWLockPadded *snap_slot_locks;	/* one per slot; see snapshot_store.c */
 	Size		wal_offset;		/* PcWalPending */
 	LWLock	   *wal_lock;		/* the replayed keys list (wal.h) */
+
+	/* The dumps (keycache_dump.c, snapshot_dump.c); under mutex */
+	bool		keys_dump_read; /* a scheduler read the key dump (or tried) */
+	uint64		loaded_keys;	/* keys it loaded */
+	uint64		loaded_snapshots;	/* snapshots given their dumped rows */
+	int64		loaded_dump_age_ms; /* how old the dump was then */
+	TimestampTz dump_written_at;	/* the last key dump written, or 0 */
+	uint64		dump_keys;		/* keys in it */
 } PcShared;
 
 extern PcShared *pc_shared;
