@@ -1,8 +1,8 @@
 # Copyright (c) 2026, projcache developers
 #
 # Upgrading from 1.0: CREATE EXTENSION projcache VERSION '1.0', then
-# ALTER EXTENSION projcache UPDATE (1.0 -> 1.1.1, the direct update, which
-# does what 1.0 -> 1.0.1 -> 1.1 -> 1.1.1 does).
+# ALTER EXTENSION projcache UPDATE (1.0 -> 1.1.1 -> 1.2, through the direct
+# update to 1.1.1, which does what 1.0 -> 1.0.1 -> 1.1 -> 1.1.1 does).
 #
 # - The newest library serves a database whose SQL is still 1.0: a snapshot
 #   registered and read there loads.
@@ -25,8 +25,9 @@
 #   version line included; also each member's definition (functions,
 #   views, the registry's columns, defaults, constraints and indexes) and
 #   description, and the configuration tables pg_dump dumps.
-# - The other ways to 1.1.1 give the same: the direct update from 1.0.1,
-#   the update from 1.1, and the single steps 1.0 -> 1.0.1 -> 1.1 -> 1.1.1.
+# - The other ways to 1.2 give the same: through the direct update from
+#   1.0.1, from 1.1, from 1.1.1, and the single steps 1.0 -> 1.0.1 -> 1.1 ->
+#   1.1.1 -> 1.2.
 
 use strict;
 use warnings;
@@ -160,7 +161,7 @@ like($err, qr/snapshot "gone" could not be bound to a view/,
 	'the registration that cannot be bound is reported');
 is($node->safe_psql('old_db',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.1.1', 'old_db is at 1.1.1');
+	'1.2', 'old_db is at 1.2');
 
 # ---------------------------------------------------------------------------
 # What the server had cached, and the registrations, survive the update.
@@ -178,7 +179,7 @@ is( $node->safe_psql(
 		"SELECT string_agg(k || '=' || projcache.get(k)::text, ',' ORDER BY k)"
 		  . " FROM unnest(ARRAY[$keylist]) AS k"),
 	'upg-1={"id": 1},upg-2={"id": 2},upg-3={"id": 3}',
-	'get() of the 1.1.1 SQL reads them');
+	'get() of the 1.2 SQL reads them');
 is( $node->safe_psql('old_db', $counters_query),
 	join('|',
 		$fetch_calls_before, $fetch_requests_before, $fetched_keys_before,
@@ -269,7 +270,7 @@ like($err, qr/PC001.*\n.*could not be bound to a view when projcache was updated
 # pg_dump still tells the DBA's grants from the extension's own.
 my ($dump, $dump_err) = run_command(
 	[ 'pg_dump', '--schema-only', '-d', $node->connstr('old_db') ]);
-like($dump, qr/GRANT ALL ON FUNCTION projcache\.stats\(OUT entries bigint.*hit_ratio double precision, OUT fetch_delay_buckets jsonb\) TO app;/,
+like($dump, qr/GRANT ALL ON FUNCTION projcache\.stats\(OUT entries bigint.*fetch_delay_buckets jsonb, OUT dropped_fetches bigint.*last_dump_keys bigint\) TO app;/,
 	'pg_dump keeps the grant on stats() made before the update');
 like($dump, qr/GRANT SELECT ON TABLE projcache\.entries TO app;/,
 	'and the one on the entries view');
@@ -434,8 +435,8 @@ for my $db ('old_db', 'fresh_db')
 	is($stderr, '', "psql \\dx+ projcache runs in $db");
 	$dx{$db} = $stdout;
 }
-like($dx{old_db}, qr/^ projcache \| 1\.1\.1 +\| projcache \|/m,
-	'\dx shows old_db at 1.1.1');
+like($dx{old_db}, qr/^ projcache \| 1\.2 +\| projcache \|/m,
+	'\dx shows old_db at 1.2');
 like($dx{old_db}, qr/Objects in extension "projcache"/,
 	'\dx+ lists the members');
 is($dx{old_db}, $dx{fresh_db}, '\dx and \dx+ projcache equal a fresh install\'s');
@@ -451,15 +452,17 @@ like($err, qr/permission denied for function stats/,
 	'the grant ops made keeps ops as its grantor: revoking its option cascades to it');
 
 # ---------------------------------------------------------------------------
-# The other ways to 1.1.1 end in the same place: the direct update from
-# 1.0.1, the update from 1.1, and the whole chain of single steps from 1.0.
+# The other ways to 1.2 end in the same place: the direct updates from
+# 1.0.1 and from 1.1 to 1.1.1, then 1.2, the update from 1.1.1, and the
+# whole chain of single steps from 1.0.
 # Each is compared with the fresh install on what the DBA's grants and a
 # registration leave.
 # ---------------------------------------------------------------------------
 my %paths = (
-	'from_101' => [ '1.0.1', [ '1.1.1' ] ],
-	'from_11' => [ '1.1', [ '1.1.1' ] ],
-	'chain' => [ '1.0', [ '1.0.1', '1.1', '1.1.1' ] ]);
+	'from_101' => [ '1.0.1', [ '1.1.1', '1.2' ] ],
+	'from_11' => [ '1.1', [ '1.1.1', '1.2' ] ],
+	'from_111' => [ '1.1.1', [ '1.2' ] ],
+	'chain' => [ '1.0', [ '1.0.1', '1.1', '1.1.1', '1.2' ] ]);
 for my $db (sort keys %paths)
 {
 	my ($from, $steps) = @{ $paths{$db} };

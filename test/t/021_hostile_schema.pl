@@ -50,9 +50,15 @@ $node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN');
 is( $node->safe_psql(
 		'postgres', q{
 SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
- WHERE target = '1.1.1' ORDER BY source}),
+ WHERE target = '1.1.1' AND path IS NOT NULL ORDER BY source}),
 	"1.0 -> 1.0--1.1.1\n1.0.1 -> 1.0.1--1.1.1\n1.1 -> 1.1--1.1.1",
 	'updates to 1.1.1 go straight there: none replays 1.0.1--1.1');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
+ WHERE target = '1.2' AND path IS NOT NULL ORDER BY source}),
+	"1.0 -> 1.0--1.1.1--1.2\n1.0.1 -> 1.0.1--1.1.1--1.2\n1.1 -> 1.1--1.1.1--1.2\n1.1.1 -> 1.1.1--1.2",
+	'updates to 1.2 go through 1.1.1 the same way');
 
 # A database where mallory may create schemas, and the sequence pwn()
 # counts its calls in.
@@ -207,6 +213,22 @@ for my $from ('1.0', '1.0.1', '1.1')
 	assert_nothing_ran($db, "(b) from $from");
 }
 
+# 1.1.1 refuses such a schema itself; one given to mallory after it was
+# installed is refused by the update to 1.2.
+new_db('update_from_1_1_1');
+$node->safe_psql('update_from_1_1_1',
+	"CREATE EXTENSION projcache VERSION '1.1.1'; ALTER SCHEMA projcache OWNER TO mallory");
+as_mallory('update_from_1_1_1', $pwn . $oid_regprocedure . $others . $nextval);
+{
+	my ($rc, $out, $err) = $node->psql('update_from_1_1_1',
+		"\\set VERBOSITY verbose\nALTER EXTENSION projcache UPDATE");
+	isnt($rc, 0, "(b) from 1.1.1: ALTER EXTENSION projcache UPDATE fails");
+	like_refusal($err, "(b) from 1.1.1");
+	is(extversion('update_from_1_1_1'), '1.1.1',
+		"(b) from 1.1.1: projcache stays at 1.1.1");
+	assert_nothing_ran('update_from_1_1_1', "(b) from 1.1.1");
+}
+
 # ---------------------------------------------------------------------------
 # (b') A superuser's schema in which mallory may create objects.
 # ---------------------------------------------------------------------------
@@ -234,7 +256,7 @@ my ($rc, $out, $err) =
   $node->psql('shared_update', 'ALTER EXTENSION projcache UPDATE');
 is($rc, 0, "(b') the update from 1.0 in a superuser's schema completes");
 unlike($err, qr/hostile code ran/, "(b') without running mallory's code");
-is(extversion('shared_update'), '1.1.1', "(b') projcache is at 1.1.1");
+is(extversion('shared_update'), '1.2', "(b') projcache is at 1.2");
 is($node->safe_psql('shared_update', $registry_default),
 	"nextval('projcache.snapshot_registry_id_seq'::regclass)|0",
 	"(b') the registry's id default is pg_catalog.nextval(regclass) again");
@@ -269,19 +291,19 @@ is( $node->safe_psql(
 SELECT e.extversion, n.nspowner::regrole = current_user::regrole
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'projcache'}),
-	'1.1.1|t',
-	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.1.1');
+	'1.2|t',
+	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.2');
 
 $node->safe_psql('postgres', 'CREATE DATABASE restored');
 $node->safe_psql('restored',
 	'CREATE SCHEMA projcache; CREATE EXTENSION projcache WITH SCHEMA projcache');
-is(extversion('restored'), '1.1.1',
+is(extversion('restored'), '1.2',
 	'(c) a schema a superuser made first (as a restored dump does) passes the check');
 
 $node->safe_psql('postgres', 'CREATE DATABASE old');
 $node->safe_psql('old', "CREATE EXTENSION projcache VERSION '1.0'");
 $node->safe_psql('old', 'ALTER EXTENSION projcache UPDATE');
-is(extversion('old'), '1.1.1', '(c) the update from 1.0 in its own schema works');
+is(extversion('old'), '1.2', '(c) the update from 1.0 in its own schema works');
 
 $node->stop;
 done_testing();
