@@ -28,6 +28,7 @@ OBJS = \
 	src/snapshot_sql.o \
 	src/snapshot_index.o \
 	src/snapshot_fdw.o \
+	src/snapshot_dump.o \
 	src/wal_records.o
 
 EXTENSION = projcache

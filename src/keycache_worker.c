@@ -43,6 +43,7 @@
 
 #include "keycache.h"
 #include "scheduler.h"
+#include "snapshot.h"
 #include "user_switch.h"
 #include "wal.h"
 
@@ -997,7 +998,10 @@ load_dump_once(void)
 	pc_shared->keys_dump_read = true;
 	SpinLockRelease(&pc_shared->mutex);
 	if (first && pc_dump_interval_s >= 0)
+	{
 		(void) pc_keys_load_dump(restore_loaded_key);
+		pc_snapshots_adopt_dump();
+	}
 }
 
 /*
@@ -1013,6 +1017,8 @@ dump_step(void)
 	if (key_dump == NULL && pc_dump_interval_s > 0 && real_now >= next_dump_ms)
 	{
 		next_dump_ms = real_now + (int64) pc_dump_interval_s * 1000;
+		/* The snapshots are small: written at once, beside the keys. */
+		pc_snapshots_dump();
 		key_dump = pc_keys_dump_begin();
 	}
 	if (key_dump == NULL)
@@ -1044,6 +1050,7 @@ dump_at_exit(int code, Datum arg)
 		return;
 	/* Exiting on an ERROR: no lock of ours may stay held while we read. */
 	LWLockReleaseAll();
+	pc_snapshots_dump();
 	d = pc_keys_dump_begin();
 	if (d == NULL)
 		return;

@@ -159,6 +159,33 @@ extern void pc_snap_probe_begin(PcSnapIndexProbe *probe,
 extern bool pc_snap_probe_next(PcSnapIndexProbe *probe, uint64 *offset);
 extern PGDLLEXPORT void pc_snapshot_load_main(Datum main_arg);
 
+/* A loaded snapshot as the dump sees it (pc_snap_dump_slots). */
+typedef struct PcSnapDumped
+{
+	Oid			dbid;
+	char		name[NAMEDATALEN];
+	int64		reg_id;
+	int64		reg_stamp;
+	int64		rows;
+	int64		age_ms;			/* since its rows were loaded */
+	uint64		size;			/* bytes of rows (and key index) */
+} PcSnapDumped;
+
+extern bool pc_snap_take_dump_check(PcSnapRef ref);
+extern void pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap,
+											 const char *blob, void *arg),
+							   void *arg, int64 now);
+
+/* ----------------------------------------------------------------
+ * The snapshots' dump (snapshot_dump.c)
+ * ----------------------------------------------------------------
+ */
+#define PC_SNAPSHOTS_DUMP_FILE	"projcache_snapshots.dump"
+#define PC_SNAPSHOTS_RESTORE_FILE	"projcache_snapshots.restore"
+
+extern void pc_snapshots_dump(void);
+extern void pc_snapshots_adopt_dump(void);
+
 
 /* ----------------------------------------------------------------
  * The registry and registrations (snapshot_registry.c)
@@ -219,5 +246,8 @@ extern void pc_snap_current_rows(SnapReg *reg, char **blob, Size *size,
 								 int64 *nrows);
 extern void pc_snap_forget_at_commit(SnapReg *reg);
 extern void pc_snap_install_hooks(void);
+
+/* Rows from the dump for a slot that has none (snapshot_dump.c). */
+extern bool pc_snapshot_restore(SnapReg *reg, PcSnapRef ref);
 
 #endif							/* PROJCACHE_SNAPSHOT_H */

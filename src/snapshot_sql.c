@@ -271,6 +271,9 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		return;
 
 	(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
+	/* No rows yet: the last good ones from before a restart, if dumped. */
+	if (!loaded && pc_snapshot_restore(reg, ref))
+		(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
 	if (loaded)
 	{
 		/*

@@ -93,6 +93,8 @@ typedef struct PcSnapSlot
 	bool		marked_stale;	/* refreshed on the primary (WAL redo): stale
 								 * until the next load */
 	uint64		stale_marks;	/* times it was so marked, ever */
+	bool		dump_checked;	/* the dump was looked at for its rows
+								 * (snapshot_dump.c) */
 } PcSnapSlot;
 
 static PcSnapSlot *
@@ -215,6 +217,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	s->error_unstored = false;
 	s->marked_stale = false;
 	s->stale_marks = 0;
+	s->dump_checked = false;
 	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
 	pg_atomic_write_u32(&s->lease_pid, 0);
@@ -1312,4 +1315,84 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	if (info->last_error == NULL && unstored)
 		info->last_error = pstrdup(PC_UNSTORED_ERROR);
 	return true;
+}
+
+/* ----------------------------------------------------------------
+ * The dump (snapshot_dump.c)
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Should the dump be looked at for this slot's rows?  Once per slot and
+ * generation, and only while it has none: true for the first caller.
+ */
+bool
+pc_snap_take_dump_check(PcSnapRef ref)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	bool		take = false;
+
+	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	if (s->generation == ref.generation && !s->dump_checked)
+	{
+		s->dump_checked = true;
+		take = !DsaPointerIsValid(s->data);
+	}
+	LWLockRelease(slot_lock(ref.index));
+	return take;
+}
+
+/*
+ * Hand each loaded snapshot to emit(): which registration it caches, its
+ * rows' age, and a copy of its rows (made under the slot's lock, with an
+ * allocation that fails quietly: a slot that cannot be copied is left out).
+ */
+void
+pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
+								 void *arg),
+				   void *arg, int64 now)
+{
+	int			i;
+
+	for (i = 0; i < pc_shared->max_snapshots; i++)
+	{
+		PcSnapSlot *s = &slots()[i];
+		PcSnapDumped snap;
+		uint64		generation;
+		char	   *blob = NULL;
+
+		memset(&snap, 0, sizeof(snap));
+		LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+		if (s->in_use)
+		{
+			snap.dbid = s->dbid;
+			strlcpy(snap.name, s->name, NAMEDATALEN);
+			snap.reg_id = s->reg_id;
+			snap.reg_stamp = s->reg_stamp;
+		}
+		generation = s->generation;
+		LWLockRelease(pc_shared->snap_map_lock);
+		if (!OidIsValid(snap.dbid))
+			continue;
+
+		LWLockAcquire(slot_lock(i), LW_SHARED);
+		if (s->generation == generation && DsaPointerIsValid(s->data))
+		{
+			blob = palloc_extended(s->data_bytes,
+								   MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+			if (blob != NULL)
+			{
+				memcpy(blob, dsa_get_address(pc_area(), s->data), s->data_bytes);
+				snap.size = s->data_bytes;
+				snap.rows = s->rows;
+				snap.age_ms = Max(now - s->loaded_at_ms, 0);
+			}
+		}
+		LWLockRelease(slot_lock(i));
+		if (blob != NULL)
+		{
+			emit(&snap, blob, arg);
+			pfree(blob);
+		}
+	}
 }
