@@ -3,7 +3,7 @@
 # run and one picture.
 #
 #     sudo bash bench/compare.sh                  # about 7 minutes
-#     sudo BENCH_SECONDS=5 bash bench/compare.sh
+#     sudo BENCH_SECONDS=10 BENCH_ROUNDS=5 bash bench/compare.sh
 #     sudo BENCH_PNG=/tmp/c.png bash bench/compare.sh   # picture elsewhere
 #
 # It installs the dependencies (scripts/install-deps.sh, and for this bench
@@ -14,20 +14,25 @@
 # and its own memcached and redis-server (unix sockets in the temp dir, as
 # "postgres" too).  With PROJCACHE_PGBIN naming another copy of PostgreSQL
 # 15, Debian's pgmemcache files are copied into that copy.  Then, at -c 1
-# and at -c 8, it measures two things:
+# and at -c 8, in BENCH_ROUNDS rounds (default 3) of runs of BENCH_SECONDS
+# each (default 5), it measures two things:
 #
 #   One 1 kB value by a random key of 1,000, as throughput over SELECT 1's
 #   (pgbench -n -M prepared, unix socket): SELECT 1; a constant query
 #   returning the same 1 kB jsonb (the cost of carrying the value, with no
 #   lookup); projcache.get() hits; the table by its primary key;
 #   pgmemcache's memcache_get() (a SQL statement whose backend asks
-#   memcached); and Redis GET.  SELECT 1 runs first and last; its reference
-#   TPS is the mean of the two.
+#   memcached); and Redis GET.
 #
 #   Cached tables, as throughput over the table's (bench/snapshots/): the
 #   count(*) of 10,000 rows (text, text) from the table, its foreign table
 #   and snapshot(); a lookup by a random key of the table's primary key and
-#   of the foreign table's key index.  Each table runs first and last too.
+#   of the foreign table's key index.
+#
+# Each ratio is taken within one round (the reads run forward in odd
+# rounds, backward in even ones); a bar is the median of the rounds'
+# ratios, its whisker the lowest and highest, so that a burst of other work
+# on the machine shows as a long whisker rather than as a wrong bar.
 #
 # Redis GET is measured with redis-benchmark, not pgbench: what a user
 # weighs is an application asking Redis itself against one asking
@@ -62,7 +67,10 @@ DATA=
 SOCK=
 ERRORS=0
 
-bench_settings      # DURATION (BENCH_SECONDS); a single pass
+BENCH_SECONDS=${BENCH_SECONDS:-5}
+bench_settings      # DURATION (BENCH_SECONDS, here 5 by default)
+ROUNDS=${BENCH_ROUNDS:-3}
+case $ROUNDS in '' | *[!0-9]* | 0) echo "BENCH_ROUNDS must be a whole number above 0" >&2; exit 2 ;; esac
 
 PNG=${BENCH_PNG:-$REPO/bench/results/compare.png}
 case $PNG in /*) ;; *) PNG=$PWD/$PNG ;; esac
@@ -178,11 +186,17 @@ if [ "$WARM" != 1000 ] || [ "$MC_SET" != 1000 ] || [ "$REDIS_KEYS" != 1000 ] || 
 fi
 
 # ------------------------------------------------------------ measuring
-declare -A TPS NOTE
+# Each ratio is taken within one round, from runs seconds apart, so that the
+# machine's drift mostly cancels out of it; the rounds run the reads forward
+# and backward in turn, and the picture shows the median round with the
+# lowest and highest as an error bar.
+declare -A RATIOS TPSES NOTE RN
+CUR_TPS=
+XACTS=0
 
 # pg_run ID FILE C: pgbench -n -M prepared TPS of FILE with C clients into
-# TPS[ID,C]; "missing" when pgbench failed, printed no TPS or counted
-# failed transactions (its output is printed then).
+# CUR_TPS (and its transactions into XACTS); "missing" when pgbench failed,
+# printed no TPS or counted failed transactions (its output is printed).
 pg_run() {
 	local id=$1 file=$2 c=$3 j out
 	j=$(($3 < $(nproc) ? $3 : $(nproc)))
@@ -192,11 +206,11 @@ pg_run() {
 		-T "$DURATION" -h "$SOCK" -p "$PORT" postgres >"$out" 2>&1 &&
 		grep -q '^tps = ' "$out" &&
 		! grep -Eq '^number of failed transactions: [1-9]' "$out"; then
-		TPS[$id,$c]=$(awk '/^tps = /{print $3; exit}' "$out")
+		CUR_TPS=$(awk '/^tps = /{print $3; exit}' "$out")
 		XACTS=$(awk -F': *' '/^number of transactions actually processed/{print $2; exit}' "$out")
-		echo "${TPS[$id,$c]} TPS"
+		echo "$CUR_TPS TPS"
 	else
-		TPS[$id,$c]=missing
+		CUR_TPS=missing
 		XACTS=0
 		echo "failed"
 		cat "$out"
@@ -204,78 +218,95 @@ pg_run() {
 	fi
 }
 
-# redis_run C: redis-benchmark GET of a random key of 1,000 with C
-# connections and as many threads as pgbench would have, for about
-# $DURATION s (a first 2 s of it sizes -n), into TPS[redis,C].
+# redis_bench C N: redis-benchmark GET of a random key of 1,000 with C
+# connections, as many threads as pgbench would have, one request in
+# flight each, N requests; prints the GETs per second.
+redis_bench() {
+	local j=$(($1 < $(nproc) ? $1 : $(nproc))) out=$WORK/redis.c$1.log
+	if ! "${AS_PG[@]}" redis-benchmark -s "$WORK/redis.sock" -c "$1" --threads "$j" -P 1 \
+		-r 1000 -n "$2" --csv GET key-__rand_int__ >"$out" 2>&1 ||
+		! awk -F'"' 'NR == 2 && $4 + 0 > 0 {print $4; ok = 1} END {exit !ok}' "$out"; then
+		cat "$out" >&2
+		return 1
+	fi
+}
+
+# redis_run C: redis_bench for about $DURATION s (RN[C] requests, sized
+# by a first run of 20,000) into CUR_TPS.
 redis_run() {
-	local c=$1 j n rps out=$WORK/redis.c$1.log
-	j=$(($1 < $(nproc) ? $1 : $(nproc)))
-	rb() {
-		"${AS_PG[@]}" redis-benchmark -s "$WORK/redis.sock" -c "$c" --threads "$j" -P 1 \
-			-r 1000 -n "$1" --csv GET key-__rand_int__ >"$out" 2>&1 &&
-			awk -F'"' 'NR == 2 && $4 + 0 > 0 {print $4; ok = 1} END {exit !ok}' "$out"
-	}
+	local c=$1 rps
+	if [ -z "${RN[$c]:-}" ]; then
+		rps=$(redis_bench "$c" 20000) || rps=0
+		RN[$c]=$(awk -v r="$rps" -v d="$DURATION" 'BEGIN{n = int(r * d); print (n > 1000 ? n : 1000)}')
+	fi
 	printf '  %-14s -c %s: ' redis "$c"
-	if rps=$(rb 20000) && n=$(awk -v r="$rps" -v d="$DURATION" 'BEGIN{printf "%d", r * d}') &&
-		rps=$(rb "$n"); then
-		TPS[redis,$c]=$rps
-		echo "$rps GET/s (-n $n)"
+	if CUR_TPS=$(redis_bench "$c" "${RN[$c]}"); then
+		echo "$CUR_TPS GET/s (-n ${RN[$c]})"
 	else
-		TPS[redis,$c]=missing
+		CUR_TPS=missing
 		echo "failed"
-		cat "$out"
 		ERRORS=$((ERRORS + 1))
 	fi
 }
 
 B=$WORK/src/bench
 KV=(select_1 constant get lookup pgmemcache redis)
+TABLES=(big_table big_ft big_fn lookup_table lookup_ft)
 declare -A FILE=(
 	[select_1]=$B/select_1.sql [constant]=$WORK/bench/constant_1kb.sql [get]=$B/get_hit.sql
 	[lookup]=$B/compare/lookup.sql [pgmemcache]=$B/compare/pgmemcache.sql
 	[big_table]=$B/snapshots/big_table.sql [big_ft]=$B/snapshots/big_ft.sql
 	[big_fn]=$B/snapshots/big_fn.sql [lookup_table]=$B/snapshots/lookup_table.sql
 	[lookup_ft]=$B/snapshots/lookup_ft.sql)
-declare -A REF=(      # the table each cached-table read is set beside
+declare -A REF=(      # what each read's ratio is taken to
+	[select_1]=select_1 [constant]=select_1 [get]=select_1 [lookup]=select_1
+	[pgmemcache]=select_1 [redis]=select_1
 	[big_table]=big_table [big_ft]=big_table [big_fn]=big_table
 	[lookup_table]=lookup_table [lookup_ft]=lookup_table)
-TABLES=(big_table big_ft big_fn lookup_table lookup_ft)
 
 mc_misses() { pgvalue "SELECT substring(memcache_stats() FROM 'get_misses: ([0-9]+)')"; }
 redis_misses() { "${REDIS_CLI[@]}" info stats | tr -d '\r' | awk -F: '$1 == "keyspace_misses" {print $2}'; }
 
-for c in "${CLIENTS[@]}"; do
-	echo "=== one 1 kB value by key, -c $c, ${DURATION}s each"
-	pg_run select_1 "${FILE[select_1]}" "$c"; TPS[select_1_first,$c]=${TPS[select_1,$c]}
-	pg_run constant "${FILE[constant]}" "$c"
-	pgvalue "SELECT projcache.reset_stats()" >/dev/null
-	pg_run get "${FILE[get]}" "$c"
-	NOTE[get,$c]="$(pgvalue "SELECT 'hits ' || hits || ', misses ' || misses || ', pending_reads ' || pending_reads FROM projcache.stats") over $XACTS reads"
-	pg_run lookup "${FILE[lookup]}" "$c"
-	m0=$(mc_misses)
-	pg_run pgmemcache "${FILE[pgmemcache]}" "$c"
-	NOTE[pgmemcache,$c]="memcached get_misses +$(( $(mc_misses) - m0 )) over $XACTS reads"
-	m0=$(redis_misses)
-	redis_run "$c"
-	NOTE[redis,$c]="keyspace_misses +$(( $(redis_misses) - m0 ))"
-	pg_run select_1 "${FILE[select_1]}" "$c"; TPS[select_1_last,$c]=${TPS[select_1,$c]}
-	echo "=== cached tables, -c $c, ${DURATION}s each"
-	for t in "${TABLES[@]}"; do
-		pg_run "$t" "${FILE[$t]}" "$c"
+# round C R IDS...: run IDS (reversed in even rounds R) once each, then add
+# each one's TPS and ratio to its reference's TPS of this round.
+round() {
+	local c=$1 r=$2 id ref
+	shift 2
+	local ids=("$@")
+	local -A cur=()
+	[ $((r % 2)) -eq 1 ] || mapfile -t ids < <(printf '%s\n' "$@" | tac)
+	for id in "${ids[@]}"; do
+		if [ "$id" = redis ]; then redis_run "$c"
+		else pg_run "$id" "${FILE[$id]}" "$c"; fi
+		cur[$id]=$CUR_TPS
+		[ "$id" != get ] || GET_XACTS=$((GET_XACTS + XACTS))
+		[ "$id" != pgmemcache ] || MC_XACTS=$((MC_XACTS + XACTS))
 	done
-	TPS[big_table_first,$c]=${TPS[big_table,$c]}
-	TPS[lookup_table_first,$c]=${TPS[lookup_table,$c]}
-	pg_run big_table "${FILE[big_table]}" "$c"; TPS[big_table_last,$c]=${TPS[big_table,$c]}
-	pg_run lookup_table "${FILE[lookup_table]}" "$c"; TPS[lookup_table_last,$c]=${TPS[lookup_table,$c]}
-done
+	for id in "$@"; do
+		ref=${REF[$id]}
+		TPSES[$id,$c]="${TPSES[$id,$c]:-}${cur[$id]} "
+		if [ "${cur[$id]}" = missing ] || [ "${cur[$ref]}" = missing ]; then
+			RATIOS[$id,$c]="${RATIOS[$id,$c]:-}missing "
+		else
+			RATIOS[$id,$c]="${RATIOS[$id,$c]:-}$(awk -v a="${cur[$id]}" -v b="${cur[$ref]}" \
+				'BEGIN{ if (b > 0) printf "%.3f", a / b; else printf "missing" }') "
+		fi
+	done
+}
 
-# The references: the mean of the first and last run (missing if either is).
 for c in "${CLIENTS[@]}"; do
-	for r in select_1 big_table lookup_table; do
-		a=${TPS[${r}_first,$c]} b=${TPS[${r}_last,$c]}
-		if [ "$a" = missing ] || [ "$b" = missing ]; then TPS[$r,$c]=missing
-		else TPS[$r,$c]=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", (a + b) / 2}'); fi
+	pgvalue "SELECT projcache.reset_stats()" >/dev/null
+	GET_XACTS=0 MC_XACTS=0
+	mc0=$(mc_misses) rd0=$(redis_misses)
+	for r in $(seq 1 "$ROUNDS"); do
+		echo "=== -c $c, round $r of $ROUNDS: one 1 kB value by key, ${DURATION}s each"
+		round "$c" "$r" "${KV[@]}"
+		echo "=== -c $c, round $r of $ROUNDS: cached tables, ${DURATION}s each"
+		round "$c" "$r" "${TABLES[@]}"
 	done
+	NOTE[$c]="get() $(pgvalue "SELECT 'hits ' || hits || ', misses ' || misses || ', pending_reads ' || pending_reads FROM projcache.stats") over $GET_XACTS reads;"
+	NOTE[$c]="${NOTE[$c]} memcached get_misses +$(( $(mc_misses) - mc0 )) over $MC_XACTS memcache_get();"
+	NOTE[$c]="${NOTE[$c]} Redis keyspace_misses +$(( $(redis_misses) - rd0 ))"
 done
 
 SNAPS=$(pgvalue "SELECT string_agg(name || ' ' || rows || ' rows ' || status, ', ' ORDER BY name) FROM projcache.snapshots")
@@ -288,9 +319,14 @@ stop_cluster
 stop_peers
 
 # ------------------------------------------------------------ data
-num_ratio() { # A / B to 3 places, or missing
-	if [ "$1" = missing ] || [ "$2" = missing ]; then echo missing
-	else awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.3f", a / b; else print "missing" }'; fi
+# stats LIST: "median lowest highest" of LIST's numbers ("missing" when
+# any of them is: a failed run must not pass for a measurement).
+stats() {
+	case " $1 " in *' missing '*) echo "missing missing missing"; return ;; esac
+	# shellcheck disable=SC2086  # the list is split on purpose
+	printf '%s\n' $1 | sort -g | awk '{v[NR] = $1}
+		END {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		     printf "%.3f %.3f %.3f\n", m, v[1], v[NR]}'
 }
 declare -A LABEL=(
 	[select_1]="SELECT 1" [constant]="1 kB constant" [get]="projcache get() hit"
@@ -301,37 +337,45 @@ declare -A LABEL=(
 	[lookup_ft]="foreign table WHERE k = \$1")
 C1=${CLIENTS[0]} C8=${CLIENTS[1]}
 J8=$((C8 < $(nproc) ? C8 : $(nproc)))
-HOW="sudo bash bench/compare.sh (BENCH_SECONDS=$DURATION)"
+HOW="sudo bash bench/compare.sh (BENCH_SECONDS=$DURATION BENCH_ROUNDS=$ROUNDS)"
 MACHINE="$CPU, nproc $(nproc); load avg $LOAD_BEFORE before, $LOAD_AFTER after"
+# data_row ID: label, id, then per client count the median TPS and the
+# median, lowest and highest ratio of the rounds.
+data_row() {
+	local c t r
+	printf '"%s" %s' "${LABEL[$1]}" "$1"
+	for c in "${CLIENTS[@]}"; do
+		t=$(stats "${TPSES[$1,$c]}")
+		r=$(stats "${RATIOS[$1,$c]}")
+		printf ' %s %s' "${t%% *}" "$r"
+	done
+	echo
+}
 {
 	echo "# projcache bench/compare.sh, $RUN_DATE, tree $COMMIT"
 	echo "# made by: $HOW"
 	echo "# machine: $MACHINE"
 	echo "# PostgreSQL $PGVER, Redis $REDIS_VER, memcached $MC_VER; pgbench -n -M prepared -T $DURATION, unix sockets"
-	echo "# missing = not measured; each reference TPS is the mean of its first and last run:"
+	echo "# $ROUNDS rounds; a ratio is a TPS over its reference's TPS in the same round; median, lowest, highest"
+	echo "# over the rounds; tps = the median of the rounds' TPS; missing = a run failed"
 	for c in "${CLIENTS[@]}"; do
-		echo "#   -c $c: SELECT 1 ${TPS[select_1_first,$c]} / ${TPS[select_1_last,$c]}," \
-			"big_table ${TPS[big_table_first,$c]} / ${TPS[big_table_last,$c]}," \
-			"lookup_table ${TPS[lookup_table_first,$c]} / ${TPS[lookup_table_last,$c]}"
-		echo "#   -c $c: get() ${NOTE[get,$c]}; pgmemcache ${NOTE[pgmemcache,$c]}; Redis ${NOTE[redis,$c]}"
+		echo "#   -c $c: ${NOTE[$c]}"
 	done
 	echo "# snapshots at the end: $SNAPS"
+	echo "# every round (-c: TPS ... | ratios ...):"
+	for id in "${KV[@]}" "${TABLES[@]}"; do
+		for c in "${CLIENTS[@]}"; do
+			echo "#   $id -c $c: ${TPSES[$id,$c]}| ${RATIOS[$id,$c]}"
+		done
+	done
 	echo "#"
-	echo "# index 0: one 1 kB value by a random key of 1,000; ratio = TPS / SELECT 1 TPS at the same -c"
-	echo "# label id tps_c$C1 tps_c$C8 ratio_c$C1 ratio_c$C8"
-	for id in "${KV[@]}"; do
-		printf '"%s" %s %s %s %s %s\n' "${LABEL[$id]}" "$id" "${TPS[$id,$C1]}" "${TPS[$id,$C8]}" \
-			"$(num_ratio "${TPS[$id,$C1]}" "${TPS[select_1,$C1]}")" \
-			"$(num_ratio "${TPS[$id,$C8]}" "${TPS[select_1,$C8]}")"
-	done
+	echo "# index 0: one 1 kB value by a random key of 1,000; reference SELECT 1 at the same -c"
+	echo "# label id tps_c$C1 ratio_c$C1 low_c$C1 high_c$C1 tps_c$C8 ratio_c$C8 low_c$C8 high_c$C8"
+	for id in "${KV[@]}"; do data_row "$id"; done
 	printf '\n\n'
-	echo "# index 1: cached tables (10,000 rows of text, text); ratio = TPS / TPS of the same read of the table at the same -c"
-	echo "# label id tps_c$C1 tps_c$C8 ratio_c$C1 ratio_c$C8"
-	for id in "${TABLES[@]}"; do
-		printf '"%s" %s %s %s %s %s\n' "${LABEL[$id]}" "$id" "${TPS[$id,$C1]}" "${TPS[$id,$C8]}" \
-			"$(num_ratio "${TPS[$id,$C1]}" "${TPS[${REF[$id]},$C1]}")" \
-			"$(num_ratio "${TPS[$id,$C8]}" "${TPS[${REF[$id]},$C8]}")"
-	done
+	echo "# index 1: cached tables (10,000 rows of text, text); reference the same read of the table at the same -c"
+	echo "# label id tps_c$C1 ratio_c$C1 low_c$C1 high_c$C1 tps_c$C8 ratio_c$C8 low_c$C8 high_c$C8"
+	for id in "${TABLES[@]}"; do data_row "$id"; done
 } >"$WORK/compare.dat"
 cp "$WORK/compare.dat" "$DAT"
 
@@ -368,7 +412,7 @@ k(x) = x >= 10000 ? sprintf("%.0fk", x / 1000) : x >= 1000 ? sprintf("%.1fk", x 
 lab(r, t) = sprintf("%.2f\n%s", r, k(t))
 set multiplot title $(gpq "projcache beside its alternatives: throughput at 1 and 8 clients (pgbench -M prepared; Redis: redis-benchmark)") font "Sans,14"
 set style data histograms
-set style histogram clustered gap 1
+set style histogram errorbars gap 1 lw 1
 set style fill solid 0.85 border -1
 set boxwidth 1
 set yrange [0:*]
@@ -377,7 +421,7 @@ set grid ytics
 set xtics nomirror font "Sans,10"
 set key top left
 set label 1 $(gpq "$RUN_DATE, tree $COMMIT; $MACHINE") at screen 0.01, 0.040 font "Sans,10"
-set label 2 $(gpq "made by: $HOW; data: bench/results/$(basename "$DAT"); each bar labelled with its ratio and TPS") at screen 0.01, 0.015 font "Sans,10"
+set label 2 $(gpq "made by: $HOW; data: bench/results/$(basename "$DAT"); bar: median of $ROUNDS rounds' ratios (label: ratio, TPS), whisker: lowest to highest") at screen 0.01, 0.015 font "Sans,10"
 set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead dashtype 2 linecolor rgb "#555555"
 
 set origin 0, 0.09
@@ -385,10 +429,10 @@ set size 0.57, 0.85
 set title 'One 1 kB value by a random key of 1,000: TPS / SELECT 1 TPS'
 set ylabel 'TPS / SELECT 1 TPS at the same client count'
 set xtics $(xtics "${KV[@]}")
-plot '$WORK/compare.dat' index 0 using (m(5) ? NaN : \$5) title 'pgbench -c $C1 (Redis: -c $C1)' linecolor rgb "#4C72B0", \
-     '' index 0 using (m(6) ? NaN : \$6) title 'pgbench -c $C8 -j $J8 (Redis: -c $C8 --threads $J8)' linecolor rgb "#DD8452", \
-     '' index 0 using (\$0 - 1./6):(m(5) ? 0 : \$5):(m(5) ? "missing" : lab(\$5, \$3)) with labels offset 0, 1.2 font "Sans,9" notitle, \
-     '' index 0 using (\$0 + 1./6):(m(6) ? 0 : \$6):(m(6) ? "missing" : lab(\$6, \$4)) with labels offset 0, 1.2 font "Sans,9" notitle
+plot '$WORK/compare.dat' index 0 using (m(4) ? NaN : \$4):5:6 title 'pgbench -c $C1 (Redis: -c $C1)' linecolor rgb "#4C72B0", \
+     '' index 0 using (m(8) ? NaN : \$8):9:10 title 'pgbench -c $C8 -j $J8 (Redis: -c $C8 --threads $J8)' linecolor rgb "#DD8452", \
+     '' index 0 using (\$0 - 1./6):(m(4) ? 0 : \$6):(m(4) ? "missing" : lab(\$4, \$3)) with labels offset 0, 1.2 font "Sans,9" notitle, \
+     '' index 0 using (\$0 + 1./6):(m(8) ? 0 : \$10):(m(8) ? "missing" : lab(\$8, \$7)) with labels offset 0, 1.2 font "Sans,9" notitle
 
 unset label 1
 unset label 2
@@ -397,10 +441,10 @@ set size 0.43, 0.85
 set title 'Cached tables (10,000 rows): TPS / the table''s TPS'
 set ylabel 'TPS / TPS of the same read of the table'
 set xtics $(xtics "${TABLES[@]}") font "Sans,9"
-plot '$WORK/compare.dat' index 1 using (m(5) ? NaN : \$5) title '-c $C1' linecolor rgb "#4C72B0", \
-     '' index 1 using (m(6) ? NaN : \$6) title '-c $C8' linecolor rgb "#DD8452", \
-     '' index 1 using (\$0 - 1./6):(m(5) ? 0 : \$5):(m(5) ? "missing" : lab(\$5, \$3)) with labels offset 0, 1.2 font "Sans,8" notitle, \
-     '' index 1 using (\$0 + 1./6):(m(6) ? 0 : \$6):(m(6) ? "missing" : lab(\$6, \$4)) with labels offset 0, 1.2 font "Sans,8" notitle
+plot '$WORK/compare.dat' index 1 using (m(4) ? NaN : \$4):5:6 title '-c $C1' linecolor rgb "#4C72B0", \
+     '' index 1 using (m(8) ? NaN : \$8):9:10 title '-c $C8' linecolor rgb "#DD8452", \
+     '' index 1 using (\$0 - 1./6):(m(4) ? 0 : \$6):(m(4) ? "missing" : lab(\$4, \$3)) with labels offset 0, 1.2 font "Sans,8" notitle, \
+     '' index 1 using (\$0 + 1./6):(m(8) ? 0 : \$10):(m(8) ? "missing" : lab(\$8, \$7)) with labels offset 0, 1.2 font "Sans,8" notitle
 unset multiplot
 GNUPLOT
 	if gnuplot "$WORK/plot.gp" >"$WORK/gnuplot.log" 2>&1 && [ -s "$WORK/plot.png" ]; then
