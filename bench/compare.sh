@@ -9,7 +9,7 @@
 # It installs the dependencies (scripts/install-deps.sh, and for this bench
 # only redis-server, redis-tools, memcached and postgresql-15-pgmemcache when
 # they are missing), builds and installs projcache from a copy of this tree,
-# starts a throwaway cluster (port 54343, unix socket only, run by the
+# starts a throwaway cluster (port 54344, unix socket only, run by the
 # unprivileged "postgres" OS user) with projcache and pgmemcache preloaded,
 # and its own memcached and redis-server (unix sockets in the temp dir, as
 # "postgres" too).  With PROJCACHE_PGBIN naming another copy of PostgreSQL
@@ -60,7 +60,7 @@ set -euo pipefail
 # shellcheck source=SCRIPTDIR/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NAME=compare
-PORT=54343
+PORT=54344
 CLIENTS=(1 8)
 WORK=
 DATA=
