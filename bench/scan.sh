@@ -3,7 +3,7 @@
 # hot ones (issue 19, the scenario of TAP test 027), this tree beside a
 # baseline, in one run.
 #
-#     sudo bash bench/scan.sh                 # baseline 4fafa6a; about 6 minutes
+#     sudo bash bench/scan.sh                 # baseline 4fafa6a; about 7 minutes
 #     sudo bash bench/scan.sh <commit>        # another baseline
 #     sudo bash bench/scan.sh none            # this tree only
 #     sudo SCAN_SECONDS=90 SCAN_CLIENTS=4 SCAN_DELAY=0.5 bash bench/scan.sh
@@ -20,9 +20,10 @@
 # every hot key reads non-NULL, it starts, each on its own connection:
 # 8 hot clients, each reading 125 random hot keys every 0.1 s (so each key
 # is read about once a second); the scanner, which after 10 s reads the
-# 200,000 cold keys once each, 500 a statement, spread over 60 s; a
-# sampler of projcache.stats once a second; and a refresher that, 10 s into
-# the scan, changes the source of a snapshot and times refresh_snapshot().
+# 200,000 cold keys once each, 500 a statement, 0.1 s apart (as TAP test
+# 027 does); a sampler of projcache.stats once a second; and a refresher
+# that, 10 s into the scan, changes the source of a snapshot and times
+# refresh_snapshot().
 # The hot clients and the sampler stop 20 s after the scan ended.
 #
 # It reports, for both trees side by side, per phase (before the scan,
@@ -40,7 +41,9 @@
 #   SCAN_BATCH_INTERVAL (10ms, the TAP tests')
 #   SCAN_HOT_KEYS (10000)  SCAN_CLIENTS (8)  SCAN_READER_PAUSE (0.1 s)
 #   SCAN_READER_BATCH (hot keys / clients / 10: each key read once a second)
-#   SCAN_COLD_KEYS (200000)  SCAN_CHUNK (500)  SCAN_SECONDS (60, the scan)
+#   SCAN_COLD_KEYS (200000)  SCAN_CHUNK (500)  SCAN_PAUSE (0.1 s after each
+#   statement of the scan)  SCAN_SECONDS (0; if set, the scan's statements
+#   are spread over that many seconds instead)
 #   SCAN_DELAY (0.25 s a fetch call)  SCAN_BEFORE (10 s)  SCAN_AFTER (20 s)
 #   SCAN_SETTLE (10 s: "the 10 s after")  SCAN_REFRESH_AT (10 s into the scan)
 #   SCAN_REFRESH_TIMEOUT (120 s)
@@ -67,7 +70,8 @@ CLIENTS=${SCAN_CLIENTS:-8}
 READER_PAUSE=${SCAN_READER_PAUSE:-0.1}
 COLD=${SCAN_COLD_KEYS:-200000}
 CHUNK=${SCAN_CHUNK:-500}
-SECONDS_=${SCAN_SECONDS:-60}
+PAUSE=${SCAN_PAUSE:-0.1}
+SECONDS_=${SCAN_SECONDS:-0}
 DELAY=${SCAN_DELAY:-0.25}
 BEFORE=${SCAN_BEFORE:-10}
 AFTER=${SCAN_AFTER:-20}
@@ -80,7 +84,7 @@ for v in "$HOT" "$CLIENTS" "$COLD" "$CHUNK"; do
 		exit 2 ;;
 	esac
 done
-for v in "$READER_PAUSE" "$SECONDS_" "$DELAY" "$BEFORE" "$AFTER" "$SETTLE" "$REFRESH_AT" "$REFRESH_TIMEOUT"; do
+for v in "$READER_PAUSE" "$PAUSE" "$SECONDS_" "$DELAY" "$BEFORE" "$AFTER" "$SETTLE" "$REFRESH_AT" "$REFRESH_TIMEOUT"; do
 	[[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]] || {
 		echo "$NAME: the SCAN_ durations are numbers of seconds, not '$v'" >&2
 		exit 2
@@ -183,7 +187,7 @@ EOF
 		>"$WORK/$tree.refresher.log" 2>&1 &
 	pids+=($!) names+=(refresher) logs+=("$WORK/$tree.refresher.log")
 	# A scanner that failed still ends the scan, so that the others stop.
-	(pgrun -c "CALL public.scan($BEFORE, $COLD, $CHUNK, $SECONDS_)" || {
+	(pgrun -c "CALL public.scan($BEFORE, $COLD, $CHUNK, $PAUSE, $SECONDS_)" || {
 		rc=$?
 		pgrun -c "INSERT INTO public.phase VALUES ('scan_ended', clock_timestamp()) ON CONFLICT DO NOTHING" || true
 		exit "$rc"
@@ -297,7 +301,8 @@ seconds_table() {
 	echo "server:    PostgreSQL $PGVER; projcache.max_memory $MEMORY, expiry $EXPIRY, grace_period $GRACE, batch_interval $BATCH_INTERVAL,"
 	echo "           other settings default; the fetch function sleeps $DELAY s a call"
 	echo "scenario:  $HOT hot keys (configs of ~300 B), $CLIENTS hot clients each reading $READER_BATCH random ones every $READER_PAUSE s;"
-	echo "           $BEFORE s later one more client reads $COLD cold keys once each, $CHUNK a statement, spread over $SECONDS_ s;"
+	if [ "$SECONDS_" = 0 ]; then pacing="$PAUSE s apart"; else pacing="spread over $SECONDS_ s"; fi
+	echo "           $BEFORE s later one more client reads $COLD cold keys once each, $CHUNK a statement, $pacing;"
 	echo "           a snapshot refresh $REFRESH_AT s into the scan; the hot clients read until $AFTER s after the scan ended"
 	echo
 	phases_table "${TREES[@]}"

@@ -51,7 +51,7 @@ $$;
 
 CREATE TABLE public.settings (id int PRIMARY KEY, val text);
 INSERT INTO public.settings SELECT i, 'v' || i FROM generate_series(1, 100) AS i;
-SELECT projcache.create_snapshot('settings', 'SELECT id, val FROM public.settings', '1h');
+SELECT projcache.create_snapshot('settings', 'SELECT id, val FROM public.settings', '1h') \gset
 
 CREATE TABLE public.phase (name text PRIMARY KEY, at timestamptz NOT NULL);
 CREATE TABLE public.progress (scanned int NOT NULL, nonnull int NOT NULL);
@@ -108,9 +108,11 @@ END
 $$;
 
 -- The scanner: waits `before` seconds, then reads cold1 .. cold<cold_keys>
--- once each, `chunk` at a time, the chunks spread evenly over `seconds`
--- (back to back if the reads fall behind).
-CREATE PROCEDURE public.scan(before float8, cold_keys int, chunk int, seconds float8)
+-- once each, `chunk` at a time, sleeping `pause` seconds after each chunk
+-- (as TAP test 027 does) or, when `seconds` > 0, the chunks spread evenly
+-- over that many seconds (back to back if the reads fall behind).
+CREATE PROCEDURE public.scan(before float8, cold_keys int, chunk int, pause float8,
+                             seconds float8)
 LANGUAGE plpgsql AS $$
 DECLARE
     started timestamptz;
@@ -131,7 +133,11 @@ BEGIN
         k := k + 1;
         UPDATE public.progress SET scanned = n, nonnull = nonnull + got;
         COMMIT;
-        ahead := extract(epoch FROM started + make_interval(secs => k * step) - clock_timestamp());
+        IF seconds > 0 THEN
+            ahead := extract(epoch FROM started + make_interval(secs => k * step) - clock_timestamp());
+        ELSE
+            ahead := pause;
+        END IF;
         IF ahead > 0 THEN
             PERFORM pg_sleep(ahead);
         END IF;
