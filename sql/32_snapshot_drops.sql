@@ -95,7 +95,7 @@ SELECT projcache.create_snapshot('kept', 'SELECT 2 AS x', '1h');
 UPDATE projcache.snapshot_registry SET view = 4000000000::oid::regclass
 WHERE name = 'left';
 SELECT * FROM projcache.snapshot('left') AS s(x int);
-ALTER EXTENSION projcache UPDATE;
+ALTER EXTENSION projcache UPDATE TO '1.1.1';
 SELECT extversion FROM pg_extension WHERE extname = 'projcache';
 SELECT name FROM projcache.snapshot_registry ORDER BY name;
 SELECT * FROM projcache.snapshot('kept') AS s(x int);

@@ -6,9 +6,9 @@
  * See scheduler.h for the state machine.  The data structures:
  *
  * - a chained hash table of SchedEntry, keyed by the key's bytes;
- * - four binary min-heaps of entry pointers (evictions, refreshes, and the
- *	 two queues of fetches waiting for their due time, see "Fair fetching"
- *	 in scheduler.h).  Every entry records its index in each heap,
+ * - five binary min-heaps of entry pointers (evictions, refreshes, and the
+ *	 three queues of fetches waiting for their due time, see "Fair
+ *	 fetching" in scheduler.h).  Every entry records its index in each heap,
  *	 so scheduling, rescheduling and cancelling cost O(log n) and nothing
  *	 ever scans all keys;
  * - the open batch: fetches that are due and are being gathered before one
@@ -557,15 +557,19 @@ entry_is_fresh(const Sched *s, const SchedEntry *e, SchedTime now)
 						   s->config.grace_period_ms) == SCHED_FRESH;
 }
 
-/*
- * The queue a fetch of e waits in: keys nobody has read twice wait behind
- * the rest.
- */
+/* The fair-fetching queues, first served first (see scheduler.h). */
+static const SchedQueue due_queues[] = {
+	SCHED_QUEUE_DUE, SCHED_QUEUE_DUE_NEW, SCHED_QUEUE_DUE_ONCE
+};
+
+/* The queue a fetch of e waits in. */
 static SchedQueue
 due_queue_for(const SchedEntry *e)
 {
-	if (e->has_last_fetch || e->in_main || e->invalidated || e->demanded)
+	if (e->has_last_fetch || e->invalidated)
 		return SCHED_QUEUE_DUE;
+	if (e->in_main || e->demanded)
+		return SCHED_QUEUE_DUE_NEW;
 	return SCHED_QUEUE_DUE_ONCE;
 }
 
@@ -573,10 +577,11 @@ due_queue_for(const SchedEntry *e)
 static int
 waiting_queue(const SchedEntry *e)
 {
-	if (e->heap_pos[SCHED_QUEUE_DUE] >= 0)
-		return SCHED_QUEUE_DUE;
-	if (e->heap_pos[SCHED_QUEUE_DUE_ONCE] >= 0)
-		return SCHED_QUEUE_DUE_ONCE;
+	int			i;
+
+	for (i = 0; i < (int) (sizeof(due_queues) / sizeof(due_queues[0])); i++)
+		if (e->heap_pos[due_queues[i]] >= 0)
+			return due_queues[i];
 	return -1;
 }
 
@@ -671,7 +676,7 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
 		else if (waiting_queue(e) >= 0)
 		{
 			/* Waiting for its turn or its backoff: due now, with priority. */
-			queue_remove(s, SCHED_QUEUE_DUE_ONCE, e);
+			queue_remove(s, waiting_queue(e), e);
 			e->has_fetch_when = false;
 			queue_schedule(s, SCHED_QUEUE_DUE, e, now);
 		}
@@ -940,11 +945,11 @@ sched_note_demand(Sched *s, SchedEntry *e)
 		SchedTime	when = e->heap_time[SCHED_QUEUE_DUE_ONCE];
 
 		queue_remove(s, SCHED_QUEUE_DUE_ONCE, e);
-		queue_schedule(s, SCHED_QUEUE_DUE, e, when);
+		queue_schedule(s, SCHED_QUEUE_DUE_NEW, e, when);
 		/* Its place is where it would have been, had it been there. */
-		e->heap_seq[SCHED_QUEUE_DUE] = e->heap_seq[SCHED_QUEUE_DUE_ONCE];
-		heap_sift_up(&s->heaps[SCHED_QUEUE_DUE], SCHED_QUEUE_DUE,
-					 e->heap_pos[SCHED_QUEUE_DUE]);
+		e->heap_seq[SCHED_QUEUE_DUE_NEW] = e->heap_seq[SCHED_QUEUE_DUE_ONCE];
+		heap_sift_up(&s->heaps[SCHED_QUEUE_DUE_NEW], SCHED_QUEUE_DUE_NEW,
+					 e->heap_pos[SCHED_QUEUE_DUE_NEW]);
 	}
 }
 
@@ -986,6 +991,7 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 
 	while (s->batch_count < batch_size &&
 		   ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL ||
+			(e = queue_pop_due(s, SCHED_QUEUE_DUE_NEW, now)) != NULL ||
 			(e = queue_pop_due(s, SCHED_QUEUE_DUE_ONCE, now)) != NULL))
 	{
 		if (s->batch_count == 0)

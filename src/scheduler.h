@@ -97,8 +97,9 @@ typedef enum SchedQueue
 {
 	SCHED_QUEUE_EVICT,
 	SCHED_QUEUE_REFRESH,
-	SCHED_QUEUE_DUE,			/* fetches readers wait for (see below) */
-	SCHED_QUEUE_DUE_ONCE,		/* fetches of keys read only once so far */
+	SCHED_QUEUE_DUE,			/* fetches of keys with a value (see below) */
+	SCHED_QUEUE_DUE_NEW,		/* of new keys readers ask for again */
+	SCHED_QUEUE_DUE_ONCE,		/* of keys read only once so far */
 	SCHED_NUM_QUEUES
 } SchedQueue;
 
@@ -264,15 +265,23 @@ extern size_t sched_small_count(const Sched *s);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*
- * Fair fetching.  A fetch waits in one of two queues, both in due-time
- * order: SCHED_QUEUE_DUE for keys that have a value (stale, invalidated,
- * refreshed), came back from the ghost FIFO, or were read again while they
- * waited (sched_note_demand); SCHED_QUEUE_DUE_ONCE for keys read once so
- * far.  Batches take from the first until it is empty, so a backlog of
- * keys nobody reads again (a scan) never delays the keys readers keep
- * asking for.  The second queue is bounded: past SCHED_ONCE_BATCHES
- * batches of keys, its oldest are dropped (sched_once_excess), as a cache
- * that is full drops what it fetched for nobody.
+ * Fair fetching.  A fetch waits in one of three queues, each in due-time
+ * order (first scheduled first at the same time):
+ *
+ * - SCHED_QUEUE_DUE: keys that have a value (stale, invalidated,
+ *	 refreshed), which readers are being served and will lose at expiry;
+ * - SCHED_QUEUE_DUE_NEW: keys without one that came back from the ghost
+ *	 FIFO, or were read again while they waited, or waited for
+ *	 (sched_note_demand);
+ * - SCHED_QUEUE_DUE_ONCE: keys read once so far.
+ *
+ * A batch takes from each queue only when the ones before it are empty, so
+ * a backlog of keys nobody reads again (a scan) never delays the keys
+ * readers keep asking for, and new keys, however many a role asks for
+ * twice, never delay the refresh of the keys already cached.  The last
+ * queue is bounded: past SCHED_ONCE_BATCHES batches of keys, its oldest
+ * are dropped (sched_once_excess), as a cache that is full drops what it
+ * fetched for nobody.
  */
 #define SCHED_ONCE_BATCHES 16
 
@@ -289,8 +298,8 @@ extern SchedEntry *sched_once_excess(Sched *s, size_t limit);
 extern size_t sched_once_count(const Sched *s);
 
 /*
- * Batching: move due fetches into the open batch (those of SCHED_QUEUE_DUE
- * first, then SCHED_QUEUE_DUE_ONCE) and say whether it should go out now
+ * Batching: move due fetches into the open batch (the fair-fetching
+ * queues in their order) and say whether it should go out now
  * (it is full, or has gathered for batch_interval_ms).  Returns the number
  * of entries in *batch to dispatch, 0 to keep gathering; the array stays
  * valid until the next call.

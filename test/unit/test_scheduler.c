@@ -2069,9 +2069,9 @@ asked_for_all(SieveFixture *f, const char *keys, SchedTime now)
 }
 
 /*
- * A stale key's fetch, and that of a key read again while it waited, go
- * before those of keys read once, whatever came first; each queue keeps
- * its order.
+ * A stale key's fetch goes before that of a new key read again while it
+ * waited, which goes before those of keys read once, whatever came first;
+ * each queue keeps its order.
  */
 static void
 test_fair_fetch_order(void **state)
@@ -2091,10 +2091,16 @@ test_fair_fetch_order(void **state)
 	sched_note_demand(f->s, sched_lookup(f->s, "c", 1));
 	assert_int_equal(sched_once_count(f->s), 3);
 
-	/* "c" was due before "t" and "s": due-time order within the queue. */
-	assert_string_equal(next_batch(f, 2, now + 1), "ct");
-	assert_string_equal(next_batch(f, 2, now + 1), "sa");
-	assert_string_equal(next_batch(f, 8, now + 1), "bd");
+	/* Cached keys first, then the demanded new one, then the rest. */
+	assert_string_equal(next_batch(f, 1, now + 1), "t");
+	assert_string_equal(next_batch(f, 2, now + 1), "sc");
+	assert_string_equal(next_batch(f, 8, now + 1), "abd");
+
+	/* Among new keys, the demanded ones go in the order they came due. */
+	asked_for_all(f, "efg", now + 2);
+	sched_note_demand(f->s, sched_lookup(f->s, "g", 1));
+	sched_note_demand(f->s, sched_lookup(f->s, "e", 1));
+	assert_string_equal(next_batch(f, 8, now + 2), "egf");
 	assert_int_equal(sched_once_count(f->s), 0);
 }
 
@@ -2126,7 +2132,7 @@ test_fair_fetch_classes(void **state)
 	assert_int_equal(sched_once_count(f->s), 0);
 	assert_true(e->demanded);
 	/* The retry keeps its backoff: not due before its time. */
-	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE, &when));
+	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE_NEW, &when));
 	assert_int_equal(when, e->fetch_when);
 	assert_string_equal(next_batch(f, 1, 0), "");
 	assert_string_equal(next_batch(f, 1, e->fetch_when), "a");
