@@ -25,6 +25,9 @@ OBJS = \
 	src/snapshot_store.o \
 	src/snapshot_load.o \
 	src/snapshot_registry.o \
+	src/snapshot_regcache.o \
+	src/snapshot_view.o \
+	src/snapshot_xact.o \
 	src/snapshot_sql.o \
 	src/snapshot_index.o \
 	src/snapshot_fdw.o \

@@ -188,7 +188,9 @@ extern void pc_snapshots_adopt_dump(void);
 
 
 /* ----------------------------------------------------------------
- * The registry and registrations (snapshot_registry.c)
+ * The registry and registrations: the table (snapshot_registry.c), the
+ * readers' cache (snapshot_regcache.c), the checks and the backing view
+ * (snapshot_view.c), and the transaction's part (snapshot_xact.c)
  * ----------------------------------------------------------------
  */
 /* One row of projcache.snapshot_registry. */
@@ -211,28 +213,57 @@ typedef struct SnapReg
 	bool		created_here;	/* registered by the current transaction */
 } SnapReg;
 
-extern char *pc_snap_check_name(text *arg);
-extern int64 pc_snap_check_ttl(Interval *ttl);
+/* A registration as the snapshots view lists it (pc_registry_list). */
+typedef struct SnapRegSummary
+{
+	char	   *name;
+	int64		id;
+	int64		stamp;			/* created_at, in microseconds */
+	Oid			owner;
+	Interval   *ttl;
+	int64		ttl_ms;
+	int			nreaders;
+	Oid		   *readers;
+} SnapRegSummary;
+
+/* snapshot_registry.c: the only code that runs SQL on the registry */
 extern bool pc_registry_has_views(void);
 extern SnapReg *pc_registry_lookup(const char *name, bool missing_ok);
-extern SnapReg *pc_registry_lookup_cached(const char *name, bool missing_ok);
-extern SnapReg *pc_registry_lookup_for_read(const char *name, bool missing_ok);
-extern void pc_registry_changed(void);
-extern uint64 pc_registry_modify(const char *sql, int nargs, Oid *argtypes,
-								 Datum *args);
+extern List *pc_registry_names(bool unbound_only);
+extern SnapRegSummary *pc_registry_list(int *nregs);
 extern int64 pc_registry_next_id(void);
+extern bool pc_registry_insert(int64 id, const char *name, const char *query,
+							   Interval *ttl, Oid owner, TupleDesc columns,
+							   Oid view, const char *key);
+extern bool pc_registry_delete(const char *name);
+extern void pc_registry_set_reader(const char *name, Oid reader,
+								   bool allowed);
+extern void pc_registry_set_view(int64 id, Oid view, const char *bind_error);
 extern void pc_snap_check_owner(SnapReg *reg);
 extern bool pc_snap_may_read(SnapReg *reg);
 extern void pc_snap_check_reader(SnapReg *reg);
 extern TupleDesc pc_snap_registered_desc(SnapReg *reg);
 extern char *pc_snap_describe_columns(SnapReg *reg);
 extern bool pc_snap_desc_matches(SnapReg *reg, TupleDesc desc);
+
+/* snapshot_regcache.c */
+extern SnapReg *pc_registry_lookup_cached(const char *name, bool missing_ok);
+extern SnapReg *pc_registry_lookup_for_read(const char *name, bool missing_ok);
+
+/* snapshot_view.c */
+extern char *pc_snap_check_name(text *arg);
+extern int64 pc_snap_check_ttl(Interval *ttl);
 extern TupleDesc pc_snap_check_query(const char *query,
 									 const char *search_path);
 extern char *pc_snap_creator_search_path(void);
 extern Oid	pc_snap_create_view(int64 id, const char *name, const char *query,
 								const char *search_path, Oid owner);
+
+/* snapshot_xact.c */
+extern void pc_registry_changed(void);
 extern void pc_snap_remember_created(int64 id);
+extern void pc_snap_forget_at_commit(SnapReg *reg);
+extern void pc_snap_install_hooks(void);
 
 /* ----------------------------------------------------------------
  * Reading (snapshot_sql.c), shared with the foreign tables (snapshot_fdw.c)
@@ -244,8 +275,6 @@ extern void pc_snap_remember_created(int64 id);
 
 extern void pc_snap_current_rows(SnapReg *reg, char **blob, Size *size,
 								 int64 *nrows);
-extern void pc_snap_forget_at_commit(SnapReg *reg);
-extern void pc_snap_install_hooks(void);
 
 /* Rows from the dump for a slot that has none (snapshot_dump.c). */
 extern bool pc_snapshot_restore(SnapReg *reg, PcSnapRef ref);

@@ -751,11 +751,8 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 {
 	ForeignServer *server = GetForeignServer(serverOid);
 	List	   *commands = NIL;
-	List	   *names = NIL;
-	PcUserSwitch	rs;
+	List	   *names;
 	ListCell   *lc;
-	uint64		row;
-	MemoryContext callercxt = CurrentMemoryContext;
 
 	pc_require_loaded();
 	if (strcmp(stmt->remote_schema, "projcache") != 0)
@@ -765,25 +762,7 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 						stmt->remote_schema, server->servername),
 				 errhint("Snapshots are imported with IMPORT FOREIGN SCHEMA projcache.")));
 
-	/* The registry is not readable by PUBLIC: list its names as superuser. */
-	pc_become_extension(&rs);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute("SELECT name FROM projcache.snapshot_registry ORDER BY name",
-					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read projcache.snapshot_registry");
-	for (row = 0; row < SPI_processed; row++)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[row],
-									  SPI_tuptable->tupdesc, 1, &isnull);
-		MemoryContext oldcxt = MemoryContextSwitchTo(callercxt);
-
-		names = lappend(names, TextDatumGetCString(d));
-		MemoryContextSwitchTo(oldcxt);
-	}
-	SPI_finish();
-	pc_unbecome(&rs);
+	names = pc_registry_names(false);
 
 	foreach(lc, names)
 	{

@@ -568,15 +568,9 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 	char	   *key = NULL;
 	Interval   *ttl;
 	TupleDesc	desc;
-	Datum	   *names;
-	Datum	   *types;
-	Oid			argtypes[9] = {TEXTOID, TEXTOID, INTERVALOID, OIDOID,
-	TEXTARRAYOID, OIDARRAYOID, INT8OID, OIDOID, TEXTOID};
-	Datum		args[9];
 	bool		with_views;
-	bool		with_key = PG_NARGS() >= 4;
 	int64		id;
-	int			i;
+	Oid			view;
 
 	pc_require_loaded();
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
@@ -595,66 +589,21 @@ projcache_create_snapshot(PG_FUNCTION_ARGS)
 
 	/* Under the 1.0 SQL, queries are analyzed as 1.0 did; no view. */
 	with_views = pc_registry_has_views();
-	search_path = with_views ? pc_snap_creator_search_path() : pstrdup(SAFE_SEARCH_PATH);
+	search_path = with_views ? pc_snap_creator_search_path() :
+		pstrdup(SAFE_SEARCH_PATH);
 	desc = pc_snap_check_query(query, search_path);
-	if (with_key && !PG_ARGISNULL(3))
+	if (PG_NARGS() >= 4 && !PG_ARGISNULL(3))
 	{
 		key = text_to_cstring(PG_GETARG_TEXT_PP(3));
 		check_key_column(key, desc);
 	}
-	names = palloc(Max(desc->natts, 1) * sizeof(Datum));
-	types = palloc(Max(desc->natts, 1) * sizeof(Datum));
-	for (i = 0; i < desc->natts; i++)
-	{
-		names[i] = CStringGetTextDatum(NameStr(TupleDescAttr(desc, i)->attname));
-		types[i] = ObjectIdGetDatum(TupleDescAttr(desc, i)->atttypid);
-	}
 
 	id = pc_registry_next_id();
-	args[0] = CStringGetTextDatum(name);
-	args[1] = CStringGetTextDatum(query);
-	args[2] = IntervalPGetDatum(ttl);
-	args[3] = ObjectIdGetDatum(GetUserId());
-	args[4] = PointerGetDatum(construct_array(names, desc->natts, TEXTOID, -1,
-											  false, TYPALIGN_INT));
-	args[5] = PointerGetDatum(construct_array(types, desc->natts, OIDOID,
-											  sizeof(Oid), true, TYPALIGN_INT));
-	args[6] = Int64GetDatum(id);
-	args[7] = ObjectIdGetDatum(with_views ?
-							   pc_snap_create_view(id, name, query, search_path,
-												   GetUserId()) :
-							   InvalidOid);
-	/* '' for no key: pc_registry_modify passes no NULLs */
-	args[8] = CStringGetTextDatum(key ? key : "");
-	if (with_key)
-	{
-		if (pc_registry_modify("INSERT INTO projcache.snapshot_registry"
-							   " (name, query, ttl, owner, column_names,"
-							   " column_types, id, view, key_column)"
-							   " VALUES ($1, $2, $3, $4::pg_catalog.regrole,"
-							   " $5, $6::pg_catalog.regtype[], $7,"
-							   " $8::pg_catalog.regclass,"
-							   " NULLIF($9, ''))"
-							   " ON CONFLICT (name) DO NOTHING",
-							   9, argtypes, args) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_DUPLICATE_OBJECT),
-					 errmsg("snapshot \"%s\" already exists", name)));
-	}
-	else if (pc_registry_modify(with_views ?
-						"INSERT INTO projcache.snapshot_registry"
-						" (name, query, ttl, owner, column_names, column_types,"
-						" id, view)"
-						" VALUES ($1, $2, $3, $4::pg_catalog.regrole, $5,"
-						" $6::pg_catalog.regtype[], $7, $8::pg_catalog.regclass)"
-						" ON CONFLICT (name) DO NOTHING" :
-						"INSERT INTO projcache.snapshot_registry"
-						" (name, query, ttl, owner, column_names, column_types,"
-						" id)"
-						" VALUES ($1, $2, $3, $4::pg_catalog.regrole, $5,"
-						" $6::pg_catalog.regtype[], $7)"
-						" ON CONFLICT (name) DO NOTHING",
-						with_views ? 8 : 7, argtypes, args) == 0)
+	view = with_views ?
+		pc_snap_create_view(id, name, query, search_path, GetUserId()) :
+		InvalidOid;
+	if (!pc_registry_insert(id, name, query, ttl, GetUserId(), desc, view,
+							key))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("snapshot \"%s\" already exists", name)));
@@ -688,64 +637,28 @@ bind_registration(void *arg)
 Datum
 projcache_bind_registrations(PG_FUNCTION_ARGS)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	PcUserSwitch	rs;
-	char	  **names;
-	uint64		n;
-	uint64		i;
-
-	pc_become_extension(&rs);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute("SELECT name FROM projcache.snapshot_registry"
-					" WHERE view IS NULL", true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read projcache.snapshot_registry");
-	n = SPI_processed;
-	names = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(char *));
-	for (i = 0; i < n; i++)
-		names[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
-														 SPI_tuptable->tupdesc, 1));
-	SPI_finish();
-	pc_unbecome(&rs);
+	List	   *names = pc_registry_names(true);
+	ListCell   *lc;
 
 	pc_registry_changed();
-	for (i = 0; i < n; i++)
+	foreach(lc, names)
 	{
-		Oid			argtypes[3] = {INT8OID, OIDOID, TEXTOID};
-		Datum		args[3];
-		char		nulls[3] = {' ', ' ', 'n'};
 		BindArgs	bind;
 		ErrorData  *edata;
 
-		bind.reg = pc_registry_lookup(names[i], false);
+		bind.reg = pc_registry_lookup((char *) lfirst(lc), false);
 		bind.view = InvalidOid;
 		edata = pc_run_in_subxact(bind_registration, &bind);
-		args[0] = Int64GetDatum(bind.reg->id);
-		args[1] = ObjectIdGetDatum(bind.view);
-		args[2] = (Datum) 0;
 		if (edata != NULL)
-		{
-			args[2] = CStringGetTextDatum(edata->message);
-			nulls[1] = 'n';
-			nulls[2] = ' ';
 			ereport(WARNING,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("snapshot \"%s\" could not be bound to a view",
 							bind.reg->name),
 					 errdetail("%s", edata->message),
 					 errhint("Its reads fail until it is dropped and created again.")));
-		}
-
-		pc_become_extension(&rs);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		if (SPI_execute_with_args("UPDATE projcache.snapshot_registry"
-								  " SET view = $2::pg_catalog.regclass, bind_error = $3"
-								  " WHERE id OPERATOR(pg_catalog.=) $1",
-								  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "could not update projcache.snapshot_registry");
-		SPI_finish();
-		pc_unbecome(&rs);
+		pc_registry_set_view(bind.reg->id,
+							 edata != NULL ? InvalidOid : bind.view,
+							 edata != NULL ? edata->message : NULL);
 	}
 	PG_RETURN_VOID();
 }
@@ -756,17 +669,12 @@ projcache_drop_snapshot(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	SnapReg    *reg;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1];
 
 	pc_require_loaded();
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	reg = pc_registry_lookup(name, false);
 	pc_snap_check_owner(reg);
-	args[0] = CStringGetTextDatum(name);
-	pc_registry_modify("DELETE FROM projcache.snapshot_registry"
-					" WHERE name OPERATOR(pg_catalog.=) $1",
-					1, argtypes, args);
+	(void) pc_registry_delete(name);
 	if (OidIsValid(reg->view) && get_rel_relkind(reg->view) == RELKIND_VIEW)
 	{
 		ObjectAddress view_addr;
@@ -779,14 +687,17 @@ projcache_drop_snapshot(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * grant_snapshot() and revoke_snapshot(): the snapshot's owner allows a
+ * role to read it, or no longer.  A role must exist to be granted; one
+ * that is gone can still be revoked.
+ */
 static void
 change_readers(FunctionCallInfo fcinfo, bool grant)
 {
 	char	   *name;
 	SnapReg    *reg;
 	Oid			reader;
-	Oid			argtypes[2] = {TEXTOID, OIDOID};
-	Datum		args[2];
 
 	pc_require_loaded();
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
@@ -797,19 +708,7 @@ change_readers(FunctionCallInfo fcinfo, bool grant)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("role with OID %u does not exist", reader)));
-	args[0] = CStringGetTextDatum(name);
-	args[1] = ObjectIdGetDatum(reader);
-	if (grant)
-		pc_registry_modify("UPDATE projcache.snapshot_registry"
-						" SET readers = readers OPERATOR(pg_catalog.||) $2::pg_catalog.regrole"
-						" WHERE name OPERATOR(pg_catalog.=) $1"
-						" AND NOT $2::pg_catalog.regrole OPERATOR(pg_catalog.=) ANY (readers)",
-						2, argtypes, args);
-	else
-		pc_registry_modify("UPDATE projcache.snapshot_registry"
-						" SET readers = pg_catalog.array_remove(readers, $2::pg_catalog.regrole)"
-						" WHERE name OPERATOR(pg_catalog.=) $1",
-						2, argtypes, args);
+	pc_registry_set_reader(name, reader, grant);
 }
 
 /* projcache.grant_snapshot(name text, reader regrole) */
@@ -833,25 +732,17 @@ projcache_revoke_snapshot(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-/*
- * May the current user read a snapshot of this owner and these readers
- * (an oid[]): what pc_snap_may_read() says of its registration.
- */
+/* May the current user read a listed snapshot: pc_snap_may_read() of it. */
 static bool
-may_read_registered(Oid owner, Datum readers)
+may_read_listed(const SnapRegSummary *listed)
 {
-	ArrayType  *arr = DatumGetArrayTypeP(readers);
 	SnapReg		reg;
-	Datum	   *elems;
-	int			i;
 
 	memset(&reg, 0, sizeof(reg));
-	reg.owner = owner;
-	deconstruct_array(arr, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-					  &elems, NULL, &reg.nreaders);
-	reg.readers = palloc(Max(reg.nreaders, 1) * sizeof(Oid));
-	for (i = 0; i < reg.nreaders; i++)
-		reg.readers[i] = DatumGetObjectId(elems[i]);
+	reg.name = listed->name;
+	reg.owner = listed->owner;
+	reg.nreaders = listed->nreaders;
+	reg.readers = listed->readers;
 	return pc_snap_may_read(&reg);
 }
 
@@ -863,76 +754,14 @@ Datum
 projcache_snapshots(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	MemoryContext callercxt = CurrentMemoryContext;
-	PcUserSwitch	rs;
+	SnapRegSummary *regs;
 	int64		now;
-	uint64		row;
-	int			ret;
-	int			nregs = 0;
-	char	  **names = NULL;
-	int64	   *ids = NULL;
-	Oid		   *owners = NULL;
-	Interval  **ttls = NULL;
-	int64	   *ttl_ms = NULL;
-	int64	   *stamps = NULL;
-	Datum	   *readers = NULL;
+	int			nregs;
 	int			i;
 
 	pc_require_loaded();
 	InitMaterializedSRF(fcinfo, 0);
-
-	pc_become_extension(&rs);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	/* The owner is the backing view's (REASSIGN OWNED moves it). */
-	ret = SPI_execute(pc_registry_has_views() ?
-					  "SELECT r.name, r.id, COALESCE(c.relowner, r.owner::oid), r.ttl,"
-					  " (extract(epoch FROM r.ttl) * 1000)::int8,"
-					  " (extract(epoch FROM r.created_at) * 1000000)::int8,"
-					  " r.readers::oid[]"
-					  " FROM projcache.snapshot_registry r"
-					  " LEFT JOIN pg_catalog.pg_class c"
-					  " ON c.oid OPERATOR(pg_catalog.=) r.view::oid"
-					  " ORDER BY r.name" :
-					  "SELECT name, id, owner::oid, ttl,"
-					  " (extract(epoch FROM ttl) * 1000)::int8,"
-					  " (extract(epoch FROM created_at) * 1000000)::int8,"
-					  " readers::oid[]"
-					  " FROM projcache.snapshot_registry ORDER BY name",
-					  true, 0);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "could not read projcache.snapshot_registry");
-	{
-		MemoryContext oldcxt = MemoryContextSwitchTo(callercxt);
-
-		nregs = (int) SPI_processed;
-		names = palloc(Max(nregs, 1) * sizeof(char *));
-		ids = palloc(Max(nregs, 1) * sizeof(int64));
-		owners = palloc(Max(nregs, 1) * sizeof(Oid));
-		ttls = palloc(Max(nregs, 1) * sizeof(Interval *));
-		ttl_ms = palloc(Max(nregs, 1) * sizeof(int64));
-		stamps = palloc(Max(nregs, 1) * sizeof(int64));
-		readers = palloc(Max(nregs, 1) * sizeof(Datum));
-		for (row = 0; row < SPI_processed; row++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[row];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-
-			names[row] = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
-			ids[row] = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-			owners[row] = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
-			ttls[row] = DatumGetIntervalP(datumCopy(SPI_getbinval(tup, desc, 4, &isnull),
-													false, sizeof(Interval)));
-			ttl_ms[row] = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
-			stamps[row] = DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
-			readers[row] = datumCopy(SPI_getbinval(tup, desc, 7, &isnull),
-									 false, -1);
-		}
-		MemoryContextSwitchTo(oldcxt);
-	}
-	SPI_finish();
-	pc_unbecome(&rs);
+	regs = pc_registry_list(&nregs);
 
 	now = pc_now_ms();
 	for (i = 0; i < nregs; i++)
@@ -941,15 +770,16 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		Datum		values[11];
 		bool		nulls[11];
 		const char *status;
-		bool		has_slot = pc_snap_describe(MyDatabaseId, names[i], ids[i],
-												stamps[i], &info);
+		SnapRegSummary *r = &regs[i];
+		bool		has_slot = pc_snap_describe(MyDatabaseId, r->name, r->id,
+												r->stamp, &info);
 
 		memset(nulls, true, sizeof(nulls));
-		values[0] = CStringGetTextDatum(names[i]);
+		values[0] = CStringGetTextDatum(r->name);
 		nulls[0] = false;
-		values[1] = ObjectIdGetDatum(owners[i]);
+		values[1] = ObjectIdGetDatum(r->owner);
 		nulls[1] = false;
-		values[2] = IntervalPGetDatum(ttls[i]);
+		values[2] = IntervalPGetDatum(r->ttl);
 		nulls[2] = false;
 		values[3] = Int64GetDatum(has_slot && info.loaded ? info.rows : 0);
 		nulls[3] = false;
@@ -971,7 +801,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		nulls[8] = false;
 		/* The source's error may quote its rows: for readers only. */
 		if (has_slot && info.last_error != NULL &&
-			may_read_registered(owners[i], readers[i]))
+			may_read_listed(r))
 		{
 			values[9] = CStringGetTextDatum(info.last_error);
 			nulls[9] = false;
@@ -980,7 +810,7 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 			status = "failing";
 		else if (!has_slot || !info.loaded)
 			status = "cold";
-		else if (!info.marked_stale && now - info.loaded_at_ms < ttl_ms[i])
+		else if (!info.marked_stale && now - info.loaded_at_ms < r->ttl_ms)
 			status = "fresh";
 		else
 			status = "stale";
