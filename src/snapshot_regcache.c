@@ -306,9 +306,8 @@ regcache_lookup(const char *name, bool missing_ok, RegCacheEntry **entry)
 	*entry = NULL;
 
 	/*
-	 * A transaction that changed the registry reads it (and its own
-	 * changes) every time.  A name too long for the cache's key is no
-	 * snapshot's.
+	 * A transaction that changed the registry reads it (and its own changes)
+	 * every time.  A name too long for the cache's key is no snapshot's.
 	 */
 	if (pc_registry_changed_here() || pc_shared == NULL ||
 		strlen(name) >= NAMEDATALEN)
@@ -387,10 +386,12 @@ pc_registry_lookup_for_read(const char *name, bool missing_ok)
 	}
 	invals = regcache_invals;
 	pc_snap_check_reader(reg);
+
 	/*
 	 * A view dropped while projcache was not loaded left its registration
-	 * (see "A registration goes with its backing view").  The cache drops
-	 * an entry when its view goes, so only this path can meet one.
+	 * (see "Registrations whose view was dropped", snapshot_xact.c).  The
+	 * cache drops an entry when its view goes, so only this path can meet
+	 * one.
 	 */
 	if (OidIsValid(reg->view) &&
 		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(reg->view)))

@@ -165,9 +165,46 @@ oid_array(Datum d, int *n)
 	return oids;
 }
 
+/*
+ * Reading one registration, per layout: the owner is the backing view's
+ * (REASSIGN OWNED moves it), the key column its position among the
+ * columns.
+ */
+#define LOOKUP_1_0_1_COLUMNS \
+	"SELECT r.id, r.query," \
+	" (extract(epoch FROM r.ttl) * 1000)::int8," \
+	" COALESCE(c.relowner, r.owner::oid), r.column_names," \
+	" r.column_types::oid[], r.readers::oid[]," \
+	" (extract(epoch FROM r.created_at) * 1000000)::int8," \
+	" r.view::oid, r.bind_error,"
+#define LOOKUP_1_0_1_FROM \
+	" FROM projcache.snapshot_registry r" \
+	" LEFT JOIN pg_catalog.pg_class c" \
+	" ON c.oid OPERATOR(pg_catalog.=) r.view::oid" \
+	" WHERE r.name OPERATOR(pg_catalog.=) $1"
 
-/* Planned once per backend, per registry shape: every snapshot() runs it. */
-static SPIPlanPtr registry_lookup_plans[2];
+static const char *const registry_lookup_sql[] = {
+	[REGISTRY_1_0] =
+	"SELECT id, query,"
+	" (extract(epoch FROM ttl) * 1000)::int8,"
+	" owner::oid, column_names,"
+	" column_types::oid[], readers::oid[],"
+	" (extract(epoch FROM created_at) * 1000000)::int8,"
+	" NULL::oid, NULL::text, NULL::int4"
+	" FROM projcache.snapshot_registry"
+	" WHERE name OPERATOR(pg_catalog.=) $1",
+	[REGISTRY_1_0_1] =
+	LOOKUP_1_0_1_COLUMNS
+	" NULL::int4"
+	LOOKUP_1_0_1_FROM,
+	[REGISTRY_1_1] =
+	LOOKUP_1_0_1_COLUMNS
+	" pg_catalog.array_position(r.column_names, r.key_column)"
+	LOOKUP_1_0_1_FROM,
+};
+
+/* Planned once per backend, per layout: every snapshot() runs it. */
+static SPIPlanPtr registry_lookup_plans[lengthof(registry_lookup_sql)];
 
 /*
  * Read a registration.  The registry is not readable by PUBLIC, so this
@@ -182,7 +219,7 @@ pc_registry_lookup(const char *name, bool missing_ok)
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1];
 	SnapReg    *reg = NULL;
-	bool		with_views = pc_registry_has_views();
+	RegistryLayout shape = registry_layout();
 	int			ret;
 
 	/* GetLatestSnapshot() below cannot be taken in parallel mode. */
@@ -196,45 +233,21 @@ pc_registry_lookup(const char *name, bool missing_ok)
 	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (registry_lookup_plans[with_views] == NULL)
+	if (registry_lookup_plans[shape] == NULL)
 	{
 		SPIPlanPtr	plan;
 
-		plan = SPI_prepare(with_views ?
-						   "SELECT r.id, r.query,"
-						   " (extract(epoch FROM r.ttl) * 1000)::int8,"
-						   " COALESCE(c.relowner, r.owner::oid), r.column_names,"
-						   " r.column_types::oid[], r.readers::oid[],"
-						   " (extract(epoch FROM r.created_at) * 1000000)::int8,"
-						   " r.view::oid, r.bind_error,"
-		/* key_column is 1.1's: read it whether the column exists or not */
-						   " pg_catalog.array_position(r.column_names,"
-						   " pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>)"
-						   " 'key_column')"
-						   " FROM projcache.snapshot_registry r"
-						   " LEFT JOIN pg_catalog.pg_class c"
-						   " ON c.oid OPERATOR(pg_catalog.=) r.view::oid"
-						   " WHERE r.name OPERATOR(pg_catalog.=) $1" :
-						   "SELECT id, query,"
-						   " (extract(epoch FROM ttl) * 1000)::int8,"
-						   " owner::oid, column_names,"
-						   " column_types::oid[], readers::oid[],"
-						   " (extract(epoch FROM created_at) * 1000000)::int8,"
-						   " NULL::oid, NULL::text, NULL::int4"
-						   " FROM projcache.snapshot_registry"
-						   " WHERE name OPERATOR(pg_catalog.=) $1",
-						   1, argtypes);
+		plan = SPI_prepare(registry_lookup_sql[shape], 1, argtypes);
 		if (plan == NULL)
 			elog(ERROR, "could not plan the registry lookup: %s",
 				 SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
-		registry_lookup_plans[with_views] = plan;
+		registry_lookup_plans[shape] = plan;
 	}
 	/* What is registered now, as for a catalog: not the caller's snapshot. */
 	PushActiveSnapshot(GetLatestSnapshot());
-	ret = SPI_execute_plan(registry_lookup_plans[with_views], args, NULL,
-						   true, 1);
+	ret = SPI_execute_plan(registry_lookup_plans[shape], args, NULL, true, 1);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "could not read projcache.snapshot_registry: %s",
 			 SPI_result_code_string(ret));
@@ -432,7 +445,8 @@ pc_registry_next_id(void)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute("SELECT pg_catalog.nextval("
-					"'projcache.snapshot_registry_id_seq'::pg_catalog.regclass)",
+					"'projcache.snapshot_registry_id_seq'"
+					"::pg_catalog.regclass)",
 					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not draw a snapshot id");
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -614,7 +628,8 @@ pc_registry_delete_orphans(void)
 	if (SPI_execute("DELETE FROM projcache.snapshot_registry r"
 					" WHERE r.view IS NOT NULL AND NOT EXISTS"
 					" (SELECT FROM pg_catalog.pg_class c"
-					"  WHERE c.oid OPERATOR(pg_catalog.=) r.view::pg_catalog.oid)"
+					"  WHERE c.oid OPERATOR(pg_catalog.=)"
+					"  r.view::pg_catalog.oid)"
 					" RETURNING r.name, r.id,"
 					" (extract(epoch FROM r.created_at) * 1000000)::int8",
 					false, 0) != SPI_OK_DELETE_RETURNING)
@@ -656,7 +671,10 @@ pc_snap_check_owner(SnapReg *reg)
 				 errmsg("must be owner of snapshot \"%s\"", reg->name)));
 }
 
-/* May the current user read the snapshot: its owner's privileges, or a grant? */
+/*
+ * May the current user read the snapshot: its owner's privileges, or a
+ * grant?
+ */
 bool
 pc_snap_may_read(SnapReg *reg)
 {

@@ -151,7 +151,7 @@ TupleDesc
 pc_snap_check_query(const char *query, const char *search_path)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
-	PcUserSwitch	rs;
+	PcUserSwitch rs;
 	SPIPlanPtr	plan;
 	List	   *sources;
 	CachedPlanSource *ps;
@@ -164,7 +164,8 @@ pc_snap_check_query(const char *query, const char *search_path)
 		elog(ERROR, "SPI_connect failed");
 	plan = SPI_prepare(query, 0, NULL);
 	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		elog(ERROR, "SPI_prepare failed: %s",
+			 SPI_result_code_string(SPI_result));
 	sources = SPI_plan_get_plan_sources(plan);
 	if (list_length(sources) != 1)
 		ereport(ERROR,
@@ -192,7 +193,8 @@ pc_snap_check_query(const char *query, const char *search_path)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("snapshot column \"%s\" has pseudo-type %s",
-							NameStr(att->attname), format_type_be(att->atttypid))));
+							NameStr(att->attname),
+							format_type_be(att->atttypid))));
 	}
 	MemoryContextSwitchTo(callercxt);
 	result = CreateTupleDescCopy(ps->resultDesc);
@@ -218,7 +220,8 @@ pc_snap_creator_search_path(void)
 		Oid			nsp = lfirst_oid(lc);
 		char	   *nspname;
 
-		if (isAnyTempNamespace(nsp) || (nspname = get_namespace_name(nsp)) == NULL)
+		if (isAnyTempNamespace(nsp) ||
+			(nspname = get_namespace_name(nsp)) == NULL)
 			continue;
 		appendStringInfo(&buf, "%s%s", buf.len > 0 ? ", " : "",
 						 quote_identifier(nspname));
@@ -233,6 +236,32 @@ pc_snap_creator_search_path(void)
  * ----------------------------------------------------------------
  */
 
+/*
+ * The objects view $1's rule and columns depend on that are temporary, or
+ * in this session's temporary schema.
+ */
+static const char *const view_temp_dependencies_sql =
+"SELECT pg_catalog.count(*)"
+" FROM pg_catalog.pg_depend d"
+" WHERE ((d.classid OPERATOR(pg_catalog.=)"
+"         'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+"   AND d.objid IN (SELECT oid FROM pg_catalog.pg_rewrite"
+"     WHERE ev_class OPERATOR(pg_catalog.=) $1))"
+"  OR (d.classid OPERATOR(pg_catalog.=)"
+"      'pg_catalog.pg_class'::pg_catalog.regclass"
+"   AND d.objid OPERATOR(pg_catalog.=) $1))"
+" AND (d.refobjid IN (SELECT oid FROM pg_catalog.pg_class"
+"   WHERE relpersistence OPERATOR(pg_catalog.=) 't')"
+" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_type"
+"   WHERE typnamespace OPERATOR(pg_catalog.=)"
+"         pg_catalog.pg_my_temp_schema())"
+" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_proc"
+"   WHERE pronamespace OPERATOR(pg_catalog.=)"
+"         pg_catalog.pg_my_temp_schema())"
+" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_operator"
+"   WHERE oprnamespace OPERATOR(pg_catalog.=)"
+"         pg_catalog.pg_my_temp_schema()))";
+
 /* Does the view's query use anything of this session's temporary schema? */
 static bool
 view_uses_temp_objects(Oid view)
@@ -243,26 +272,13 @@ view_uses_temp_objects(Oid view)
 	int			ret;
 
 	args[0] = ObjectIdGetDatum(view);
+
 	/*
 	 * What its rule uses, and its columns' types.  Not read-only: the view
 	 * was made by a later command than the caller's snapshot can see.
 	 */
-	ret = SPI_execute_with_args("SELECT pg_catalog.count(*)"
-								" FROM pg_catalog.pg_depend d"
-								" WHERE ((d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
-								"   AND d.objid IN (SELECT oid FROM pg_catalog.pg_rewrite"
-								"     WHERE ev_class OPERATOR(pg_catalog.=) $1))"
-								"  OR (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
-								"   AND d.objid OPERATOR(pg_catalog.=) $1))"
-								" AND (d.refobjid IN (SELECT oid FROM pg_catalog.pg_class"
-								"   WHERE relpersistence OPERATOR(pg_catalog.=) 't')"
-								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_type"
-								"   WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
-								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_proc"
-								"   WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
-								" OR d.refobjid IN (SELECT oid FROM pg_catalog.pg_operator"
-								"   WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()))",
-								1, argtypes, args, NULL, false, 1);
+	ret = SPI_execute_with_args(view_temp_dependencies_sql, 1, argtypes, args,
+								NULL, false, 1);
 	if (ret != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the dependencies of view %u", view);
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],

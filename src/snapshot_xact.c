@@ -100,8 +100,10 @@ pc_snap_created_here(int64 id)
 	ListCell   *lc;
 
 	foreach(lc, created_snapshots)
+	{
 		if (*(int64 *) lfirst(lc) == id)
 			return true;
+	}
 	return false;
 }
 
