@@ -18,8 +18,8 @@
  * are allocated before the lock is taken (DSA_ALLOC_NO_OOM), and unlinked
  * chunks are freed after it is released (freeing takes only the DSA's own
  * lock).  dshash itself may raise out-of-memory while inserting; the
- * accounting in pc_alloc() keeps the area from getting that full.  Only the scheduler worker
- * deletes entries; readers create pending ones.
+ * accounting in pc_alloc() keeps the area from getting that full.  Only
+ * the scheduler worker deletes entries; readers create pending ones.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -32,6 +32,11 @@
 #include "utils/freepage.h"
 
 #include "keycache.h"
+
+/* ----------------------------------------------------------------
+ * The map and its keys
+ * ----------------------------------------------------------------
+ */
 
 static int	pc_key_compare(const void *a, const void *b, size_t size, void *arg);
 static dshash_hash pc_key_dshash(const void *key, size_t size, void *arg);
@@ -385,13 +390,19 @@ pc_value_config(const PcValue *value, bool *oom)
 	return (struct varlena *) dst;
 }
 
+/* ----------------------------------------------------------------
+ * Entries: finding, creating, scanning and deleting them
+ * ----------------------------------------------------------------
+ */
+
 /*
  * Look the key up, creating a pending entry if it is unknown.  Returns the
  * entry locked exclusively; *created says whether it is new.  A key too
  * long to be held in the entry is copied to DSA before the lock is taken;
- * a short one into the entry, under it.  With no room for a
- * new key in the keys' part of projcache.max_memory, returns NULL: nothing is created, and
- * the worker is woken to make room (reads never fail for lack of it).
+ * a short one into the entry, under it.  With no room for a new key in
+ * the keys' part of projcache.max_memory, returns NULL: nothing is
+ * created, and the worker is woken to make room (reads never fail for lack
+ * of it).
  */
 PcEntry *
 pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
@@ -571,8 +582,8 @@ pc_entry_scan_end(dshash_seq_status *status)
 }
 
 /*
- * Unlink a locked entry (worker only; caller holds its lock) and release it; then free its
- * chunks, which no reader can reach any more.
+ * Unlink a locked entry (worker only; caller holds its lock) and release
+ * it; then free its chunks, which no reader can reach any more.
  */
 void
 pc_keymap_delete(PcEntry *entry)
@@ -601,6 +612,11 @@ pc_keymap_delete(PcEntry *entry)
 	pc_value_free(value);
 	pc_free(error, error_size);
 }
+
+/* ----------------------------------------------------------------
+ * Requests to the worker
+ * ----------------------------------------------------------------
+ */
 
 /*
  * Record a request on a locked entry.  Returns true if the worker has not
@@ -631,6 +647,11 @@ pc_request_send(const char *key, uint32 len)
 	pc_count(PC_CTR_FETCH_REQUESTS, 1);
 	pc_wake_worker();
 }
+
+/* ----------------------------------------------------------------
+ * Checking a key argument
+ * ----------------------------------------------------------------
+ */
 
 /* Validate a key argument. */
 void

@@ -485,6 +485,13 @@ refuse_header_columns(ForeignScan *plan, Relation rel)
 	}
 }
 
+/*
+ * BeginForeignScan: read the registration for the role the table is read
+ * for, refusing one that may not read it, check the table's columns
+ * against it, and copy out the rows to serve, pinned until the query ends.
+ * With the plan's key, the scan probes the key index.  EXPLAIN alone loads
+ * nothing: it keeps the registration and the verdict for snap_explain.
+ */
 static void
 snap_begin_scan(ForeignScanState *node, int eflags)
 {
@@ -793,7 +800,10 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 													FORMAT_TYPE_FORCE_QUALIFY |
 													FORMAT_TYPE_INVALID_AS_NULL);
 
-			/* A 1.0 registration that could not be bound has no view to keep it. */
+			/*
+			 * A 1.0 registration that could not be bound has no view to keep
+			 * it.
+			 */
 			if (type == NULL)
 			{
 				ereport(WARNING,

@@ -315,6 +315,11 @@ free_my_entry(int code, Datum arg)
 	my_entry = -1;
 }
 
+/* ----------------------------------------------------------------
+ * In the load worker: running the query as its owner and publishing its rows
+ * ----------------------------------------------------------------
+ */
+
 static Oid *
 task_coltypes(LoadTask *task)
 {
@@ -673,6 +678,11 @@ pc_snapshot_load_main(Datum main_arg)
 	dsm_detach(seg);
 	proc_exit(0);
 }
+
+/* ----------------------------------------------------------------
+ * In the reader: starting a load worker and waiting for it
+ * ----------------------------------------------------------------
+ */
 
 /*
  * Refuse a load where one would join a second lock group: in a load

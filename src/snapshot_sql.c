@@ -375,6 +375,11 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		report_dropped(reg);
 }
 
+/* ----------------------------------------------------------------
+ * Reading: projcache.snapshot() and refresh_snapshot()
+ * ----------------------------------------------------------------
+ */
+
 /* Put the copied rows into the SRF's tuplestore, shaped as desc. */
 static void
 emit_rows(ReturnSetInfo *rsinfo, SnapReg *reg, const char *blob, Size size,
@@ -485,7 +490,10 @@ projcache_snapshot_typed(PG_FUNCTION_ARGS)
 	return snapshot_srf(fcinfo, true);
 }
 
-/* projcache.refresh_snapshot(name text) → boolean: load now, whatever the TTL. */
+/*
+ * projcache.refresh_snapshot(name text) → boolean: load now, whatever the
+ * TTL.
+ */
 Datum
 projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 {
@@ -525,6 +533,12 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 						pc_snap_record_failure(ref, error, pc_now_ms(), false));
 	PG_RETURN_BOOL(false);
 }
+
+/* ----------------------------------------------------------------
+ * Registering, dropping and granting, through the registry's own
+ * functions (snapshot_registry.c)
+ * ----------------------------------------------------------------
+ */
 
 /*
  * The key column named by create_snapshot(): a result column whose type has

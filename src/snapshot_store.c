@@ -56,6 +56,11 @@
 #include "snapshot.h"
 
 
+/* ----------------------------------------------------------------
+ * The slots in shared memory
+ * ----------------------------------------------------------------
+ */
+
 typedef struct PcSnapSlot
 {
 	/* under snap_map_lock */
@@ -131,6 +136,11 @@ pc_snap_shmem_init(void *place, int max_snapshots)
 		pg_atomic_init_u32(&s[i].lease_pid, 0);
 	}
 }
+
+/* ----------------------------------------------------------------
+ * Emptying, finding and freeing slots
+ * ----------------------------------------------------------------
+ */
 
 /* Chunks a reset slot let go of, to free once the locks are released. */
 typedef struct SlotLeftovers
@@ -224,7 +234,10 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	LWLockRelease(slot_lock(index));
 }
 
-/* The slot caching snapshot (dbid, name), or -1.  Caller holds snap_map_lock. */
+/*
+ * The slot caching snapshot (dbid, name), or -1.  Caller holds
+ * snap_map_lock.
+ */
 static int
 find_slot(Oid dbid, const char *name)
 {
@@ -293,6 +306,11 @@ free_slot(void)
 	return -1;
 }
 
+/* ----------------------------------------------------------------
+ * This backend's recently read slots
+ * ----------------------------------------------------------------
+ */
+
 /*
  * The slots this backend read lately.  A slot's identity (in_use, dbid,
  * registration, generation) changes only under its own lock as well as
@@ -358,6 +376,11 @@ remember_ref(Oid dbid, int64 reg_id, int64 reg_stamp, PcSnapRef ref)
 	r->ref = ref;
 }
 
+/* ----------------------------------------------------------------
+ * Taking a slot: the shares per database and per owner
+ * ----------------------------------------------------------------
+ */
+
 /* projcache.max_snapshots_per_database, as slots. */
 static int
 slots_per_database(void)
@@ -415,6 +438,10 @@ check_slot_shares(Oid dbid, Oid owner, int except)
 	return SLOT_GRANTED;
 }
 
+/*
+ * Raise the error for a slot that could not be had: none free, or the
+ * database's or the owner's share taken.  SLOT_GRANTED returns.
+ */
 static void
 report_slot_refusal(SlotRefusal refusal, Oid dbid, Oid owner)
 {
@@ -592,6 +619,11 @@ pc_snap_slots_of(Oid dbid)
 		result = lappend(result, &keys[i]);
 	return result;
 }
+
+/* ----------------------------------------------------------------
+ * This backend's copies of the rows
+ * ----------------------------------------------------------------
+ */
 
 /*
  * This backend's copies of the snapshots it read last, one per snapshot,
@@ -862,6 +894,11 @@ pc_snap_trim_local_copy(void)
 	}
 }
 
+/* ----------------------------------------------------------------
+ * Freshness, the cold-start claim and the refresh lease
+ * ----------------------------------------------------------------
+ */
+
 /* Is the snapshot loaded, and fetched within ttl_ms? */
 bool
 pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
@@ -1021,6 +1058,11 @@ pc_snap_mark_stale(Oid dbid, const char *name)
 	}
 	LWLockRelease(pc_shared->snap_map_lock);
 }
+
+/* ----------------------------------------------------------------
+ * Publishing rows: projcache.snapshot_memory and its share per owner
+ * ----------------------------------------------------------------
+ */
 
 /* projcache.snapshot_memory_per_owner, in bytes. */
 static Size
@@ -1268,6 +1310,11 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
 	}
 	return age;
 }
+
+/* ----------------------------------------------------------------
+ * The snapshots view
+ * ----------------------------------------------------------------
+ */
 
 /* What the slot of a registration holds; false if it has no slot. */
 bool

@@ -317,6 +317,13 @@ redo_unreadable(XLogReaderState *record, const char *what)
 					   xid)));
 }
 
+/*
+ * Redo of INVALIDATE: append the record's keys, under its transaction's
+ * id, to the shared list the standby's worker replays (keycache_replay.c),
+ * all of them or, if they do not fit, none, noting the transaction as
+ * dropped.  A record without a transaction or with malformed keys is
+ * unreadable (redo_unreadable).
+ */
 static void
 redo_invalidate(XLogReaderState *record)
 {
@@ -456,6 +463,12 @@ desc_key(const char *key, uint16 len, void *arg)
 	st->shown++;
 }
 
+/*
+ * rm_desc, for pg_waldump and pg_walinspect: INVALIDATE's key count and
+ * its first PC_DESC_MAX_KEYS keys, REFRESH_SNAPSHOT's database and
+ * snapshot.  A malformed record is said to be one, never read past its
+ * end.
+ */
 static void
 projcache_desc(StringInfo buf, XLogReaderState *record)
 {
