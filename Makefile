@@ -17,7 +17,7 @@ OBJS = \
 	src/keycache_ring.o \
 	src/keycache_fetch.o \
 	src/keycache_worker.o \
-	src/launcher.o \
+	src/keycache_launcher.o \
 	src/keycache_sql.o \
 	src/keycache_replay.o \
 	src/keycache_dump.o \

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
- * launcher.c
- *	  The "projcache launcher" background worker: starts the scheduler once
- *	  projcache.database exists, and again whenever it exits.
+ * keycache_launcher.c
+ *	  The key cache's "projcache launcher" background worker: starts the
+ *	  key cache's scheduler (keycache_worker.c) once projcache.database
+ *	  exists, and again whenever it exits.
  *
  * A background worker connects to one database, once, and ends with FATAL
  * if it does not exist.  Registered directly with a restart time, the
