@@ -70,6 +70,8 @@ projcache.database = 'postgres'
 projcache.fetch_function = 'public.fetch'
 projcache.batch_interval = '10ms'
 projcache.snapshot_memory = '$SNAP_MEM'
+# Each trace restarts the cluster and must start cold, like its peers.
+projcache.dump_interval = -1
 include_if_exists = 'peers.conf'
 EOF
 echo "loading bench/peers.sql (215,000 keys)"
