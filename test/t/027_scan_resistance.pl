@@ -5,7 +5,7 @@
 # key about once a second), and one more client reading 200,000 other keys
 # once each, 500 at a time, as a report or a batch job would.  The source is
 # slow (a quarter of a second a call), and keys go stale after 15 s and
-# expire 10 s later, so the hot keys must be fetched again while the scan's
+# expire 20 s later, so the hot keys must be fetched again while the scan's
 # keys queue for the same fetch function.
 #
 # - at most 0.1 % of the hot-key reads made while the scan runs return
@@ -14,8 +14,10 @@
 # - the scan's keys left (evicted, or dropped unfetched): the cache stayed
 #   within its bound.
 #
-# Without fair fetching the hot keys' refetches wait behind the scan's
-# backlog until they expire, and their reads return NULL.
+# The trees before fair fetching (S3-FIFO, and 1.1's SIEVE) passed this in
+# most runs here too: eviction of the scan's pending keys keeps their
+# backlog short.  What fair fetching changes in this scenario, the scan's
+# footprint, bench/scan.sh measures beside a baseline.
 
 use strict;
 use warnings;
@@ -32,7 +34,7 @@ my $node = projcache_node(
 	'scan',
 	conf => "projcache.max_memory = '32MB'\n"
 	  . "projcache.expiry = '15s'\n"
-	  . "projcache.grace_period = '10s'\n"
+	  . "projcache.grace_period = '20s'\n"
 	  . "max_connections = 30\n");
 create_local_upstream($node);
 
@@ -83,12 +85,15 @@ SELECT count(*) = 10000 FROM generate_series(1, 10000) AS i
  WHERE projcache.get('hot' || i) IS NOT NULL}),
 	'the 10,000 hot keys are cached');
 
-# A hot reader: 125 random hot keys every 0.1 s, so that 8 of them read
-# each key about once a second; it counts reads and NULLs while the scan
+# A hot reader: the next 125 hot keys every 0.1 s, from a random start,
+# so that 8 of them read each key about once a second and each reads every
+# key within 8 s (a key nobody reads for its grace period expires, rightly:
+# that is not what this measures); it counts reads and NULLs while the scan
 # runs and from 10 s after it ended, and stops 20 s after it ended.
 my $reader_sql = q{
 DO $$
 DECLARE
+	first int := floor(random() * 10000)::int;
 	started timestamptz;
 	ended timestamptz;
 	dr int := 0; dn int := 0; ar int := 0; an int := 0;
@@ -102,8 +107,8 @@ BEGIN
 		EXIT WHEN ended IS NOT NULL AND t > ended + interval '20s';
 		SELECT count(*) FILTER (WHERE projcache.get('hot' || i) IS NULL)
 		  INTO nulls
-		  FROM (SELECT 1 + floor(random() * 10000)::int AS i
-		          FROM generate_series(1, 125)) AS r;
+		  FROM (SELECT 1 + (first + n * 125 + j) % 10000 AS i
+		          FROM generate_series(0, 124) AS j) AS r;
 		IF started IS NOT NULL AND ended IS NULL THEN
 			dr := dr + 125;
 			dn := dn + nulls;
