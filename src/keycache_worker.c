@@ -104,37 +104,43 @@ load_settings(void)
 	config.refresh_interval_ms = pc_refresh_interval_ms;
 	config.max_retry_backoff_ms = pc_max_retry_backoff_ms;
 
+	/*
+	 * The interval is checked against each key's own periods when the key
+	 * is fetched (scheduler.c); the settings' are what keys without periods
+	 * of their own follow, so an interval they exclude is worth a WARNING.
+	 */
 	if (config.refresh_interval_ms > 0 &&
 		!sched_refresh_interval_valid(config.expiry_ms, config.grace_period_ms,
 									  config.refresh_interval_ms))
-	{
 		ereport(WARNING,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("projcache.refresh_interval = %d ms is ignored",
 						pc_refresh_interval_ms),
 				 errdetail("It must be strictly between projcache.expiry (%d ms) and projcache.expiry + projcache.grace_period (%d ms).",
-						   pc_expiry_ms, pc_expiry_ms + pc_grace_period_ms)));
-		config.refresh_interval_ms = 0;
-	}
+						   pc_expiry_ms, pc_expiry_ms + pc_grace_period_ms),
+				 errhint("Keys whose fetch function gives them their own max_age and stale_for are refreshed if it lies strictly between those.")));
 
 	if (sched == NULL)
 		sched = sched_create(&config, sched_cxt_alloc, sched_cxt_free);
-	else
+	else if (sched_set_config(sched, &config) > 0)
 	{
-		int64		shift = sched_set_config(sched, &config);
+		dshash_seq_status status;
+		PcEntry    *entry;
 
 		/* Evictions moved with a new expiry or grace period: show it. */
-		if (shift != 0)
+		pc_entry_scan_begin(&status, true);
+		while ((entry = dshash_seq_next(&status)) != NULL)
 		{
-			dshash_seq_status status;
-			PcEntry    *entry;
+			SchedEntry *e;
 
-			pc_entry_scan_begin(&status, true);
-			while ((entry = dshash_seq_next(&status)) != NULL)
-				if (entry->expires_at != 0)
-					entry->expires_at += shift;
-			pc_entry_scan_end(&status);
+			if (entry->expires_at == 0)
+				continue;
+			e = sched_lookup(sched, pc_key_bytes(pc_area(), &entry->key),
+							 entry->key.len);
+			if (e != NULL && e->has_expiry)
+				entry->expires_at = e->expiry;
 		}
+		pc_entry_scan_end(&status);
 	}
 	pg_atomic_fetch_add_u64(&pc_shared->config_generation, 1);
 }
@@ -657,7 +663,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	if (result != SCHED_RESULT_PENDING)
 		count_delay(e);
 
-	completion = sched_complete_fetch(sched, e, result, now);
+	completion = sched_complete_fetch(sched, e, result, NULL, now);
 	if (completion == SCHED_EVICTED)
 	{
 		pc_value_free(new_value);
@@ -941,7 +947,7 @@ rebuild_private_state(int64 now)
 			if (expires_at == 0)
 				expires_at = s->fetched_at + pc_expiry_ms + pc_grace_period_ms;
 			e = sched_restore_complete(sched, list.keys[i], list.lens[i],
-									   s->fetched_at, expires_at,
+									   s->fetched_at, expires_at, NULL,
 									   s->has_refresh, s->refresh_at);
 			if (s->invalidated)
 				sched_invalidate(sched, list.keys[i], list.lens[i], now);
@@ -979,7 +985,7 @@ restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
 				   int64 expires_at)
 {
 	SchedEntry *e = sched_restore_complete(sched, key, len, fetched_at,
-										   expires_at, false, 0);
+										   expires_at, NULL, false, 0);
 
 	mirror_entry(e);
 }

@@ -135,6 +135,33 @@ sched_backoff_delay(int attempt, int64_t max_backoff_ms)
 	return (int64_t) delay;
 }
 
+/* A key's own period, or the configuration's when it has none. */
+int64_t
+sched_period(int64_t own_ms, int64_t config_ms)
+{
+	SCHED_ASSERT(own_ms >= 0 || own_ms == SCHED_PERIOD_DEFAULT);
+	return own_ms >= 0 ? own_ms : config_ms;
+}
+
+int64_t
+sched_max_age(const Sched *s, const SchedEntry *e)
+{
+	return sched_period(e->max_age_ms, s->config.expiry_ms);
+}
+
+int64_t
+sched_stale_for(const Sched *s, const SchedEntry *e)
+{
+	return sched_period(e->stale_for_ms, s->config.grace_period_ms);
+}
+
+/* Fresh, stale and expired periods of a key together: its lifetime. */
+static int64_t
+entry_lifetime(const Sched *s, const SchedEntry *e)
+{
+	return sched_max_age(s, e) + sched_stale_for(s, e);
+}
+
 SchedFreshness
 sched_freshness(SchedTime last_fetch, SchedTime now,
 				int64_t expiry_ms, int64_t grace_ms)
@@ -286,6 +313,8 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	e->keylen = keylen;
 	e->hash = sched_hash(key, keylen);
 	e->state = SCHED_PENDING;
+	e->max_age_ms = SCHED_PERIOD_DEFAULT;
+	e->stale_for_ms = SCHED_PERIOD_DEFAULT;
 	for (q = 0; q < SCHED_NUM_QUEUES; q++)
 		e->heap_pos[q] = -1;
 
@@ -509,32 +538,43 @@ sched_destroy(Sched *s)
 /*
  * New settings apply to what is scheduled from now on; times already in
  * the queues stay as they were, except evictions: a changed expiry or
- * grace period moves the eviction of every cached key by the difference,
- * so that a key is evicted at expiry + grace period after the fetch that
- * scheduled it, under the settings now in force.  Returns that difference
- * in ms (0 if none).
+ * grace period moves the eviction of every cached key that follows it (has
+ * no period of its own in its place) by the difference, so that a key is
+ * evicted at the end of its periods after the fetch that scheduled it,
+ * under the settings now in force.  Returns the number of keys whose
+ * eviction moved.
  */
-int64_t
+size_t
 sched_set_config(Sched *s, const SchedConfig *config)
 {
-	int64_t		shift = (config->expiry_ms + config->grace_period_ms) -
-		(s->config.expiry_ms + s->config.grace_period_ms);
+	SchedConfig old = s->config;
+	size_t		moved = 0;
 	SchedEntry *e;
 	int			f;
 
 	s->config = *config;
-	if (shift == 0)
+	if (old.expiry_ms == config->expiry_ms &&
+		old.grace_period_ms == config->grace_period_ms)
 		return 0;
 	for (f = 0; f < 2; f++)
 		for (e = s->fifo_head[f]; e != NULL; e = e->fifo_older)
 		{
+			int64_t		shift;
+
 			if (!e->has_expiry)
 				continue;
+			shift = (sched_period(e->max_age_ms, config->expiry_ms) -
+					 sched_period(e->max_age_ms, old.expiry_ms)) +
+				(sched_period(e->stale_for_ms, config->grace_period_ms) -
+				 sched_period(e->stale_for_ms, old.grace_period_ms));
+			if (shift == 0)
+				continue;
 			e->expiry += shift;
+			moved++;
 			if (e->heap_pos[SCHED_QUEUE_EVICT] >= 0)
 				queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
 		}
-	return shift;
+	return moved;
 }
 
 const SchedConfig *
@@ -553,8 +593,8 @@ entry_is_fresh(const Sched *s, const SchedEntry *e, SchedTime now)
 {
 	if (e->invalidated)
 		return false;
-	return sched_freshness(e->last_fetch, now, s->config.expiry_ms,
-						   s->config.grace_period_ms) == SCHED_FRESH;
+	return sched_freshness(e->last_fetch, now, sched_max_age(s, e),
+						   sched_stale_for(s, e)) == SCHED_FRESH;
 }
 
 /* The fair-fetching queues, first served first (see scheduler.h). */
@@ -689,13 +729,34 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
 }
 
 /*
- * A fetch of e ended with result.  A value (enabled or disabled) resets the
- * backoff, schedules the eviction (unless it was a refresh, which does not
- * push it) and the refresh; pending or an error keeps the value and retries
- * after the backoff.  Says what the worker must publish.
+ * Schedule the next refresh of a COMPLETE key, if the configured interval
+ * lies strictly between the key's own fresh and stale periods (which may
+ * differ from the configuration's): else none, and any scheduled goes.
+ */
+static void
+schedule_refresh(Sched *s, SchedEntry *e, SchedTime now)
+{
+	int64_t		refresh = s->config.refresh_interval_ms;
+
+	if (refresh > 0 &&
+		sched_refresh_interval_valid(sched_max_age(s, e),
+									 sched_stale_for(s, e), refresh))
+		queue_schedule(s, SCHED_QUEUE_REFRESH, e, now + refresh);
+	else
+		queue_remove(s, SCHED_QUEUE_REFRESH, e);
+}
+
+/*
+ * A fetch of e ended with result.  A value (enabled or disabled) or
+ * not_modified takes the key's own periods, resets the backoff, schedules
+ * the eviction at the end of those periods (unless it was a refresh, which
+ * does not push it) and the refresh; pending or an error keeps the value
+ * and its periods and retries after the backoff.  Says what the worker
+ * must publish.
  */
 SchedCompletion
-sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result, SchedTime now)
+sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result,
+					 const SchedPeriods *periods, SchedTime now)
 {
 	bool		is_refresh = e->is_refresh;
 
@@ -737,17 +798,20 @@ sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result, SchedTime now)
 	e->has_last_fetch = true;
 	e->last_fetch = now;
 	e->invalidated = false;
+	e->max_age_ms = periods ? periods->max_age_ms : SCHED_PERIOD_DEFAULT;
+	e->stale_for_ms = periods ? periods->stale_for_ms : SCHED_PERIOD_DEFAULT;
+	SCHED_ASSERT(e->max_age_ms >= 0 || e->max_age_ms == SCHED_PERIOD_DEFAULT);
+	SCHED_ASSERT(e->stale_for_ms >= 0 ||
+				 e->stale_for_ms == SCHED_PERIOD_DEFAULT);
 	/* A refresh does not push the eviction: refreshed keys still age out. */
 	if (!(is_refresh && e->has_expiry))
 	{
 		e->has_expiry = true;
-		e->expiry = now + s->config.expiry_ms + s->config.grace_period_ms;
+		e->expiry = now + entry_lifetime(s, e);
 	}
 	e->state = SCHED_COMPLETE;
 	queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
-	if (s->config.refresh_interval_ms > 0)
-		queue_schedule(s, SCHED_QUEUE_REFRESH, e,
-					   now + s->config.refresh_interval_ms);
+	schedule_refresh(s, e, now);
 
 	if (e->refetch_after)
 	{
@@ -1052,12 +1116,18 @@ sched_next_wakeup(const Sched *s, int64_t batch_interval_ms, SchedTime *when)
 SchedEntry *
 sched_restore_complete(Sched *s, const char *key, size_t keylen,
 					   SchedTime last_fetch, SchedTime expiry,
+					   const SchedPeriods *periods,
 					   bool has_refresh, SchedTime refresh_at)
 {
 	SchedEntry *e = sched_lookup(s, key, keylen);
 
 	if (e == NULL)
 		e = sched_insert_new(s, key, keylen);
+	e->max_age_ms = periods ? periods->max_age_ms : SCHED_PERIOD_DEFAULT;
+	e->stale_for_ms = periods ? periods->stale_for_ms : SCHED_PERIOD_DEFAULT;
+	SCHED_ASSERT(e->max_age_ms >= 0 || e->max_age_ms == SCHED_PERIOD_DEFAULT);
+	SCHED_ASSERT(e->stale_for_ms >= 0 ||
+				 e->stale_for_ms == SCHED_PERIOD_DEFAULT);
 	e->state = SCHED_COMPLETE;
 	e->has_last_fetch = true;
 	e->last_fetch = last_fetch;

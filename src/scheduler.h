@@ -47,10 +47,26 @@ typedef struct SchedConfig
 	int64_t		expiry_ms;		/* fresh below this age */
 	int64_t		grace_period_ms;	/* stale until expiry + grace, then
 									 * expired */
-	int64_t		refresh_interval_ms;	/* <= 0: no refresh; else must pass
-										 * sched_refresh_interval_valid() */
+	int64_t		refresh_interval_ms;	/* <= 0: no refresh; else a key is
+										 * refreshed only if it passes
+										 * sched_refresh_interval_valid()
+										 * for the key's own periods */
 	int64_t		max_retry_backoff_ms;	/* cap of the retry backoff */
 } SchedConfig;
+
+/*
+ * A key's own fresh and stale periods, as its source gave them with a value
+ * (the fetch function's max_age and stale_for), in ms; SCHED_PERIOD_DEFAULT
+ * for either means the configuration's (expiry, grace_period), and follows
+ * it when the configuration changes.
+ */
+#define SCHED_PERIOD_DEFAULT (-1)
+
+typedef struct SchedPeriods
+{
+	int64_t		max_age_ms;		/* fresh below this age */
+	int64_t		stale_for_ms;	/* then stale for this long, then expired */
+} SchedPeriods;
 
 typedef enum SchedFetchState
 {
@@ -138,6 +154,14 @@ typedef struct SchedEntry
 	bool		has_expiry;		/* eviction time; a refresh never moves it */
 	SchedTime	expiry;
 
+	/*
+	 * The key's own periods from its last successful fetch, or
+	 * SCHED_PERIOD_DEFAULT; read them with sched_max_age() and
+	 * sched_stale_for().
+	 */
+	int64_t		max_age_ms;
+	int64_t		stale_for_ms;
+
 	bool		invalidated;	/* treat as stale until the next success */
 	bool		refetch_after;	/* invalidated while its fetch ran: fetch again */
 	bool		evict_after;	/* evict when the running fetch completes */
@@ -178,7 +202,7 @@ typedef void (*SchedFreeFn) (void *ptr);
 extern Sched *sched_create(const SchedConfig *config,
 						   SchedAllocFn alloc_fn, SchedFreeFn free_fn);
 extern void sched_destroy(Sched *s);
-extern int64_t sched_set_config(Sched *s, const SchedConfig *config);
+extern size_t sched_set_config(Sched *s, const SchedConfig *config);
 extern const SchedConfig *sched_config(const Sched *s);
 
 /* Pure helpers, also used by readers outside the worker. */
@@ -187,6 +211,11 @@ extern bool sched_refresh_interval_valid(int64_t expiry_ms, int64_t grace_ms,
 extern int64_t sched_backoff_delay(int attempt, int64_t max_backoff_ms);
 extern SchedFreshness sched_freshness(SchedTime last_fetch, SchedTime now,
 									  int64_t expiry_ms, int64_t grace_ms);
+extern int64_t sched_period(int64_t own_ms, int64_t config_ms);
+
+/* The periods in force for a key: its own, else the configuration's. */
+extern int64_t sched_max_age(const Sched *s, const SchedEntry *entry);
+extern int64_t sched_stale_for(const Sched *s, const SchedEntry *entry);
 
 extern SchedEntry *sched_lookup(Sched *s, const char *key, size_t keylen);
 extern size_t sched_count(const Sched *s);
@@ -207,10 +236,14 @@ extern SchedEntry *sched_invalidate(Sched *s, const char *key, size_t keylen,
 
 /*
  * Record a fetch result for an IN_PROGRESS entry.  Pending results keep the
- * old value and begin the next attempt after the backoff.
+ * old value and begin the next attempt after the backoff.  A value or
+ * not_modified sets the key's own periods (NULL: both the configuration's),
+ * which its freshness, eviction and refresh follow from then on.
  */
 extern SchedCompletion sched_complete_fetch(Sched *s, SchedEntry *entry,
-											SchedResult result, SchedTime now);
+											SchedResult result,
+											const SchedPeriods *periods,
+											SchedTime now);
 
 /* Timer queues. */
 extern bool sched_peek(const Sched *s, SchedQueue queue, SchedTime *when);
@@ -313,11 +346,13 @@ extern bool sched_next_wakeup(const Sched *s, int64_t batch_interval_ms,
 
 /*
  * Rebuild the state of a key that has a value, after a worker restart:
- * COMPLETE since last_fetch, evicted at expiry, refreshed at refresh_at when
+ * COMPLETE since last_fetch with its own periods (NULL: the
+ * configuration's), evicted at expiry, refreshed at refresh_at when
  * has_refresh.
  */
 extern SchedEntry *sched_restore_complete(Sched *s, const char *key, size_t keylen,
 										  SchedTime last_fetch, SchedTime expiry,
+										  const SchedPeriods *periods,
 										  bool has_refresh, SchedTime refresh_at);
 
 extern void sched_resume_backoff(Sched *s, SchedEntry *e, int attempts,

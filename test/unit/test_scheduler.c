@@ -280,7 +280,8 @@ dispatch(Store *st, const char *key, SchedTime now)
  * apply it to the shared map as the worker does.
  */
 static SchedCompletion
-complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
+complete_periods(Store *st, SchedEntry *e, Answer answer,
+				 const SchedPeriods *periods, SchedTime now)
 {
 	char		key[KEY_MAX];
 	SchedResult result;
@@ -300,7 +301,7 @@ complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
 			break;
 	}
 
-	completion = sched_complete_fetch(st->sched, e, result, now);
+	completion = sched_complete_fetch(st->sched, e, result, periods, now);
 	if (completion == SCHED_EVICTED)
 	{
 		/* e is gone */
@@ -312,6 +313,13 @@ complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
 	else if (answer == ANSWER_ENABLED)
 		fake_set_state(st->shared, key, FAKE_ENABLED);
 	return completion;
+}
+
+/* The same, with the periods the configuration sets. */
+static SchedCompletion
+complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
+{
+	return complete_periods(st, e, answer, NULL, now);
 }
 
 static SchedCompletion
@@ -1333,15 +1341,17 @@ test_restore_complete(void **state)
 	fake_set_state(st.shared, KEY2, FAKE_ENABLED);
 	fake_set_state(st.shared, KEY3, FAKE_ENABLED);
 	e = sched_restore_complete(st.sched, KEY1, strlen(KEY1), base - 3000,
-							   base + 7000, true, base + 4000);
+							   base + 7000, NULL, true, base + 4000);
 	assert_non_null(e);
 	assert_int_equal(e->state, SCHED_COMPLETE);
 	assert_true(e->has_last_fetch);
 	assert_int_equal(e->last_fetch, base - 3000);
 	assert_non_null(sched_restore_complete(st.sched, KEY2, strlen(KEY2),
-										   base - 6000, base + 4000, false, 0));
+										   base - 6000, base + 4000, NULL, false,
+										   0));
 	assert_non_null(sched_restore_complete(st.sched, KEY3, strlen(KEY3),
-										   base - 6000, base + 4000, false, 0));
+										   base - 6000, base + 4000, NULL, false,
+										   0));
 	assert_int_equal(sched_count(st.sched), 3);
 
 	/* Freshness follows the restored last fetch. */
@@ -1598,7 +1608,7 @@ test_heap_stress(void **state)
 		has_refresh[i] = next_random(&seed) % 2 == 0;
 		refresh_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
 		assert_non_null(sched_restore_complete(st.sched, key, strlen(key), 0,
-											   evict_at[i], has_refresh[i],
+											   evict_at[i], NULL, has_refresh[i],
 											   refresh_at[i]));
 		alive[i] = true;
 	}
@@ -1611,7 +1621,7 @@ test_heap_stress(void **state)
 		refresh_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
 		has_refresh[i] = true;
 		assert_non_null(sched_restore_complete(st.sched, key, strlen(key), 0,
-											   evict_at[i], true,
+											   evict_at[i], NULL, true,
 											   refresh_at[i]));
 	}
 	/* ...and remove others. */
@@ -1752,7 +1762,7 @@ cached(SieveFixture *f, const char *keys)
 {
 	for (; *keys; keys++)
 		assert_non_null(sched_restore_complete(f->s, keys, 1, 0, 1000000,
-											   false, 0));
+											   NULL, false, 0));
 }
 
 /* A reader reads the key: it is marked visited. */
@@ -1941,7 +1951,7 @@ test_s3fifo_spares_fetches(void **state)
 	p = sched_try_begin_fetch(s, "later", 5, false, 0);
 	assert_non_null(p);
 	assert_int_equal(sched_ready_batch(s, 200, 10, 100, &batch), 2);
-	(void) sched_complete_fetch(s, p, SCHED_RESULT_PENDING, 300);
+	(void) sched_complete_fetch(s, p, SCHED_RESULT_PENDING, NULL, 300);
 	/* its retry is due, but not gathered yet: evictable */
 	assert_true(sched_evictable(p));
 	assert_string_equal(sieve_evict(f), "later");
@@ -2080,8 +2090,8 @@ test_fair_fetch_order(void **state)
 	SchedTime	now = 0;
 
 	/* "s" and "t" have values that go stale at DEFAULT_EXPIRY_MS. */
-	(void) sched_restore_complete(f->s, "s", 1, 0, 1000000, false, 0);
-	(void) sched_restore_complete(f->s, "t", 1, 0, 1000000, false, 0);
+	(void) sched_restore_complete(f->s, "s", 1, 0, 1000000, NULL, false, 0);
+	(void) sched_restore_complete(f->s, "t", 1, 0, 1000000, NULL, false, 0);
 	now = DEFAULT_EXPIRY_MS + 1;
 	asked_for_all(f, "abcd", now);
 	assert_int_equal(sched_once_count(f->s), 4);
@@ -2123,7 +2133,7 @@ test_fair_fetch_classes(void **state)
 	for (i = 0; i < 2; i++)
 	{
 		assert_string_equal(next_batch(f, 1, 0), "a");
-		assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING, 0),
+		assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING, NULL, 0),
 						 SCHED_RESCHEDULED);
 		assert_int_equal(sched_once_count(f->s), 1);
 	}
@@ -2137,7 +2147,7 @@ test_fair_fetch_classes(void **state)
 	assert_string_equal(next_batch(f, 1, 0), "");
 	assert_string_equal(next_batch(f, 1, e->fetch_when), "a");
 	assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING,
-										  e->fetch_when), SCHED_RESCHEDULED);
+										  NULL, e->fetch_when), SCHED_RESCHEDULED);
 	assert_int_equal(sched_once_count(f->s), 0);	/* still demanded */
 
 	/* Invalidated while it waits: due now, with priority. */
@@ -2203,12 +2213,12 @@ test_expiry_change_moves_evictions(void **state)
 
 	(void) state;
 	store_init(&st, 1000, 500, 0);
-	(void) sched_restore_complete(st.sched, "a", 1, 0, 1500, false, 0);
-	(void) sched_restore_complete(st.sched, "b", 1, 100, 1600, false, 0);
+	(void) sched_restore_complete(st.sched, "a", 1, 0, 1500, NULL, false, 0);
+	(void) sched_restore_complete(st.sched, "b", 1, 100, 1600, NULL, false, 0);
 
 	config = *sched_config(st.sched);
 	config.expiry_ms = 5000;
-	assert_int_equal(sched_set_config(st.sched, &config), 4000);
+	assert_int_equal(sched_set_config(st.sched, &config), 2);
 	assert_true(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
 	assert_int_equal(when, 5500);
 	assert_int_equal(lookup(&st, "b")->expiry, 5600);
@@ -2218,11 +2228,244 @@ test_expiry_change_moves_evictions(void **state)
 	/* lowered: due at once */
 	config.expiry_ms = 100;
 	config.grace_period_ms = 0;
-	assert_int_equal(sched_set_config(st.sched, &config), -5400);
+	assert_int_equal(sched_set_config(st.sched, &config), 2);
 	assert_true(entry_is_key(sched_pop_eviction(st.sched, 300), "b"));
 
 	/* unchanged: nothing moves */
 	assert_int_equal(sched_set_config(st.sched, &config), 0);
+	store_free(&st);
+}
+
+/* ----------------------------------------------------------------
+ * Periods per key: max_age and stale_for from the source
+ * ----------------------------------------------------------------
+ */
+
+/* Fetch key and complete it with a value and these periods (-1: default). */
+static SchedEntry *
+fetch_with_periods(Store *st, const char *key, int64_t max_age_ms,
+				   int64_t stale_for_ms, SchedTime now)
+{
+	SchedPeriods periods = {max_age_ms, stale_for_ms};
+	SchedEntry *e;
+
+	(void) begin_fetch(st, key, now);
+	e = dispatch(st, key, now);
+	assert_int_equal(complete_periods(st, e, ANSWER_ENABLED, &periods, now),
+					 SCHED_DONE);
+	return lookup(st, key);
+}
+
+static void
+test_period_helpers(void **state)
+{
+	(void) state;
+	assert_int_equal(sched_period(SCHED_PERIOD_DEFAULT, 300000), 300000);
+	assert_int_equal(sched_period(0, 300000), 0);
+	assert_int_equal(sched_period(1500, 300000), 1500);
+}
+
+/*
+ * Fresh below the key's own max_age, stale for its own stale_for, then
+ * expired; evicted at the end of both; the configuration's are not used.
+ */
+static void
+test_periods_freshness_and_eviction(void **state)
+{
+	Store		st;
+	SchedEntry *e;
+	SchedTime	when;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 0);
+
+	e = fetch_with_periods(&st, KEY1, 1000, 2000, 0);
+	assert_int_equal(e->max_age_ms, 1000);
+	assert_int_equal(e->stale_for_ms, 2000);
+	assert_int_equal(sched_max_age(st.sched, e), 1000);
+	assert_int_equal(sched_stale_for(st.sched, e), 2000);
+	assert_true(e->has_expiry);
+	assert_int_equal(e->expiry, 3000);
+	assert_true(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_int_equal(when, 3000);
+
+	/* fresh at 999 ms: no fetch; stale at 1,000 ms (not 5,000): fetched */
+	assert_null(begin_fetch(&st, KEY1, 999));
+	assert_non_null(begin_fetch(&st, KEY1, 1000));
+	/* this time the source gives none: the configuration's apply again */
+	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, 1000),
+					 SCHED_DONE);
+	e = lookup(&st, KEY1);
+	assert_int_equal(e->max_age_ms, SCHED_PERIOD_DEFAULT);
+	assert_int_equal(e->stale_for_ms, SCHED_PERIOD_DEFAULT);
+	assert_int_equal(e->expiry, 11000);
+	assert_null(begin_fetch(&st, KEY1, 5999));
+
+	/* expired at the end of its periods, and evicted then */
+	e = fetch_with_periods(&st, KEY2, 100, 200, 0);
+	assert_int_equal(sched_freshness(e->last_fetch, 299, sched_max_age(st.sched, e),
+									 sched_stale_for(st.sched, e)), SCHED_STALE);
+	assert_int_equal(sched_freshness(e->last_fetch, 300, sched_max_age(st.sched, e),
+									 sched_stale_for(st.sched, e)), SCHED_EXPIRED);
+	assert_null(sched_pop_eviction(st.sched, 299));
+	e = sched_pop_eviction(st.sched, 300);
+	assert_non_null(e);
+	assert_true(entry_is_key(e, KEY2));
+	store_free(&st);
+}
+
+/* One period of its own: the other is the configuration's. */
+static void
+test_periods_one_own(void **state)
+{
+	Store		st;
+	SchedEntry *e;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 0);
+	e = fetch_with_periods(&st, KEY1, 1000, SCHED_PERIOD_DEFAULT, 0);
+	assert_int_equal(sched_stale_for(st.sched, e), 5000);
+	assert_int_equal(e->expiry, 6000);
+	e = fetch_with_periods(&st, KEY2, SCHED_PERIOD_DEFAULT, 0, 0);
+	assert_int_equal(sched_max_age(st.sched, e), 5000);
+	assert_int_equal(e->expiry, 5000);
+	/* max_age 0: stale at once, so every request fetches it */
+	e = fetch_with_periods(&st, KEY3, 0, 1000, 0);
+	assert_non_null(begin_fetch(&st, KEY3, 0));
+	store_free(&st);
+}
+
+/*
+ * A pending or failed attempt keeps the key's periods; not_modified takes
+ * the new ones; a refresh takes them too but does not move the eviction.
+ */
+static void
+test_periods_pending_not_modified_refresh(void **state)
+{
+	Store		st;
+	SchedEntry *e;
+	SchedPeriods shorter = {500, 500};
+	SchedPeriods longer = {8000, 1000};
+	SchedConfig config;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 0);
+	e = fetch_with_periods(&st, KEY1, 1000, 2000, 0);
+
+	assert_non_null(begin_fetch(&st, KEY1, 1500));
+	e = dispatch(&st, KEY1, 1500);
+	assert_int_equal(complete_periods(&st, e, ANSWER_PENDING, &shorter, 1500),
+					 SCHED_RESCHEDULED);
+	assert_int_equal(e->max_age_ms, 1000);
+	assert_int_equal(e->stale_for_ms, 2000);
+
+	e = dispatch(&st, KEY1, 1500);	/* the first retry is immediate */
+	assert_int_equal(complete_periods(&st, e, ANSWER_NOT_MODIFIED, &shorter,
+									  1500), SCHED_DONE);
+	assert_int_equal(e->max_age_ms, 500);
+	assert_int_equal(e->expiry, 2500);
+
+	/* a refresh (valid for 500 / 500: 700 ms) takes new periods only */
+	config = *sched_config(st.sched);
+	config.refresh_interval_ms = 700;
+	(void) sched_set_config(st.sched, &config);
+	assert_non_null(refresh_key(&st, KEY1, 2200));
+	e = dispatch(&st, KEY1, 2200);
+	assert_int_equal(complete_periods(&st, e, ANSWER_ENABLED, &longer, 2200),
+					 SCHED_DONE);
+	assert_int_equal(e->max_age_ms, 8000);
+	assert_int_equal(e->expiry, 2500);	/* not pushed */
+	store_free(&st);
+}
+
+/*
+ * refresh_interval keeps its rule, against each key's own periods: it is
+ * honoured for a key whose periods it lies strictly between, whatever the
+ * configuration's, and a key whose new periods exclude it loses its
+ * scheduled refresh.
+ */
+static void
+test_periods_refresh_rule(void **state)
+{
+	SchedConfig config = {5000, 5000, 2500, DEFAULT_MAX_BACKOFF_MS};
+	Store		st;
+	SchedEntry *e;
+	SchedTime	when;
+
+	(void) state;
+	/* 2,500 ms is outside (5 s, 10 s): no key following the settings refreshes */
+	st.sched = sched_create(&config, malloc, free);
+	st.shared = calloc(1, sizeof(FakeShared));
+	assert_non_null(st.shared);
+
+	e = fetch_with_periods(&st, KEY1, SCHED_PERIOD_DEFAULT,
+						   SCHED_PERIOD_DEFAULT, 0);
+	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+
+	/* (1 s, 3 s) holds it */
+	e = fetch_with_periods(&st, KEY2, 1000, 2000, 0);
+	assert_true(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+	assert_int_equal(when, 2500);
+	/* bounds are strict, as for the settings */
+	e = fetch_with_periods(&st, KEY3, 2500, 1000, 0);
+	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+	e = fetch_with_periods(&st, "k4", 1000, 1500, 0);
+	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+
+	/* KEY2 refreshes at 2.5 s, by itself */
+	e = sched_pop_refresh(st.sched, 2500);
+	assert_non_null(e);
+	assert_true(entry_is_key(e, KEY2));
+	assert_non_null(refresh_key(&st, KEY2, 2500));
+	e = dispatch(&st, KEY2, 2500);
+	/* its source now says 10 s fresh: 2.5 s no longer fits, none is scheduled */
+	{
+		SchedPeriods p = {10000, 1000};
+
+		assert_int_equal(complete_periods(&st, e, ANSWER_ENABLED, &p, 2500),
+						 SCHED_DONE);
+	}
+	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+	assert_false(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+	store_free(&st);
+}
+
+/*
+ * A new expiry or grace period moves the eviction of keys that follow it,
+ * not of those with periods of their own; a key with one own period moves
+ * by the change of the other.
+ */
+static void
+test_periods_config_change(void **state)
+{
+	Store		st;
+	SchedConfig config;
+	SchedPeriods both = {100, 100};
+	SchedPeriods age_only = {100, SCHED_PERIOD_DEFAULT};
+
+	(void) state;
+	store_init(&st, 1000, 500, 0);
+	(void) sched_restore_complete(st.sched, "own", 3, 0, 200, &both, false, 0);
+	(void) sched_restore_complete(st.sched, "age", 3, 0, 600, &age_only,
+								  false, 0);
+	(void) sched_restore_complete(st.sched, "cfg", 3, 0, 1500, NULL, false, 0);
+
+	config = *sched_config(st.sched);
+	config.expiry_ms = 5000;
+	assert_int_equal(sched_set_config(st.sched, &config), 1);
+	assert_int_equal(lookup(&st, "own")->expiry, 200);
+	assert_int_equal(lookup(&st, "age")->expiry, 600);
+	assert_int_equal(lookup(&st, "cfg")->expiry, 5500);
+
+	config.grace_period_ms = 1500;
+	assert_int_equal(sched_set_config(st.sched, &config), 2);
+	assert_int_equal(lookup(&st, "own")->expiry, 200);
+	assert_int_equal(lookup(&st, "age")->expiry, 1600);
+	assert_int_equal(lookup(&st, "cfg")->expiry, 6500);
+
+	/* freshness of a restored key follows its restored periods */
+	assert_null(begin_fetch(&st, "own", 99));
+	assert_non_null(begin_fetch(&st, "own", 100));
 	store_free(&st);
 }
 
@@ -2249,6 +2492,12 @@ main(void)
 		cmocka_unit_test(test_request_evict),
 		cmocka_unit_test(test_restore_complete),
 		cmocka_unit_test(test_expiry_change_moves_evictions),
+		cmocka_unit_test(test_period_helpers),
+		cmocka_unit_test(test_periods_freshness_and_eviction),
+		cmocka_unit_test(test_periods_one_own),
+		cmocka_unit_test(test_periods_pending_not_modified_refresh),
+		cmocka_unit_test(test_periods_refresh_rule),
+		cmocka_unit_test(test_periods_config_change),
 		cmocka_unit_test(test_pending_never_evicted),
 		cmocka_unit_test(test_refresh_unknown_key),
 		cmocka_unit_test(test_heap_stress),
