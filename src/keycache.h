@@ -68,9 +68,22 @@ typedef enum PcFetchState
 									 * once (scheduler.h, "Fair fetching") */
 
 /*
+ * A key's own fresh and stale periods (max_age, stale_for: the fetch
+ * function's optional result columns), in ms: PC_PERIOD_DEFAULT when the
+ * key follows projcache.expiry or grace_period, else 0 to
+ * PC_MAX_PERIOD_MS, the bound of those settings; the fetch function's
+ * values outside it are refused (keycache_fetch.c).  The same encoding as
+ * the scheduler's SCHED_PERIOD_DEFAULT.
+ */
+#define PC_PERIOD_DEFAULT	(-1)
+#define PC_MAX_PERIOD_MS	(INT_MAX / 4)
+
+/*
  * One key's shared state.  Laid out so that dshash's item (its 16-byte
- * header and this) fills the allocator's 112-byte size class: keep new
- * fields in the padding after error_unstored, or check PC_ENTRY_DSA_BYTES.
+ * header and this) fills the allocator's 112-byte size class: the flags
+ * are bits so that the key's periods fit where padding was; check
+ * PC_ENTRY_DSA_BYTES (and the assertion in keycache_map.c) before adding
+ * a field.
  */
 typedef struct PcEntry
 {
@@ -85,13 +98,18 @@ typedef struct PcEntry
 	int32		attempts;		/* failed or pending attempts in a row */
 	uint8		state;			/* PcKeyState */
 	uint8		fetch_state;	/* PcFetchState */
-	bool		invalidated;	/* stale until the next successful fetch */
-	bool		awaiting_commit;	/* on a standby: invalidated by a
+	/* flags, written only under the entry's exclusive lock */
+	bool		invalidated:1;	/* stale until the next successful fetch */
+	bool		awaiting_commit:1;	/* on a standby: invalidated by a
 									 * transaction whose commit is not
 									 * replayed yet; reads ask for no fetch
 									 * (keycache_replay.c) */
-	bool		has_refresh;	/* refresh_at is set */
-	bool		error_unstored; /* last fetch failed; no room for its message */
+	bool		has_refresh:1;	/* refresh_at is set */
+	bool		error_unstored:1;	/* last fetch failed; no room for its
+									 * message */
+	int32		max_age_ms;		/* the key's own periods from its last
+								 * successful fetch, or PC_PERIOD_DEFAULT */
+	int32		stale_for_ms;
 	int64		fetched_at;		/* pc clock of the last success, if any */
 	int64		expires_at;		/* eviction due, if fetched */
 	int64		refresh_at;		/* refresh due, if has_refresh */
@@ -174,7 +192,9 @@ extern bool pc_keys_dump_step(PcKeyDump *dump, int64 deadline_ms);
 extern void pc_keys_dump_end(PcKeyDump *dump, bool discard);
 extern uint64 pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 												 int64 fetched_at,
-												 int64 expires_at));
+												 int64 expires_at,
+												 int32 max_age_ms,
+												 int32 stale_for_ms));
 
 /* ----------------------------------------------------------------
  * The request ring (keycache_ring.c)
@@ -215,6 +235,10 @@ typedef struct PcFetchItem
 	char	   *new_revision;	/* palloc'd, or NULL */
 	struct varlena *config;		/* palloc'd jsonb, or NULL */
 	char	   *error;			/* palloc'd message for PC_ANSWER_ERROR */
+	int32		max_age_ms;		/* its own periods, or PC_PERIOD_DEFAULT */
+	int32		stale_for_ms;
+	char	   *period_error;	/* palloc'd: why a period given was not
+								 * used, or NULL */
 	bool		seen;			/* a row for this key was returned */
 } PcFetchItem;
 

@@ -9,8 +9,9 @@
  * it starts for the first time after the server did (after a crash too:
  * the last periodic dump).  Keys come back stale, never fresh: a read
  * serves the old value and asks the source, which may answer not_modified
- * to the kept revision.  A key whose age is past expiry + grace_period is
- * left out.
+ * to the kept revision, with the periods its source gave it.  A key whose
+ * age is past the end of its periods (its own max_age and stale_for, else
+ * expiry and grace_period) is left out.
  *
  * A dump is written a slice at a time (pc_keys_dump_step), each slice
  * bounded in time, so that the worker's batches go on between slices.  The
@@ -33,6 +34,7 @@
 #include "dump_file.h"
 #include "keycache.h"
 #include "projcache.h"
+#include "scheduler.h"
 #include "shmem.h"
 
 /* One key, as written: this header, the key, then the value's bytes. */
@@ -44,6 +46,8 @@ typedef struct KeyRecord
 	uint32		config_len;		/* 0: no config (disabled) */
 	uint8		state;			/* PC_STATE_ENABLED or PC_STATE_DISABLED */
 	uint8		reserved[3];
+	int32		max_age_ms;		/* its own periods, or PC_PERIOD_DEFAULT */
+	int32		stale_for_ms;
 } KeyRecord;
 
 struct PcKeyDump
@@ -201,6 +205,8 @@ copy_record(PcKeyDump *d, const char *key, uint32 len, int64 now)
 			rec.revision_len = value->revision_len;
 			rec.config_len = value->config_len;
 			rec.state = entry->state;
+			rec.max_age_ms = entry->max_age_ms;
+			rec.stale_for_ms = entry->stale_for_ms;
 			memcpy(d->record.data, &rec, sizeof(rec));
 			memcpy(d->record.data + sizeof(rec), key, len);
 			pc_value_read(value, 0, value_len,
@@ -274,6 +280,10 @@ record_valid(const char *payload, uint32 len, KeyRecord *rec)
 	memcpy(rec, payload, sizeof(KeyRecord));
 	if (rec->keylen == 0 || rec->keylen > PC_MAX_KEY_BYTES ||
 		rec->revision_len < -1 ||
+		rec->max_age_ms < PC_PERIOD_DEFAULT ||
+		rec->max_age_ms > PC_MAX_PERIOD_MS ||
+		rec->stale_for_ms < PC_PERIOD_DEFAULT ||
+		rec->stale_for_ms > PC_MAX_PERIOD_MS ||
 		(rec->state != PC_STATE_ENABLED && rec->state != PC_STATE_DISABLED))
 		return false;
 	value_len = (Size) Max(rec->revision_len, 0) + rec->config_len;
@@ -303,7 +313,8 @@ record_valid(const char *payload, uint32 len, KeyRecord *rec)
  */
 uint64
 pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
-								   int64 fetched_at, int64 expires_at))
+								   int64 fetched_at, int64 expires_at,
+								   int32 max_age_ms, int32 stale_for_ms))
 {
 	PcDumpReader *r;
 	char	   *payload;
@@ -333,6 +344,7 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 		char	   *revision = NULL;
 		struct varlena *config = NULL;
 		int64		age;
+		int64		lifetime;
 		int64		fetched_at;
 		int64		expires_at;
 		PcEntry    *entry;
@@ -347,7 +359,10 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			continue;
 		}
 		age = rec.age_ms + since_dump_ms;
-		if (age > (int64) pc_expiry_ms + pc_grace_period_ms)
+		/* past the end of its own periods, under the settings now */
+		lifetime = sched_period(rec.max_age_ms, pc_expiry_ms) +
+			sched_period(rec.stale_for_ms, pc_grace_period_ms);
+		if (age > lifetime)
 		{
 			too_old++;
 			pfree(payload);
@@ -369,7 +384,7 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			memcpy(config, data + Max(rec.revision_len, 0), rec.config_len);
 		}
 		fetched_at = now - age;
-		expires_at = fetched_at + pc_expiry_ms + pc_grace_period_ms;
+		expires_at = fetched_at + lifetime;
 
 		value = pc_value_make(revision, config);
 		if (!DsaPointerIsValid(value))
@@ -394,6 +409,8 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			entry->fetch_state = PC_FETCH_COMPLETE;
 			entry->fetched_at = fetched_at;
 			entry->expires_at = expires_at;
+			entry->max_age_ms = rec.max_age_ms;
+			entry->stale_for_ms = rec.stale_for_ms;
 			entry->invalidated = true;
 			value = InvalidDsaPointer;
 		}
@@ -402,7 +419,8 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			pc_value_free(value);	/* cached meanwhile */
 		else
 		{
-			restore(key, rec.keylen, fetched_at, expires_at);
+			restore(key, rec.keylen, fetched_at, expires_at, rec.max_age_ms,
+					rec.stale_for_ms);
 			loaded++;
 		}
 		if (revision)
@@ -420,7 +438,7 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			(errmsg("projcache loaded " UINT64_FORMAT " keys from \"%s\", written %.1f s ago",
 					loaded, PC_KEYS_DUMP_FILE, (double) since_dump_ms / 1000.0),
 			 (too_old > 0 || bad > 0 || full) ?
-			 errdetail("Left out: " UINT64_FORMAT " past expiry + grace_period, "
+			 errdetail("Left out: " UINT64_FORMAT " past expiry + grace_period or their own periods, "
 					   UINT64_FORMAT " not readable%s.",
 					   too_old, bad,
 					   full ? "; loading stopped with memory nearly full" : "") : 0));

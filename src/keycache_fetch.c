@@ -6,7 +6,13 @@
  * The fetch function (projcache.fetch_function) is the key cache's upstream:
  *
  *	 fn(keys text[], revisions text[])
- *	   RETURNS TABLE(key text, state text, revision text, config jsonb)
+ *	   RETURNS TABLE(key text, state text, revision text, config jsonb
+ *					 [, max_age interval] [, stale_for interval])
+ *
+ * The first four columns are taken by position.  After them, columns
+ * named max_age and stale_for, if the function has them, give each key its
+ * own fresh and stale periods in place of projcache.expiry and
+ * grace_period (see read_period()); functions without them work as before.
  *
  * It runs through SPI inside an internal subtransaction, under a statement
  * timeout of projcache.fetch_timeout, so that whatever it does wrong (an
@@ -42,7 +48,10 @@
 #include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/array.h"
+#include "common/int.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -68,6 +77,37 @@ fail_batch(PcFetchItem *items, int nitems, const char *message)
 		items[i].error = pstrdup(message);
 		items[i].config = NULL;
 		items[i].new_revision = NULL;
+		items[i].max_age_ms = PC_PERIOD_DEFAULT;
+		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
+		items[i].period_error = NULL;
+	}
+}
+
+/*
+ * An optional period column of the fetch function's result: max_age or
+ * stale_for.  fetch_query() finds it by name and says where it is.
+ */
+typedef struct PeriodColumn
+{
+	const char *name;
+	const char *setting;		/* what applies when it gives none */
+	int			attnum;			/* in the query's result; 0: not selected */
+	char	   *problem;		/* why it is unusable for every key, or NULL */
+} PeriodColumn;
+
+#define NUM_PERIOD_COLUMNS	2
+
+static void
+period_columns_init(PeriodColumn *cols)
+{
+	cols[0].name = "max_age";
+	cols[0].setting = "projcache.expiry";
+	cols[1].name = "stale_for";
+	cols[1].setting = "projcache.grace_period";
+	for (int i = 0; i < NUM_PERIOD_COLUMNS; i++)
+	{
+		cols[i].attnum = 0;
+		cols[i].problem = NULL;
 	}
 }
 
@@ -114,14 +154,20 @@ find_item(PcFetchItem *items, int *order, int nitems, const char *key, uint32 le
  * The fetch function's call, and the role it runs as: projcache.fetch_role
  * when set, else the function's owner, as if it were SECURITY DEFINER.  Both
  * are resolved now: the settings, the function and its owner may change.
+ * Its optional period columns are looked for by name after the first four
+ * (filling in cols): one of type interval (or a domain over it) is
+ * selected; one of another type is not, and cols says why.
  */
 static char *
-fetch_query(Oid *roleid)
+fetch_query(Oid *roleid, PeriodColumn *cols)
 {
 	List	   *names = stringToQualifiedNameList(pc_fetch_function);
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Oid			fn;
 	HeapTuple	proctup;
+	TupleDesc	resultdesc = NULL;
+	StringInfoData query;
+	int			natts = 4;
 
 	fn = LookupFuncName(names, 2, argtypes, true);
 	if (!OidIsValid(fn))
@@ -148,11 +194,43 @@ fetch_query(Oid *roleid)
 	 * "jsonb" in pg_temp shadows the real one for an unqualified cast) or
 	 * changed search_path.
 	 */
-	return psprintf("SELECT f.key::pg_catalog.text, f.state::pg_catalog.text, "
-					"f.revision::pg_catalog.text, f.config::pg_catalog.jsonb "
-					"FROM %s($1, $2) AS f(key, state, revision, config)",
-					quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
-											   get_func_name(fn)));
+	initStringInfo(&query);
+	appendStringInfoString(&query,
+						   "SELECT f.key::pg_catalog.text, f.state::pg_catalog.text, "
+						   "f.revision::pg_catalog.text, f.config::pg_catalog.jsonb");
+
+	/* Reading the catalog runs no user code. */
+	if (get_func_result_type(fn, NULL, &resultdesc) != TYPEFUNC_COMPOSITE)
+		resultdesc = NULL;
+	for (int c = 0; c < NUM_PERIOD_COLUMNS; c++)
+	{
+		for (int i = 4; resultdesc != NULL && i < resultdesc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(resultdesc, i);
+
+			if (att->attisdropped ||
+				strcmp(NameStr(att->attname), cols[c].name) != 0)
+				continue;
+			if (getBaseType(att->atttypid) != INTERVALOID)
+			{
+				cols[c].problem =
+					psprintf("fetch function result column %s has type %s, not interval: %s applies",
+							 cols[c].name, format_type_be(att->atttypid),
+							 cols[c].setting);
+				break;
+			}
+			/* a domain's constraints hold already: relabel it */
+			appendStringInfo(&query, ", f.%s::pg_catalog.interval",
+							 cols[c].name);
+			cols[c].attnum = ++natts;
+			break;
+		}
+	}
+
+	appendStringInfo(&query, " FROM %s($1, $2) AS f(key, state, revision, config)",
+					 quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
+												get_func_name(fn)));
+	return query.data;
 }
 
 /*
@@ -160,16 +238,19 @@ fetch_query(Oid *roleid)
  * the casts above resolved to: readers take the bytes for text and jsonb.
  */
 static void
-check_result_types(TupleDesc desc)
+check_result_types(TupleDesc desc, int natts)
 {
-	static const Oid expected[4] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+	static const Oid expected[4 + NUM_PERIOD_COLUMNS] = {
+		TEXTOID, TEXTOID, TEXTOID, JSONBOID, INTERVALOID, INTERVALOID
+	};
 	int			i;
 
-	if (desc->natts != lengthof(expected))
+	Assert(natts >= 4 && natts <= lengthof(expected));
+	if (desc->natts != natts)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("fetch function result has %d columns, not %d",
-						desc->natts, (int) lengthof(expected))));
+						desc->natts, natts)));
 	for (i = 0; i < desc->natts; i++)
 	{
 		Oid			type = TupleDescAttr(desc, i)->atttypid;
@@ -184,13 +265,78 @@ check_result_types(TupleDesc desc)
 }
 
 /*
+ * One key's period from its row, in ms: PC_PERIOD_DEFAULT when the
+ * function has no such column or gives NULL (the setting applies, as for a
+ * four-column function); also when the value is negative or longer than
+ * PC_MAX_PERIOD_MS (about 6.2 days, the bound of projcache.expiry and
+ * grace_period), and then *why says so.  A month counts 30 days and a day
+ * 24 hours, as extract(epoch) has it.
+ */
+static int32
+read_period(HeapTuple tuple, TupleDesc desc, const PeriodColumn *col,
+			char **why)
+{
+	Datum		d;
+	bool		isnull;
+	Interval   *iv;
+	int64		usecs;
+	bool		overflow;
+
+	if (col->problem != NULL)
+	{
+		*why = pstrdup(col->problem);
+		return PC_PERIOD_DEFAULT;
+	}
+	if (col->attnum == 0)
+		return PC_PERIOD_DEFAULT;
+	d = SPI_getbinval(tuple, desc, col->attnum, &isnull);
+	if (isnull)
+		return PC_PERIOD_DEFAULT;
+	iv = DatumGetIntervalP(d);
+	overflow = pg_mul_s64_overflow((int64) iv->month * DAYS_PER_MONTH + iv->day,
+								   USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, iv->time, &usecs);
+	if (overflow)
+		usecs = ((int64) iv->month * DAYS_PER_MONTH + iv->day) < 0 ?
+			PG_INT64_MIN : PG_INT64_MAX;
+	if (usecs >= 0 && usecs / 1000 <= PC_MAX_PERIOD_MS)
+		return (int32) (usecs / 1000);
+	if (usecs < 0)
+		*why = psprintf("fetch function returned %s \"%s\", which is negative: %s applies",
+						col->name,
+						DatumGetCString(DirectFunctionCall1(interval_out, d)),
+						col->setting);
+	else
+		*why = psprintf("fetch function returned %s \"%s\", longer than %d ms: %s applies",
+						col->name,
+						DatumGetCString(DirectFunctionCall1(interval_out, d)),
+						(int) PC_MAX_PERIOD_MS, col->setting);
+	return PC_PERIOD_DEFAULT;
+}
+
+/* Both periods of a row; the reasons for any refused, joined. */
+static void
+read_periods(HeapTuple tuple, TupleDesc desc, const PeriodColumn *cols,
+			 PcFetchItem *it)
+{
+	char	   *why[NUM_PERIOD_COLUMNS] = {NULL, NULL};
+
+	it->max_age_ms = read_period(tuple, desc, &cols[0], &why[0]);
+	it->stale_for_ms = read_period(tuple, desc, &cols[1], &why[1]);
+	if (why[0] != NULL && why[1] != NULL)
+		it->period_error = psprintf("%s; %s", why[0], why[1]);
+	else
+		it->period_error = why[0] != NULL ? why[0] : why[1];
+}
+
+/*
  * Run the SPI call and turn its rows into answers.  Runs inside the
  * subtransaction; any ERROR propagates to pc_fetch_batch().  Returns the
  * number of rows that broke the contract.
  */
 static int
-run_fetch(const char *query, PcFetchItem *items, int nitems,
-		  MemoryContext resultcxt)
+run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
+		  int nitems, MemoryContext resultcxt)
 {
 	Datum	   *keys = palloc(nitems * sizeof(Datum));
 	Datum	   *revs = palloc(nitems * sizeof(Datum));
@@ -225,7 +371,13 @@ run_fetch(const char *query, PcFetchItem *items, int nitems,
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args returned %s",
 			 SPI_result_code_string(ret));
-	check_result_types(SPI_tuptable->tupdesc);
+	{
+		int			natts = 4;
+
+		for (i = 0; i < NUM_PERIOD_COLUMNS; i++)
+			natts = Max(natts, cols[i].attnum);
+		check_result_types(SPI_tuptable->tupdesc, natts);
+	}
 
 	for (row = 0; row < SPI_processed; row++)
 	{
@@ -272,6 +424,7 @@ run_fetch(const char *query, PcFetchItem *items, int nitems,
 		it->new_revision = isnull ? NULL : TextDatumGetCString(d);
 		d = SPI_getbinval(tuple, desc, 4, &isnull);
 		it->config = isnull ? NULL : pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d));
+		read_periods(tuple, desc, cols, it);
 
 		if (state == NULL)
 			it->error = pstrdup("fetch function returned a NULL state");
@@ -296,6 +449,13 @@ run_fetch(const char *query, PcFetchItem *items, int nitems,
 			it->config = NULL;
 			it->new_revision = NULL;
 			breaches++;
+		}
+		/* Periods go with a value (or not_modified) only. */
+		if (it->answer == PC_ANSWER_ERROR || it->answer == PC_ANSWER_PENDING)
+		{
+			it->max_age_ms = PC_PERIOD_DEFAULT;
+			it->stale_for_ms = PC_PERIOD_DEFAULT;
+			it->period_error = NULL;
 		}
 		MemoryContextSwitchTo(oldcxt);
 	}
@@ -365,7 +525,11 @@ static void
 call_fetch_function(void *arg)
 {
 	FetchCall  *call = (FetchCall *) arg;
-	char	   *query = fetch_query(&call->roleid);
+	PeriodColumn cols[NUM_PERIOD_COLUMNS];
+	char	   *query;
+
+	period_columns_init(cols);
+	query = fetch_query(&call->roleid, cols);
 
 	/* An ERROR restores the user with the subtransaction. */
 	pc_become(&call->sw, PC_AS_FETCH_ROLE, call->roleid, NULL);
@@ -373,7 +537,7 @@ call_fetch_function(void *arg)
 		enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	call->breaches = run_fetch(query, call->items, call->nitems,
+	call->breaches = run_fetch(query, cols, call->items, call->nitems,
 							   call->callercxt);
 	SPI_finish();
 	/* Deferred triggers now, not at commit (see pc_fetch_batch). */
@@ -420,6 +584,9 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		items[i].new_revision = NULL;
 		items[i].config = NULL;
 		items[i].error = NULL;
+		items[i].max_age_ms = PC_PERIOD_DEFAULT;
+		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
+		items[i].period_error = NULL;
 		items[i].seen = false;
 	}
 

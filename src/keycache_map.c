@@ -77,6 +77,11 @@ StaticAssertDecl(offsetof(PcKey, bytes) + PC_KEY_PTR_AT == 8 &&
 				 "a PcKey's pointer must be aligned and fit in its 16 bytes");
 StaticAssertDecl(PC_MAX_KEY_BYTES <= PG_UINT16_MAX,
 				 "PcKey.len must hold the longest key");
+/* dshash's 16-byte item header and an entry fill the 112-byte size class */
+StaticAssertDecl(SIZEOF_DSA_POINTER != 8 || sizeof(PcEntry) <= 96,
+				 "a PcEntry must fit the 112-byte size class with dshash's header");
+StaticAssertDecl(PC_MAX_PERIOD_MS <= PG_INT32_MAX,
+				 "PcEntry's periods must hold the longest");
 
 static void
 key_set_ptr(PcKey *k, const void *ptr, size_t size)
@@ -511,6 +516,8 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->awaiting_commit = false;
 		entry->has_refresh = false;
 		entry->error_unstored = false;
+		entry->max_age_ms = PC_PERIOD_DEFAULT;
+		entry->stale_for_ms = PC_PERIOD_DEFAULT;
 		entry->attempts = 0;
 		entry->fetched_at = 0;
 		entry->expires_at = 0;

@@ -59,6 +59,8 @@ typedef struct PcRead
 	bool		awaiting_commit;
 	bool		has_refresh;
 	int32		attempts;
+	int32		max_age_ms;		/* or PC_PERIOD_DEFAULT */
+	int32		stale_for_ms;
 	int64		fetched_at;
 	int64		expires_at;
 	int64		refresh_at;
@@ -88,6 +90,8 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 	r->awaiting_commit = entry->awaiting_commit;
 	r->has_refresh = entry->has_refresh;
 	r->attempts = entry->attempts;
+	r->max_age_ms = entry->max_age_ms;
+	r->stale_for_ms = entry->stale_for_ms;
 	r->fetched_at = entry->fetched_at;
 	r->expires_at = entry->expires_at;
 	r->refresh_at = entry->refresh_at;
@@ -118,11 +122,24 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 		r->last_error = PC_UNSTORED_ERROR;
 }
 
+/* The key's own periods, or the settings' when it has none. */
+static int64
+read_max_age(const PcRead *r)
+{
+	return sched_period(r->max_age_ms, pc_expiry_ms);
+}
+
+static int64
+read_stale_for(const PcRead *r)
+{
+	return sched_period(r->stale_for_ms, pc_grace_period_ms);
+}
+
 static SchedFreshness
 read_freshness(const PcRead *r, int64 now)
 {
-	SchedFreshness f = sched_freshness(r->fetched_at, now, pc_expiry_ms,
-									   pc_grace_period_ms);
+	SchedFreshness f = sched_freshness(r->fetched_at, now, read_max_age(r),
+									   read_stale_for(r));
 
 	if (r->invalidated && f == SCHED_FRESH)
 		f = SCHED_STALE;
@@ -893,10 +910,10 @@ projcache_entries(PG_FUNCTION_ARGS)
 			values[13] = TimestampTzGetDatum(pc_mono_to_timestamp(r->retry_at));
 			nulls[13] = false;
 		}
-		/* Since 1.2: the key's own fresh and stale periods. */
-		values[14] = pc_interval_from_ms(pc_expiry_ms);
+		/* Since 1.2: the key's own fresh and stale periods, else the settings'. */
+		values[14] = pc_interval_from_ms(read_max_age(r));
 		nulls[14] = false;
-		values[15] = pc_interval_from_ms(pc_grace_period_ms);
+		values[15] = pc_interval_from_ms(read_stale_for(r));
 		nulls[15] = false;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

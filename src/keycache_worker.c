@@ -73,6 +73,9 @@
  */
 #define PC_MAX_VALUE_DIVISOR	8
 
+StaticAssertDecl(PC_PERIOD_DEFAULT == SCHED_PERIOD_DEFAULT,
+				 "the shared map and the scheduler encode periods alike");
+
 static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
@@ -188,6 +191,8 @@ mirror_entry(SchedEntry *e)
 		entry->retry_at = e->next_attempt;
 	if (e->has_expiry)
 		entry->expires_at = e->expiry;
+	entry->max_age_ms = (int32) e->max_age_ms;
+	entry->stale_for_ms = (int32) e->stale_for_ms;
 	entry->has_refresh = e->heap_pos[SCHED_QUEUE_REFRESH] >= 0;
 	if (entry->has_refresh)
 		entry->refresh_at = e->heap_time[SCHED_QUEUE_REFRESH];
@@ -610,6 +615,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	PcEntry    *entry;
 	bool		breach = false;
 	bool		waiting;
+	SchedPeriods periods = {SCHED_PERIOD_DEFAULT, SCHED_PERIOD_DEFAULT};
 
 	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
 	{
@@ -661,9 +667,16 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 			break;
 	}
 	if (result != SCHED_RESULT_PENDING)
+	{
 		count_delay(e);
+		periods.max_age_ms = item->max_age_ms;
+		periods.stale_for_ms = item->stale_for_ms;
+		/* A value stored with a period refused says why. */
+		if (item->period_error != NULL)
+			new_error = pc_store_message(item->period_error, &new_error_size);
+	}
 
-	completion = sched_complete_fetch(sched, e, result, NULL, now);
+	completion = sched_complete_fetch(sched, e, result, &periods, now);
 	if (completion == SCHED_EVICTED)
 	{
 		pc_value_free(new_value);
@@ -713,6 +726,9 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 				PC_STATE_ENABLED : PC_STATE_DISABLED;
 		}
 		entry->fetched_at = now;
+		/* with the periods its freshness is read by, at once */
+		entry->max_age_ms = (int32) e->max_age_ms;
+		entry->stale_for_ms = (int32) e->stale_for_ms;
 		entry->invalidated = e->invalidated || waiting;
 	}
 	if (waiting)
@@ -886,6 +902,7 @@ rebuild_private_state(int64 now)
 		bool		invalidated;
 		bool		has_refresh;
 		int32		attempts;
+		SchedPeriods periods;
 		int64		fetched_at;
 		int64		expires_at;
 		int64		refresh_at;
@@ -925,6 +942,8 @@ rebuild_private_state(int64 now)
 		saved[list.count - 1].invalidated = entry->invalidated;
 		saved[list.count - 1].has_refresh = entry->has_refresh;
 		saved[list.count - 1].attempts = entry->attempts;
+		saved[list.count - 1].periods.max_age_ms = entry->max_age_ms;
+		saved[list.count - 1].periods.stale_for_ms = entry->stale_for_ms;
 		saved[list.count - 1].fetched_at = entry->fetched_at;
 		saved[list.count - 1].expires_at = entry->expires_at;
 		saved[list.count - 1].refresh_at = entry->refresh_at;
@@ -945,9 +964,11 @@ rebuild_private_state(int64 now)
 			int64		expires_at = s->expires_at;
 
 			if (expires_at == 0)
-				expires_at = s->fetched_at + pc_expiry_ms + pc_grace_period_ms;
+				expires_at = s->fetched_at +
+					sched_period(s->periods.max_age_ms, pc_expiry_ms) +
+					sched_period(s->periods.stale_for_ms, pc_grace_period_ms);
 			e = sched_restore_complete(sched, list.keys[i], list.lens[i],
-									   s->fetched_at, expires_at, NULL,
+									   s->fetched_at, expires_at, &s->periods,
 									   s->has_refresh, s->refresh_at);
 			if (s->invalidated)
 				sched_invalidate(sched, list.keys[i], list.lens[i], now);
@@ -982,10 +1003,11 @@ rebuild_private_state(int64 now)
 /* A key loaded from the dump: cached, stale, evicted on its own schedule. */
 static void
 restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
-				   int64 expires_at)
+				   int64 expires_at, int32 max_age_ms, int32 stale_for_ms)
 {
+	SchedPeriods periods = {max_age_ms, stale_for_ms};
 	SchedEntry *e = sched_restore_complete(sched, key, len, fetched_at,
-										   expires_at, NULL, false, 0);
+										   expires_at, &periods, false, 0);
 
 	mirror_entry(e);
 }
