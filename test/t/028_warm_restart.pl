@@ -7,7 +7,9 @@
 # - a clean restart while the source is down: every key cached before it
 #   is served (stale) after it, none NULL; once the source is back the
 #   first read asks it, and not_modified keeps the revision;
-# - a key past expiry + grace_period at load is left out;
+# - a key past expiry + grace_period at load is left out; a key with
+#   periods of its own (max_age, stale_for) keeps them in the dump, and the
+#   load leaves it out past their end, not the settings';
 # - a crash (immediate stop) loads the last periodic dump;
 # - a dump that is corrupted at random offsets, truncated, empty, from
 #   another cluster or of an unknown format version is ignored whole, with
@@ -133,6 +135,60 @@ $node->start;
 wait_for_worker($node);
 is($node->safe_psql('postgres', 'SELECT loaded_keys FROM projcache.stats'),
 	'50', 'after a crash, the last periodic dump is loaded');
+
+# -- Each key's own periods are dumped, and the load follows them -------
+# Fetched with max_age / stale_for of their own: long1 2 h + 1 h, short1
+# 1 s + 1 s; k1 has the settings' (1 h + 2 min).  Thirty minutes later
+# short1 is past its periods and left out; long1 comes back with its own,
+# evicted at their end, not at the settings'.
+$node->safe_psql(
+	'postgres', q{
+CREATE FUNCTION public.periods_fetch(p_keys text[], p_revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb,
+              max_age interval, stale_for interval)
+LANGUAGE sql AS $$
+	SELECT f.key, f.state, f.revision, f.config,
+	       CASE WHEN f.key = 'long1' THEN interval '2h'
+	            WHEN f.key = 'short1' THEN interval '1s' END,
+	       CASE WHEN f.key = 'long1' THEN interval '1h'
+	            WHEN f.key = 'short1' THEN interval '1s' END
+	  FROM public.fetch(p_keys, p_revisions) AS f
+$$;
+INSERT INTO public.upstream (key, revision, config)
+VALUES ('long1', 'r1', '{"l": 1}'), ('short1', 'r1', '{"s": 1}');
+});
+set_fetch_function($node, 'public.periods_fetch');
+$node->safe_psql('postgres',
+	"SELECT projcache.invalidate('k1'), projcache.get('long1', '5s'), projcache.get('short1', '5s')");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) = 3 FROM projcache.entries WHERE key IN ('k1', 'long1', 'short1') AND freshness = 'fresh'"),
+	'keys with and without periods of their own are cached');
+my $loaded_before = $node->safe_psql('postgres', 'SELECT entries FROM projcache.stats');
+$node->stop;
+age_dump($dump, 1800);
+my $log_offset = -s $node->logfile;
+$node->start;
+wait_for_worker($node);
+like(
+	substr(slurp_file($node->logfile), $log_offset),
+	qr/projcache loaded ${\($loaded_before - 1)} keys.*\n.*DETAIL:  Left out: 1 past expiry \+ grace_period or their own periods/,
+	'a key past its own periods is left out, one within them is not');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT string_agg(key || ' ' || max_age || ' ' || stale_for || ' ' || freshness || ' '
+                  || (expires_in BETWEEN interval '2h 29min' AND interval '2h 30min')::text, ', ' ORDER BY key)
+  FROM projcache.entries WHERE key IN ('long1', 'short1')}),
+	'long1 02:00:00 01:00:00 stale true',
+	'long1 came back stale, with its own periods, evicted at their end');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT max_age || ' ' || stale_for || ' '
+       || (expires_in BETWEEN interval '31min' AND interval '32min')::text
+  FROM projcache.entries WHERE key = 'k1'}),
+	'01:00:00 00:02:00 true',
+	'k1 came back with the settings\' periods');
+set_fetch_function($node, 'public.switched_fetch');
 
 # -- Damaged or foreign files are ignored whole --------------------------
 $node->stop;
