@@ -35,6 +35,24 @@
 -- service can answer "not_modified".  A key left out of the answer becomes
 -- disabled.
 --
+-- Freshness is the service's to say, as an HTTP cache has it (RFC 9111,
+-- RFC 5861), in the answer's Cache-Control header for every key of the
+-- batch, or in an entry's "cache_control" (the same syntax) for that key
+-- alone, which replaces the header's:
+--
+--     s-maxage=N, else max-age=N       -> max_age   (fresh for N seconds)
+--     stale-while-revalidate=N,        -> stale_for (then served stale for
+--     stale-if-error=M                    the larger of N and M seconds)
+--
+-- projcache's stale period does both jobs: a read within it serves the old
+-- value and refetches (stale-while-revalidate), and a refetch that fails
+-- keeps the old value serving (stale-if-error; projcache goes on serving it
+-- past the period too while the source keeps failing).  Other directives
+-- are not looked at; a directive whose value is not a number of seconds is
+-- ignored; without one, projcache.expiry or grace_period applies.  Periods
+-- longer than projcache takes (536870911 ms, about 6.2 days; it would fall
+-- back to its settings) are cut to that.
+--
 -- Every failure is an ERROR, which projcache counts (stats.fetch_errors)
 -- and records as last_error of each key of the batch, while the old values
 -- keep serving.  last_error then reads, for example:
@@ -56,10 +74,17 @@ DO $$ BEGIN RAISE EXCEPTION 'fetch_role is not set: psql -v fetch_role=ROLE -f e
 \quit
 \endif
 
+BEGIN;
+
 CREATE EXTENSION IF NOT EXISTS plpython3u;
 
-CREATE OR REPLACE FUNCTION public.projcache_fetch_http(keys text[], revisions text[])
-RETURNS TABLE(key text, state text, revision text, config jsonb)
+-- Its result gained max_age and stale_for: a function made by an older
+-- version of this file is replaced, in the same transaction.
+DROP FUNCTION IF EXISTS public.projcache_fetch_http(text[], text[]);
+
+CREATE FUNCTION public.projcache_fetch_http(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb,
+              max_age interval, stale_for interval)
 LANGUAGE plpython3u VOLATILE AS $$
 import http.client
 import json
@@ -68,6 +93,26 @@ import time
 import urllib.parse
 
 STATES = ('enabled', 'disabled', 'pending', 'not_modified')
+# The longest period projcache takes, in whole seconds.
+MAX_PERIOD_S = 536870
+
+
+def cache_control(value):
+    """max_age and stale_for (seconds, or None) from a Cache-Control value."""
+    seconds = {}
+    for part in (value or '').split(','):
+        name, _, arg = part.strip().partition('=')
+        arg = arg.strip().strip('"')
+        if arg.isdigit():
+            seconds.setdefault(name.strip().lower(), min(int(arg), MAX_PERIOD_S))
+    max_age = seconds.get('s-maxage', seconds.get('max-age'))
+    stale = [seconds[d] for d in ('stale-while-revalidate', 'stale-if-error')
+             if d in seconds]
+    return max_age, max(stale) if stale else None
+
+
+def as_interval(s):
+    return None if s is None else '%d seconds' % s
 
 url = plpy.execute(
     "SELECT pg_catalog.current_setting('projcache_http.url', true) AS v")[0]['v']
@@ -141,6 +186,7 @@ if error is None:
     answers = doc.get('configs') if isinstance(doc, dict) else None
     if not isinstance(answers, list):
         error = 'answered JSON without a "configs" array'
+    batch_periods = cache_control(resp.getheader('Cache-Control'))
 
 rows = []
 for a in answers if error is None else []:
@@ -152,9 +198,13 @@ for a in answers if error is None else []:
             json.dumps(a.get('state')), json.dumps(a['key']))
         break
     rev, config = a.get('revision'), a.get('config')
+    periods = batch_periods
+    if isinstance(a.get('cache_control'), str):
+        periods = cache_control(a['cache_control'])
     rows.append((a['key'], a['state'],
                  None if rev is None else str(rev),
-                 None if config is None else json.dumps(config)))
+                 None if config is None else json.dumps(config),
+                 as_interval(periods[0]), as_interval(periods[1])))
 
 if error is not None:
     plpy.error('config service at %s %s' % (url, error))
@@ -166,3 +216,5 @@ COMMENT ON FUNCTION public.projcache_fetch_http(text[], text[]) IS
 
 REVOKE ALL ON FUNCTION public.projcache_fetch_http(text[], text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION public.projcache_fetch_http(text[], text[]) TO :"fetch_role";
+
+COMMIT;

@@ -8,7 +8,10 @@
 # projcache.fetch_timeout, HTTP 500, malformed JSON, an unknown state) is a
 # counted fetch error with a clear last_error, while the old value keeps
 # serving and the same worker lives on; the cache recovers once the service
-# does.  Keys left out of an answer become disabled.
+# does.  Keys left out of an answer become disabled.  Cache-Control (the
+# answer's header for the batch, or an entry's own) sets each key's
+# max_age (s-maxage, else max-age) and stale_for (the larger of
+# stale-while-revalidate and stale-if-error); without it the settings apply.
 
 use strict;
 use warnings;
@@ -286,6 +289,57 @@ ok( $node->poll_query_until(
 is(stat_value($node, 'fetch_errors'),
 	$errors, 'partial answer: not a fetch error');
 set_mode(mode => 'normal');
+
+# ---------------------------------------------------------------------------
+# Cache-Control: max-age / s-maxage give max_age; stale-while-revalidate
+# and stale-if-error (RFC 5861), the larger of them, give stale_for.
+# ---------------------------------------------------------------------------
+
+# The periods of key $k after a refetch while the service answers so.
+sub periods_after
+{
+	my ($k) = @_;
+	my $calls = @{ admin('GET', '/admin/requests')->{requests} };
+	$node->safe_psql('postgres', "SELECT projcache.invalidate('$k')");
+	$node->poll_query_until('postgres',
+		"SELECT freshness = 'fresh' FROM projcache.entries WHERE key = '$k'")
+	  or die "$k was not refetched";
+	die "the service was not asked"
+	  unless @{ admin('GET', '/admin/requests')->{requests} } > $calls;
+	return $node->safe_psql('postgres',
+		"SELECT max_age || ' ' || stale_for || ' ' || coalesce(last_error, '-') FROM projcache.entries WHERE key = '$k'"
+	);
+}
+
+is(periods_after('a'), '00:05:00 00:02:00 -',
+	'no Cache-Control: the settings apply (expiry 5 min, grace 2 min)');
+admin('PUT', '/admin/headers',
+	{ 'Cache-Control' => 'public, max-age=30, stale-while-revalidate=60, stale-if-error=300' });
+is(periods_after('a'), '00:00:30 00:05:00 -',
+	'the answer\'s max-age is max_age, the larger of stale-while-revalidate and stale-if-error stale_for');
+admin('PUT', '/admin/headers',
+	{ 'Cache-Control' => 'max-age=99, s-maxage=10, stale-while-revalidate=20' });
+is(periods_after('a'), '00:00:10 00:00:20 -',
+	's-maxage wins over max-age (projcache is a shared cache)');
+admin('PUT', '/admin/headers', { 'Cache-Control' => 'max-age=31536000' });
+is(periods_after('a'), '149:07:50 00:02:00 -',
+	'a max-age longer than projcache takes is cut to its bound (536870 s), not refused');
+admin('PUT', '/admin/headers', { 'Cache-Control' => 'max-age=soon, no-cache' });
+is(periods_after('a'), '00:05:00 00:02:00 -',
+	'a directive that is not a number of seconds is ignored');
+# An entry's own cache_control, for that key alone, replaces the header's;
+# a not_modified answer carries it too.
+admin('PUT', '/admin/headers', { 'Cache-Control' => 'max-age=30' });
+admin('PUT', '/admin/configs/b',
+	{ revision => 'b1', config => { b => 1 }, cache_control => 'max-age=3600, stale-if-error=86400' });
+is(periods_after('b'), '01:00:00 24:00:00 -',
+	'an entry\'s cache_control gives that key its own periods');
+is(periods_after('a'), '00:00:30 00:02:00 -',
+	'the other keys of the batch keep the header\'s');
+is( $node->safe_psql(
+		'postgres', "SELECT revision, config FROM projcache.lookup('b')"),
+	'b1|{"b": 1}', 'the value is the service\'s');
+admin('PUT', '/admin/headers', {});
 
 is(worker_pid($node), $worker, 'the same worker ran the whole test');
 
