@@ -91,7 +91,7 @@ typedef struct PeriodColumn
 {
 	const char *name;
 	const char *setting;		/* what applies when it gives none */
-	int			attnum;			/* in the query's result; 0: not selected */
+	int			attnum;			/* in the query result; 0: not selected */
 	char	   *problem;		/* why it is unusable for every key, or NULL */
 } PeriodColumn;
 

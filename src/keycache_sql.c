@@ -910,7 +910,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 			values[13] = TimestampTzGetDatum(pc_mono_to_timestamp(r->retry_at));
 			nulls[13] = false;
 		}
-		/* Since 1.2: the key's own fresh and stale periods, else the settings'. */
+		/* Since 1.2: the key's own fresh and stale periods, else the GUCs'. */
 		values[14] = pc_interval_from_ms(read_max_age(r));
 		nulls[14] = false;
 		values[15] = pc_interval_from_ms(read_stale_for(r));
