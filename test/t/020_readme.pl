@@ -1,16 +1,19 @@
 # Copyright (c) 2026, projcache developers
 #
-# The README, run as written.  Every block of README.md fenced as ```sql
-# runs, in order, on a new server set up as its Install section says, so
-# that each example works when pasted on a fresh server.
+# The README and the pages of doc/, run as written.  Every block fenced as
+# ```sql runs, in order, on a new server set up as the Install section
+# says, so that each example works when pasted on a fresh server.  The
+# order is README.md first, then each page of doc/ in the order the
+# README's "## Contents" first links it: a page is run once it is listed.
 #
-# The server: the first ```ini block of "## Install" is appended to
-# postgresql.conf as it is (no test clock, no other projcache setting), and
-# the database that the first ```sh block there creates (`createdb NAME`)
-# is created; it must be the projcache.database of that ini block.
+# The server: the first ```ini block of the section headed "Install" (a
+# "#" or "##" heading, on whichever page) is appended to postgresql.conf
+# as it is (no test clock, no other projcache setting), and the database
+# that the first ```sh block there creates (`createdb NAME`) is created;
+# it must be the projcache.database of that ini block.
 #
-# Conventions of the README's SQL blocks (the README says the same, under
-# "Install" and "Tests"):
+# Conventions of the SQL blocks (doc/install.md and doc/tests.md say the
+# same):
 #
 #   - A block runs in projcache.database, as the bootstrap superuser, in one
 #     psql session, statement by statement (autocommit).  Its first lines
@@ -27,20 +30,31 @@
 # Statements are split here (outside quotes, dollar quotes and comments) so
 # that each one's result can be told apart: psql runs the whole block, with
 # a \warn marker before each statement, and its stderr is cut at the
-# markers.  Nothing here sleeps: where a block needs the worker, the README
-# waits itself (get(key, '5s')).
+# markers.  Nothing here sleeps: where a block needs the worker, the
+# example waits itself (get(key, '5s')).
 #
-# After the last block, the claims of the README's "Uninstall" section are
-# checked: a trigger that calls invalidate() fails with 42883 once the
-# extension is dropped; an extension created again before a restart sees
-# the keys cached before; the server starts without the library (and
-# CREATE EXTENSION then fails with 55000).  And the README's tables of the
-# columns of projcache.entries, stats and snapshots are checked against
-# the views, column by column.
+# After the last block, the claims of the "Uninstall" section are checked:
+# a trigger that calls invalidate() fails with 42883 once the extension is
+# dropped; an extension created again before a restart sees the keys
+# cached before; the server starts without the library (and CREATE
+# EXTENSION then fails with 55000).  And the tables of the columns of
+# projcache.entries, stats and snapshots are checked against the views,
+# column by column, wherever they are.
+#
+# Before any server starts, the pages are checked as a newcomer finds
+# them: the README's "## Quick start" and "## Contents" are its first
+# headings, within its first 50 lines; every page of doc/ is linked from
+# the contents; every "##" and "###" heading of the README and of each
+# page is linked from the contents by its GitHub anchor; and every
+# relative link of the README and the pages names a file that exists,
+# and, into a Markdown file, one of its headings' anchors.
 
 use strict;
 use warnings;
 
+use Encode qw(decode);
+use File::Basename qw(dirname);
+use File::Spec;
 use FindBin;
 use lib $FindBin::RealBin;
 
@@ -49,23 +63,185 @@ use PostgreSQL::Test::Utils;
 use ProjcacheTest;
 use Test::More;
 
-my $readme_path = "$FindBin::RealBin/../../README.md";
-my @readme = split /\n/, slurp_file($readme_path), -1;
+my $root = File::Spec->rel2abs("$FindBin::RealBin/../..");
+
+# A file of the tree, by its path from the top, as lines of characters.
+sub read_lines
+{
+	my ($rel) = @_;
+	return split /\n/, decode('UTF-8', slurp_file("$root/$rel")), -1;
+}
+
+# The headings of a Markdown file, outside fenced blocks: { level, text,
+# anchor, line }.  The anchor is GitHub's: the heading's text without its
+# Markdown (code marks, links), lower-cased, with every character but
+# letters, digits, '_', '-' and ' ' taken out, and spaces made '-'; a
+# second heading of the same anchor gets "-1", a third "-2".
+sub headings
+{
+	my (@lines) = @_;
+	my (@heads, %seen);
+	my $fence;
+	for my $i (0 .. $#lines)
+	{
+		my $line = $lines[$i];
+		if ($line =~ /^ *(`{3,})/)
+		{
+			if (!defined $fence) { $fence = length $1; }
+			elsif (length($1) >= $fence && $line =~ /^ *`+\s*$/) { undef $fence; }
+			next;
+		}
+		next if defined $fence;
+		next unless $line =~ /^(#{1,6}) +(.*?)\s*#*\s*$/;
+		my ($level, $text) = (length $1, $2);
+		(my $anchor = $text) =~ s/\[([^\]]*)\]\([^)]*\)/$1/g;
+		$anchor =~ s/`//g;
+		$anchor = lc $anchor;
+		$anchor =~ s/[^\w\- ]//g;
+		$anchor =~ s/ /-/g;
+		my $n = $seen{$anchor}++;
+		$anchor .= "-$n" if $n;
+		push @heads,
+		  { level => $level, text => $text, anchor => $anchor, line => $i + 1 };
+	}
+	return @heads;
+}
+
+# The relative links of a Markdown file, outside fenced blocks and code
+# spans: { target, line }.  Links with a scheme (https:, mailto:) are left
+# out.
+sub relative_links
+{
+	my (@lines) = @_;
+	my @links;
+	my $fence;
+	for my $i (0 .. $#lines)
+	{
+		my $line = $lines[$i];
+		if ($line =~ /^ *(`{3,})/)
+		{
+			if (!defined $fence) { $fence = length $1; }
+			elsif (length($1) >= $fence && $line =~ /^ *`+\s*$/) { undef $fence; }
+			next;
+		}
+		next if defined $fence;
+		# Code spans go, but a link's text may be one: [`x`](y).
+		(my $text = $line) =~ s/`[^`]*`/C/g;
+		while ($text =~ /\]\(([^)\s]+)\)/g)
+		{
+			my $target = $1;
+			next if $target =~ /^[A-Za-z][\w+.-]*:/;
+			push @links, { target => $target, line => $i + 1 };
+		}
+	}
+	return @links;
+}
 
 # ------------------------------------------------------------------------
-# The fenced blocks of the README, with their language, section and line.
+# The README's contents, and the pages in their order.
+# ------------------------------------------------------------------------
+
+my @readme = read_lines('README.md');
+my @readme_heads = headings(@readme);
+my @front = grep { $_->{level} == 2 } @readme_heads;
+is_deeply([ map { $_->{text} } @front[ 0 .. 1 ] ], [ 'Quick start', 'Contents' ],
+	'README.md: its first headings are "Quick start" and "Contents"');
+ok($front[1] && $front[1]{line} <= 50,
+	'README.md: "## Contents" is within its first 50 lines (line '
+	  . ($front[1] ? $front[1]{line} : '?') . ')');
+
+# The lines of "## Contents", up to the next "##" heading.
+my @contents;
+{
+	my ($from) = grep { $_->{text} eq 'Contents' && $_->{level} == 2 } @readme_heads;
+	BAIL_OUT('README.md: no "## Contents"') unless $from;
+	my ($next) = grep { $_->{level} <= 2 && $_->{line} > $from->{line} } @readme_heads;
+	my $to = $next ? $next->{line} - 1 : scalar @readme;
+	@contents = @readme[ $from->{line} .. $to - 1 ];
+}
+
+# Every target the contents link, as a path from the top (#anchor kept).
+my %listed;
+my @pages;
+for my $link (relative_links(@contents))
+{
+	my ($path, $anchor) = $link->{target} =~ /^([^#]*)(?:#(.*))?$/;
+	$path = 'README.md' if $path eq '';
+	$listed{ $path . (defined $anchor ? "#$anchor" : '') } = 1;
+	push @pages, $path
+	  if $path =~ m{^doc/[^/]+\.md$} && !grep { $_ eq $path } @pages;
+}
+ok(scalar(@pages) > 0, 'README.md: the contents list pages of doc/: ' . scalar(@pages));
+
+opendir(my $dh, "$root/doc") or BAIL_OUT("could not open $root/doc: $!");
+my @doc_files = sort grep { /\.md$/ } readdir $dh;
+closedir $dh;
+for my $f (@doc_files)
+{
+	ok($listed{"doc/$f"}, "README.md: the contents link doc/$f");
+}
+
+my %file_lines = ('README.md' => \@readme);
+$file_lines{$_} = [ read_lines($_) ] for @pages;
+my %file_heads = map { $_ => [ headings(@{ $file_lines{$_} }) ] } keys %file_lines;
+
+# Every "##" and "###" heading, linked from the contents.
+for my $file ('README.md', @pages)
+{
+	for my $h (@{ $file_heads{$file} })
+	{
+		next unless $h->{level} == 2 || $h->{level} == 3;
+		next if $file eq 'README.md' && $h->{text} eq 'Contents';
+		my $target = ($file eq 'README.md' ? '' : $file) . "#$h->{anchor}";
+		ok($listed{ $target =~ /^#/ ? "README.md$target" : $target },
+			"$file:$h->{line}: the contents link \"$h->{text}\" ($target)");
+	}
+}
+
+# Every relative link, to a file that exists and, into a Markdown file, to
+# one of its headings.
+for my $file ('README.md', @pages)
+{
+	my $dir = dirname($file);
+	for my $link (relative_links(@{ $file_lines{$file} }))
+	{
+		my ($path, $anchor) = $link->{target} =~ /^([^#]*)(?:#(.*))?$/;
+		my $rel = $path eq '' ? $file : "$dir/$path";
+		$rel =~ s{^\./}{};
+		1 while $rel =~ s{(^|/)(?!\.\./)[^/]+/\.\./}{$1};
+		my $name = "$file:$link->{line}: link $link->{target}";
+		if (!-e "$root/$rel")
+		{
+			fail("$name: no such file");
+			next;
+		}
+		if (!defined $anchor)
+		{
+			pass($name);
+			next;
+		}
+		$file_heads{$rel} //= [ headings(read_lines($rel)) ] if $rel =~ /\.md$/;
+		ok($rel =~ /\.md$/ && grep({ $_->{anchor} eq $anchor } @{ $file_heads{$rel} }),
+			"$name: a heading of $rel");
+	}
+}
+
+# ------------------------------------------------------------------------
+# The fenced blocks, with their file, language, section and line.
 # ------------------------------------------------------------------------
 
 my @blocks;
+for my $file ('README.md', @pages)
 {
+	my @lines = @{ $file_lines{$file} };
 	my $section = '';
 	my $open;
-	for my $i (0 .. $#readme)
+	for my $i (0 .. $#lines)
 	{
-		my $line = $readme[$i];
+		my $line = $lines[$i];
 		if (!$open)
 		{
-			if ($line =~ /^## (.*\S)/)
+			if ($line =~ /^##? (.*\S)/)
 			{
 				$section = $1;
 			}
@@ -75,6 +251,7 @@ my @blocks;
 					indent => length($1),
 					fence => length($2),
 					lang => $3,
+					file => $file,
 					section => $section,
 					line => $i + 2,    # the block's first line, 1-based
 					lines => []
@@ -93,11 +270,11 @@ my @blocks;
 		(my $content = $line) =~ s/^ {0,$open->{indent}}//;
 		push @{ $open->{lines} }, $content;
 	}
-	BAIL_OUT("README.md: a code block opened at line $open->{line} is not closed")
+	BAIL_OUT("$file: a code block opened at line $open->{line} is not closed")
 	  if $open;
 }
 my @sql_blocks = grep { $_->{lang} eq 'sql' } @blocks;
-ok(scalar(@sql_blocks) > 0, 'README.md has sql blocks: ' . scalar(@sql_blocks));
+ok(scalar(@sql_blocks) > 0, 'the README and its pages have sql blocks: ' . scalar(@sql_blocks));
 
 # ------------------------------------------------------------------------
 # The server, as the Install section says.
@@ -107,9 +284,9 @@ my @install = grep { $_->{section} eq 'Install' } @blocks;
 my ($conf_block) = grep { $_->{lang} eq 'ini' } @install;
 my ($sh_block) = grep { $_->{lang} eq 'sh' && $_->{text} =~ /\bcreatedb\b/ }
   @install;
-BAIL_OUT('README.md: no ```ini block (postgresql.conf) in "## Install"')
+BAIL_OUT('no ```ini block (postgresql.conf) in the section "Install"')
   unless $conf_block;
-BAIL_OUT('README.md: no ```sh block with createdb in "## Install"')
+BAIL_OUT('no ```sh block with createdb in the section "Install"')
   unless $sh_block;
 
 my $conf = $conf_block->{text};
@@ -119,7 +296,7 @@ my ($dbname) = $conf =~ /^projcache\.database = '(\w+)'/m;
 ok(defined $dbname, 'Install: postgresql.conf sets projcache.database');
 my ($created) = $sh_block->{text} =~ /\bcreatedb\s+(\w+)/;
 is($created, $dbname, 'Install: createdb creates projcache.database');
-BAIL_OUT('README.md: the Install section does not name its database')
+BAIL_OUT('the Install section does not name its database')
   unless defined $dbname && defined $created && $created eq $dbname;
 
 my $node = PostgreSQL::Test::Cluster->new('readme');
@@ -136,7 +313,7 @@ ok( $node->wait_for_log(
 # ------------------------------------------------------------------------
 
 # Returns a list of { text, line, fails } and a list of problems.  line is
-# the statement's first line of code in README.md.
+# the statement's first line of code in its file.
 sub split_statements
 {
 	my ($sql, $first_line) = @_;
@@ -264,7 +441,7 @@ my $block_timeout = 4 * $PostgreSQL::Test::Utils::timeout_default;
 
 for my $block (@sql_blocks)
 {
-	my $where = "README.md:$block->{line}";
+	my $where = "$block->{file}:$block->{line}";
 	my @lines = split /\n/, $block->{text};
 	my ($role, $db, $needs);
 	my $skip_lines = 0;
@@ -328,7 +505,7 @@ for my $block (@sql_blocks)
 		for my $n (0 .. $#$stmts)
 		{
 			my $st = $stmts->[$n];
-			my $name = "README.md:$st->{line}: " . first_code_line($st->{text});
+			my $name = "$block->{file}:$st->{line}: " . first_code_line($st->{text});
 			my $err = $seg{"stmt $n"} // '';
 			my ($code) = $err =~ /\bERROR:\s+([0-9A-Z]{5}):/;
 			if (defined $st->{fails})
@@ -356,7 +533,7 @@ is( $node->safe_psql(
 		$dbname,
 		"SELECT count(*) FROM pg_extension WHERE extname = 'projcache'"),
 	'0',
-	"the README's Uninstall dropped the extension in $dbname");
+	"Uninstall dropped the extension in $dbname");
 
 $node->safe_psql($dbname, 'CREATE EXTENSION projcache');
 is( $node->safe_psql(
@@ -365,24 +542,34 @@ is( $node->safe_psql(
 	'enabled',
 	'an extension created again sees the keys cached before');
 
-# Every column of the three views is defined in the README, one table
-# row each, in the view's order (the tables after "`projcache.VIEW`, one
-# row ...").
+# Every column of the three views is defined, one table row each, in the
+# view's order (the table after "`projcache.VIEW`, one row ...", in the
+# README or a page).
 for my $view (qw(entries stats snapshots))
 {
 	my @documented;
-	my $in = 0;
-	for my $line (@readme)
+	my $where;
+	for my $file ('README.md', @pages)
 	{
-		if (!$in)
+		my $in = 0;
+		for my $line (@{ $file_lines{$file} })
 		{
-			$in = 1 if $line =~ /^`projcache\.$view`, one row/;
-			next;
+			if (!$in)
+			{
+				$in = 1 if $line =~ /^`projcache\.$view`, one row/;
+				next;
+			}
+			next if $line =~ /^\| (column|---) / || ($line eq '' && !@documented);
+			last unless $line =~ /^\| `(\w+)` \|/;
+			push @documented, $1;
 		}
-		next if $line =~ /^\| (column|---) / || ($line eq '' && !@documented);
-		last unless $line =~ /^\| `(\w+)` \|/;
-		push @documented, $1;
+		if ($in)
+		{
+			$where = $file;
+			last;
+		}
 	}
+	ok(defined $where, "a page has the columns table of projcache.$view");
 	my @columns = split /\n/,
 	  $node->safe_psql(
 		$dbname, qq{
@@ -390,7 +577,7 @@ SELECT attname FROM pg_attribute
  WHERE attrelid = 'projcache.$view'::regclass AND attnum > 0 AND NOT attisdropped
  ORDER BY attnum});
 	is_deeply(\@columns, \@documented,
-		"README defines every column of projcache.$view, in order");
+		($where // 'the pages') . " defines every column of projcache.$view, in order");
 }
 
 $node->safe_psql(
