@@ -161,7 +161,7 @@ find_item(PcFetchItem *items, int *order, int nitems, const char *key, uint32 le
 static char *
 fetch_query(Oid *roleid, PeriodColumn *cols)
 {
-	List	   *names = stringToQualifiedNameList(pc_fetch_function);
+	List	   *names = pc_string_to_qualified_name_list(pc_fetch_function);
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Oid			fn;
 	HeapTuple	proctup;

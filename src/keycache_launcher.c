@@ -86,7 +86,7 @@ launcher_sleep(long ms)
 			break;
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 left, PG_WAIT_EXTENSION);
+						 left, pc_wait_event(PC_WAIT_LAUNCHER));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)

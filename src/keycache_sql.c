@@ -288,7 +288,7 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 		if (result || remaining <= 0)
 			break;
 		(void) ConditionVariableTimedSleep(cv, (long) remaining,
-										   PG_WAIT_EXTENSION);
+										   pc_wait_event(PC_WAIT_KEY));
 	}
 	ConditionVariableCancelSleep();
 	return result;

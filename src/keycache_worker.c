@@ -1202,7 +1202,7 @@ pc_worker_main(Datum main_arg)
 		{
 			(void) WaitLatch(MyLatch,
 							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 timeout, PG_WAIT_EXTENSION);
+							 timeout, pc_wait_event(PC_WAIT_WORKER));
 			ResetLatch(MyLatch);
 		}
 	}

@@ -26,6 +26,8 @@
 #include "utils/dsa.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
+
 /* Longest error message kept for a key or a snapshot, in bytes. */
 #define PC_MAX_MESSAGE_BYTES	1024
 

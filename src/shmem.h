@@ -159,6 +159,6 @@ extern void pc_check_memory_settings(void);
 extern void pc_require_loaded(void);
 extern char *pc_copy_no_oom(const void *src, Size len, bool nul_terminate,
 							bool *oom);
-extern void pc_report_oom(const char *what) pg_attribute_noreturn();
+pg_noreturn extern void pc_report_oom(const char *what);
 
 #endif							/* PROJCACHE_SHMEM_H */

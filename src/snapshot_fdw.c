@@ -37,7 +37,6 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_foreign_table.h"
 #include "commands/defrem.h"
-#include "commands/explain.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "foreign/fdwapi.h"
@@ -59,6 +58,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
+#include "compat_explain.h"
 #include "snapshot.h"
 
 PG_FUNCTION_INFO_V1(projcache_fdw_handler);
@@ -193,7 +193,6 @@ static void
 snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
 	char	   *name = snapshot_option(foreigntableid);
-	RangeTblEntry *rte = planner_rt_fetch(baserel->relid, root);
 	SnapPlanInfo *plan_info;
 	SnapReg    *reg;
 	PcSnapInfo	info;
@@ -203,9 +202,9 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	plan_info->name = name;
 	baserel->fdw_private = plan_info;
 	baserel->rows = PC_FDW_UNKNOWN_ROWS;
-	if (!OidIsValid(rte->checkAsUser))
+	if (!OidIsValid(baserel->userid))
 		root->glob->dependsOnRole = true;
-	reg = lookup_with_verdict(name, rte->checkAsUser, &plan_info->readable);
+	reg = lookup_with_verdict(name, baserel->userid, &plan_info->readable);
 	if (!plan_info->readable)
 		reg = NULL;
 	if (reg != NULL &&
@@ -339,7 +338,7 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	ListCell   *lc;
 
 	add_path(baserel, (Path *)
-			 create_foreignscan_path(root, baserel, NULL, baserel->rows,
+			 pc_create_foreignscan_path(root, baserel, NULL, baserel->rows,
 									 startup, startup + run,
 									 NIL, NULL, NULL, NIL));
 	if (plan_info->key_attnum == 0)
@@ -353,7 +352,7 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 		if (value == NULL || !bms_is_empty(pull_varnos(root, (Node *) value)))
 			continue;
 		add_path(baserel, (Path *)
-				 create_foreignscan_path(root, baserel, NULL, 1,
+				 pc_create_foreignscan_path(root, baserel, NULL, 1,
 										 startup, startup + probe,
 										 NIL, NULL, NULL,
 										 list_make1(value)));
@@ -381,7 +380,7 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 			continue;
 		param_info = get_baserel_parampathinfo(root, baserel, required_outer);
 		add_path(baserel, (Path *)
-				 create_foreignscan_path(root, baserel, NULL,
+				 pc_create_foreignscan_path(root, baserel, NULL,
 										 clamp_row_est(param_info->ppi_rows),
 										 startup, startup + probe,
 										 NIL, required_outer, NULL,
@@ -498,7 +497,7 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	ForeignScan *plan = (ForeignScan *) node->ss.ps.plan;
 	EState	   *estate = node->ss.ps.state;
 	TupleDesc	desc = RelationGetDescr(node->ss.ss_currentRelation);
-	RangeTblEntry *rte = exec_rt_fetch(plan->scan.scanrelid, estate);
+	Oid			userid = pc_foreign_scan_user(plan, estate);
 	SnapScanState *st = palloc0(sizeof(SnapScanState));
 	int			i;
 
@@ -511,7 +510,7 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 	{
 		bool		readable;
-		SnapReg    *reg = lookup_with_verdict(st->name, rte->checkAsUser,
+		SnapReg    *reg = lookup_with_verdict(st->name, userid,
 											  &readable);
 
 		/*
@@ -522,13 +521,13 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 		 */
 		if (reg != NULL && !readable &&
 			intVal(list_nth(plan->fdw_private, FDW_PRIVATE_READABLE)) != 0)
-			(void) lookup_for_reader(st->name, rte->checkAsUser);
+			(void) lookup_for_reader(st->name, userid);
 		st->explain_reg = reg;
 		st->explain_readable = readable;
 		return;
 	}
 
-	st->reg = lookup_for_reader(st->name, rte->checkAsUser);
+	st->reg = lookup_for_reader(st->name, userid);
 	if (!pc_snap_desc_matches(st->reg, desc))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),

@@ -402,7 +402,7 @@ serialize_rows(SPITupleTable *tuptable, uint64 nrows, int key_attno,
 			hashes[row] = null_keys[row] ? 0 :
 				pc_snap_key_hash(key_type, values[key_attno - 1]);
 		}
-		mt = heap_form_minimal_tuple(desc, values, nulls);
+		mt = pc_heap_form_minimal_tuple(desc, values, nulls);
 		for (i = 0; i < desc->natts; i++)
 			if (detoasted[i])
 				pfree(DatumGetPointer(values[i]));
@@ -545,7 +545,7 @@ owner_lost_rights(LoadTask *task, const char *sql)
 				PlannedStmt *stmt = lfirst_node(PlannedStmt, lp);
 
 				if (stmt->commandType != CMD_UTILITY &&
-					!ExecCheckRTPerms(stmt->rtable, false))
+					!pc_exec_check_permissions(stmt, false))
 					lost = true;
 			}
 		}
@@ -617,7 +617,7 @@ pc_snapshot_load_main(Datum main_arg)
 	 * pg_blocking_pids, the deadlock detector).  The reader has not written
 	 * (it does not load then), so sharing its locks exposes nothing.
 	 */
-	if (!BecomeLockGroupMember(&ProcGlobal->allProcs[task->leader_pgprocno],
+	if (!BecomeLockGroupMember(GetPGProcByNumber(task->leader_pgprocno),
 							   task->leader_pid))
 		proc_exit(0);			/* the reader is gone already */
 
@@ -752,7 +752,7 @@ wait_for_worker(BackgroundWorkerHandle *handle)
 			return status;
 		rc = WaitLatch(MyLatch,
 					   WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
-					   CLIENT_CHECK_MS, WAIT_EVENT_BGWORKER_SHUTDOWN);
+					   CLIENT_CHECK_MS, pc_wait_event(PC_WAIT_SNAPSHOT_LOAD));
 		if (rc & WL_POSTMASTER_DEATH)
 			return BGWH_POSTMASTER_DIED;
 		ResetLatch(MyLatch);
@@ -821,7 +821,7 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 		task->query_offset = query_offset;
 		strcpy(task_query(task), query);
 		BecomeLockGroupLeader();
-		task->leader_pgprocno = MyProc->pgprocno;
+		task->leader_pgprocno = GetNumberFromPGProc(MyProc);
 		task->leader_pid = MyProcPid;
 		task->entry = wait.entry;
 		task->serial = wait.serial;

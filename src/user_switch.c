@@ -71,6 +71,7 @@
 #include "utils/guc_tables.h"
 #include "utils/memutils.h"
 
+#include "compat.h"
 #include "user_switch.h"
 
 /*
@@ -201,8 +202,8 @@ set_by_database_or_role(GucSource source)
 static void
 restore_server_settings(const char *dbname, ServerSetting *saved, int nsaved)
 {
-	struct config_generic **vars = get_guc_variables();
-	int			nvars = GetNumConfigOptions();
+	int			nvars;
+	struct config_generic **vars = pc_get_guc_variables(&nvars);
 	StringInfoData names;
 	int			restored = 0;
 	int			i;
@@ -271,8 +272,7 @@ pc_scheduler_connect(const char *dbname)
 	cxt = AllocSetContextCreate(TopMemoryContext, "projcache server settings",
 								ALLOCSET_DEFAULT_SIZES);
 	oldcxt = MemoryContextSwitchTo(cxt);
-	vars = get_guc_variables();
-	nvars = GetNumConfigOptions();
+	vars = pc_get_guc_variables(&nvars);
 	saved = palloc(nvars * sizeof(ServerSetting));
 	for (i = 0; i < nvars; i++)
 	{
