@@ -62,6 +62,13 @@ ifeq ($(PROJCACHE_ASSERTS),1)
 PG_CPPFLAGS += -DUSE_ASSERT_CHECKING
 endif
 
+# PROJCACHE_WERROR=1 makes every compiler warning an error, with GCC's
+# -Wclobbered on too (a variable a longjmp out of PG_TRY may lose); CI
+# builds this way on every major.
+ifeq ($(PROJCACHE_WERROR),1)
+PG_CFLAGS += -Werror -Wclobbered
+endif
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

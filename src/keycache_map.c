@@ -413,7 +413,7 @@ PcEntry *
 pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
-	dsa_pointer dp = InvalidDsaPointer;
+	volatile dsa_pointer dp = InvalidDsaPointer;	/* read in PG_CATCH */
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		in_entry = len <= PC_KEY_INLINE_BYTES;
@@ -504,8 +504,10 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		}
 		else
 		{
+			dsa_pointer keydp = dp;
+
 			entry->key.form = PC_KEY_DSA;
-			key_set_ptr(&entry->key, &dp, sizeof(dp));
+			key_set_ptr(&entry->key, &keydp, sizeof(keydp));
 		}
 		entry->serial = pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
 		pg_atomic_init_u32(&entry->requests, 0);

@@ -788,7 +788,7 @@ static void
 notify_changes(PcFetchItem *items, uint8 *old_states, int n)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	int			changed = 0;
+	volatile int changed = 0;	/* read in PG_CATCH */
 	int			i;
 
 	if (pc_notify_channel == NULL || pc_notify_channel[0] == '\0' ||

@@ -784,7 +784,7 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 	LoadTask   *task;
 	BackgroundWorker worker;
 	LoadWait	wait;
-	BgwHandleStatus status = BGWH_STOPPED;
+	BgwHandleStatus status;
 	bool		registered;
 	PcLoadStatus result;
 
@@ -840,6 +840,8 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 		worker.bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));
 		worker.bgw_notify_pid = MyProcPid;
 
+		/* set inside, not before: not live across the setjmp */
+		status = BGWH_STOPPED;
 		registered = RegisterDynamicBackgroundWorker(&worker, &wait.handle);
 		if (registered)
 			status = wait_for_worker(wait.handle);

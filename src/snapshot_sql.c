@@ -283,18 +283,24 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		 */
 		if (may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
 		{
-			/* On FATAL the lease dies with this backend (see lease_take). */
+			/*
+			 * On FATAL the lease dies with this backend (see lease_take).
+			 * PG_CATCH and a rethrow, not PG_FINALLY, whose flag GCC takes
+			 * for one a longjmp may clobber (-Wclobbered).
+			 */
 			PG_TRY();
 			{
 				/* It may have been refreshed before we took the lease. */
 				if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
 					status = load_and_publish(reg, ref, &error, &sqlerrcode);
 			}
-			PG_FINALLY();
+			PG_CATCH();
 			{
 				pc_snap_lease_drop(ref);
+				PG_RE_THROW();
 			}
 			PG_END_TRY();
+			pc_snap_lease_drop(ref);
 			if (status == PC_LOAD_REVOKED)
 				report_revoked(reg, ref, error, sqlerrcode);
 			if (status == PC_LOAD_FAILED)
