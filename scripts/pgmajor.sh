@@ -15,7 +15,8 @@
 #      its release's major, or the PostgreSQL project's apt repository): those
 #      packages are installed and /usr/lib/postgresql/MAJOR/bin is printed;
 #   2. "server": Debian's source package postgresql-MAJOR from Debian unstable
-#      is fetched (apt-get source) and built with --enable-cassert
+#      is fetched (apt-get source; PostgreSQL's own source, without Debian's
+#      packaging patches) and built with --enable-cassert
 #      --enable-debug --enable-tap-tests --with-python, with the contrib
 #      modules the suite uses, under $PROJCACHE_PG_CACHE/pg-MAJOR;
 #   3. "headers": Debian's postgresql-server-dev-MAJOR .deb (from the Debian
@@ -265,7 +266,11 @@ srcroot=$CACHE/src-$MAJOR
 rm -rf "$srcroot"
 mkdir -p "$srcroot"
 say "apt-get source postgresql-$MAJOR (Debian $suite)"
-(cd "$srcroot" && other_apt "$suite" source "postgresql-$MAJOR" >&2)
+# Unpacked without Debian's patches: they lay files out for Debian's
+# packages (the library directory is /usr/lib/postgresql/MAJOR/lib whatever
+# the prefix), which a build under its own prefix must not.
+(cd "$srcroot" && other_apt "$suite" source --download-only "postgresql-$MAJOR" >&2 &&
+	dpkg-source --skip-patches -x ./*.dsc >&2)
 srcdir=$(find "$srcroot" -mindepth 1 -maxdepth 1 -type d -name "postgresql-$MAJOR-*" | head -n 1)
 [ -n "$srcdir" ] || die "apt-get source left no postgresql-$MAJOR-* directory in $srcroot"
 version=$(basename "$srcdir")
