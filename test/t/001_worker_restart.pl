@@ -260,8 +260,9 @@ FROM pg_stat_activity WHERE backend_type = 'projcache scheduler'}),
 	'the worker is inside the fetch function for key mid');
 ok( $node->poll_query_until(
 		'postgres',
-		"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $waiter_pid"
-	),
+		"SELECT wait_event_type = 'Extension' AND wait_event = '"
+		  . wait_event_of($node, 'projcache key')
+		  . "' FROM pg_stat_activity WHERE pid = $waiter_pid"),
 	'a reader waits for key mid');
 
 $log_offset = log_offset($node);

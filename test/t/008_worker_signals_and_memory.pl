@@ -93,8 +93,9 @@ is($node->safe_psql('postgres', "SELECT projcache.get('cold-1', '5s')"),
 	'{"i": 1}', 'a first key is fetched');
 ok( $node->poll_query_until(
 		'postgres',
-		"SELECT state = 'idle' OR wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $pid"
-	),
+		"SELECT state = 'idle' OR wait_event = '"
+		  . wait_event_of($node, 'projcache worker')
+		  . "' FROM pg_stat_activity WHERE pid = $pid"),
 	'the worker is idle');
 
 my $offset = log_offset($node);

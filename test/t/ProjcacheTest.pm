@@ -59,6 +59,7 @@ our @EXPORT = qw(
   start_session
   wait_session
   log_shows_no_crash
+  wait_event_of
 );
 
 # A failed poll should fail the test in seconds, not minutes: the whole TAP
@@ -327,6 +328,24 @@ sub calls_count
 	my ($node) = @_;
 
 	return $node->safe_psql('postgres', 'SELECT count(*) FROM public.calls');
+}
+
+=pod
+
+=item wait_event_of(node, name)
+
+What C<pg_stat_activity.wait_event> shows while projcache waits for C<name>
+("projcache key", ...): that name on 17 and later, which let an extension
+name its wait events, "Extension" before.  C<wait_event_type> is
+"Extension" on all.
+
+=cut
+
+sub wait_event_of
+{
+	my ($node, $name) = @_;
+
+	return $node->pg_version >= 17 ? $name : 'Extension';
 }
 
 =pod
