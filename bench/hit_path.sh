@@ -44,6 +44,7 @@ bench_settings
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
+use_major
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-hitpath.XXXXXX")
 SOCK=$WORK/sock

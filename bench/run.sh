@@ -123,6 +123,7 @@ row() { # row FORMAT ARGS...: a formatted report line
 # ------------------------------------------------------------ setup
 step "setup: dependencies, build, install, throwaway cluster on port $PORT"
 bash "$REPO/scripts/install-deps.sh"
+use_major
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-bench.XXXXXX")
 DATA=$WORK/data

@@ -45,6 +45,7 @@ esac
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
+use_major
 
 setup_work projcache-snapbench
 DATA=$WORK/data

@@ -31,6 +31,7 @@ pgsql() { pgrun -a -P null='(null)' "$@"; }
 # ------------------------------------------------------------ setup
 caption "setup: dependencies, build, install, throwaway cluster on port $PORT"
 bash "$REPO/scripts/install-deps.sh"
+use_major
 
 setup_work projcache-demo
 DATA=$WORK/data

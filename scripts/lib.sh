@@ -4,8 +4,11 @@
 #
 # Sourcing it sets
 #   REPO, PGBIN, PG_CONFIG  the source tree (this file's parent's parent) and
-#                           PostgreSQL 15's binaries and pg_config
-#                           ($PROJCACHE_PGBIN, if set, instead of Debian's)
+#                           the binaries and pg_config of PostgreSQL
+#                           $PG_MAJOR: 15 (the default) is Debian's package
+#                           ($PROJCACHE_PGBIN, if set, instead); for another
+#                           major PGBIN is empty until use_major has run
+#   PG_MAJOR                the major (15 unless the caller set it)
 #   RUN_USER, AS_PG,        the OS user that builds and runs servers, and
 #   AS_ROOT                 command prefixes running as it and as root: when
 #                           root, "postgres" (PostgreSQL refuses to run as
@@ -13,6 +16,11 @@
 # and unsets the libpq variables (PGHOST, PGPORT, ...) of the caller's
 # environment, so that they cannot redirect a client or leak into a test
 # instance.  It sets no shell options and installs no trap.
+#
+# use_major: make sure $PG_MAJOR is there (scripts/pgmajor.sh: installed
+# from this machine's apt, or built from source once and kept) and set
+# PGBIN and PG_CONFIG to it; call it after scripts/install-deps.sh.  Exits
+# 1 when that major cannot be had.
 #
 # Functions for the temp dir (used by all three scripts):
 #   copy_tree DEST        copy the tree as a developer sees it into DEST
@@ -33,11 +41,29 @@
 #                         last lines and "NAME FAILED (exit N)" on failure
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# PROJCACHE_PGBIN runs everything against another copy of PostgreSQL 15's
+# PG_MAJOR picks the PostgreSQL major to build and run against.
+# PROJCACHE_PGBIN runs everything against another copy of that major's
 # binaries (a relocated copy of the install, so that one machine can build
 # and test two trees at once without one install replacing the other's).
-PGBIN=${PROJCACHE_PGBIN:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=$PGBIN/pg_config
+PG_MAJOR=${PG_MAJOR:-15}
+if [ -n "${PROJCACHE_PGBIN:-}" ]; then
+	PGBIN=$PROJCACHE_PGBIN
+elif [ "$PG_MAJOR" = 15 ]; then
+	PGBIN=/usr/lib/postgresql/15/bin
+else
+	PGBIN=
+fi
+PG_CONFIG=${PGBIN:+$PGBIN/pg_config}
+
+use_major() {
+	if [ -z "$PGBIN" ]; then
+		PGBIN=$(bash "$REPO/scripts/pgmajor.sh" server "$PG_MAJOR") || {
+			echo "${NAME:-projcache}: PostgreSQL $PG_MAJOR cannot be had (scripts/pgmajor.sh)" >&2
+			exit 1
+		}
+	fi
+	PG_CONFIG=$PGBIN/pg_config
+}
 
 unset PGDATA PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS \
 	PGPASSWORD PGSSLMODE

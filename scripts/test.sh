@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# test.sh - run every projcache test: unit, pg_regress, isolation and TAP.
+# test.sh - run every projcache test: unit, pg_regress, isolation and TAP,
+# on each PostgreSQL major CI covers, and the compile check on another.
 #
-#     sudo bash scripts/test.sh
+#     sudo bash scripts/test.sh              # 18 and 15, compile check on 17
+#     sudo PG_MAJOR=18 bash scripts/test.sh  # one major only
 #
 # The source tree (tracked files plus uncommitted working files) is copied to
-# a fresh /tmp/projcache-test.XXXXXX, built there as the unprivileged
-# "postgres" OS user (PostgreSQL refuses to run as root), installed as root
-# ("make installcheck" temp instances load the *installed* library), and then
-# each suite is run in turn, continuing after a failure:
+# a fresh /tmp/projcache-test.XXXXXX (one copy per major), built there as the
+# unprivileged "postgres" OS user (PostgreSQL refuses to run as root) with
+# PROJCACHE_WERROR=1 (a warning fails the build), installed as root ("make
+# installcheck" temp instances load the *installed* library), and then each
+# suite is run in turn, continuing after a failure:
 #
 #   unit        make unittest                          (cmocka, no server)
 #
-# and then, twice: built with PROJCACHE_ASSERTS=1 (assertions on, suites
-# labelled "+asserts"), then as released:
+# then, on each major (labelled "@18", "@15"):
 #
 #   pg_regress  make installcheck ISOLATION= TAP_TESTS=
 #   isolation   make installcheck REGRESS= TAP_TESTS=  (if the Makefile has specs)
 #   TAP         make installcheck REGRESS= ISOLATION=  (if test/t/*.pl exist)
+#
+# and last the compile check: every src/*.c compiled with -Werror against
+# 17's headers (scripts/pgmajor.sh headers 17), each file one test.
+#
+# Which major runs how: 18 is a server built with --enable-cassert
+# (scripts/pgmajor.sh, built once per machine and kept), so the server's
+# assertions and projcache's own (USE_ASSERT_CHECKING comes with the
+# server's headers) run there; 15 is Debian's release build, with projcache
+# built as released.  Both are installed before any suite runs, as the
+# pg_upgrade test on 18 upgrades from 15 (PROJCACHE_UPGRADE_FROM).
 #
 # Each suite's output is shown as it runs and kept in <tmpdir>/logs/.  The
 # last line printed is always "N passed, M failed" (totals over all suites);
@@ -25,7 +37,11 @@
 # The temp dir is removed on success and kept (path printed) on failure.
 # No server is left running.
 #
-# Environment: PROJCACHE_TEST_BUDGET  overall time limit in seconds (1800)
+# Environment: PG_MAJOR               run on this major only (no compile check)
+#              PROJCACHE_PGBIN        15's binaries (or PG_MAJOR's), instead
+#                                     of Debian's package
+#              PROJCACHE_TEST_BUDGET  overall time limit in seconds (3600),
+#                                     building PostgreSQL 18 included
 #              PROJCACHE_KEEP=1       keep the temp dir even on success
 set -uo pipefail
 
@@ -33,15 +49,23 @@ set -uo pipefail
 # own_work; it also unsets the libpq variables (PGHOST, ...) of the caller's
 # environment, so that they cannot leak into test instances.
 # shellcheck source=SCRIPTDIR/lib.sh
+PG_MAJOR_SET=${PG_MAJOR:-}
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-BUDGET=${PROJCACHE_TEST_BUDGET:-1800}
+BUDGET=${PROJCACHE_TEST_BUDGET:-3600}
+# The plan: majors whose suites run, and the headers-only one.
+if [ -n "${PG_MAJOR_SET:-}" ]; then
+	SUITE_MAJORS=("$PG_MAJOR")
+	COMPILE_MAJORS=()
+else
+	SUITE_MAJORS=(18 15)
+	COMPILE_MAJORS=(17)
+fi
 START=$SECONDS
 
 PASSED=0
 FAILED=0
 SUMMARY=()
 WORK=
-SRC=
 LOGS=
 STEP_PID=
 
@@ -226,30 +250,70 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/projcache-test.XXXXXX") || {
 	summary_add "setup" 0 1 "mktemp failed"
 	finish
 }
-SRC=$WORK/src
 LOGS=$WORK/logs
-mkdir -p "$SRC" "$LOGS" "$WORK/tmp"
+mkdir -p "$LOGS" "$WORK/tmp"
 # Temp files of the suites (TAP socket dirs, ...) go in here too, so that
 # even a killed test leaves nothing behind outside $WORK.
 export TMPDIR=$WORK/tmp
-if ! copy_tree "$SRC"; then
-	summary_add "setup" 0 1 "copying the source tree to $SRC failed"
-	finish
-fi
+for m in "${SUITE_MAJORS[@]}" "${COMPILE_MAJORS[@]}"; do
+	mkdir -p "$WORK/src-$m"
+	if ! copy_tree "$WORK/src-$m"; then
+		summary_add "setup" 0 1 "copying the source tree to $WORK/src-$m failed"
+		finish
+	fi
+done
 own_work
-cd "$SRC" || finish
-say "testing a copy in $SRC (as OS user $RUN_USER)"
+say "testing copies in $WORK/src-* (as OS user $RUN_USER)"
+
+# ------------------------------------------------------------------ majors
+# get_major MAJOR KIND: PGBIN_<MAJOR> (the directory of its pg_config) from
+# scripts/pgmajor.sh KIND MAJOR, which may build it (kept for the next run);
+# its time is a step of its own.  15 is Debian's package (install-deps.sh),
+# or $PROJCACHE_PGBIN.
+get_major() {
+	local m=$1 kind=$2 rc dir
+	if [ "$kind" = server ] && [ -n "${PROJCACHE_PGBIN:-}" ] &&
+		"$PROJCACHE_PGBIN/pg_config" --version | grep -q "^PostgreSQL $m\."; then
+		printf -v "PGBIN_$m" '%s' "$PROJCACHE_PGBIN"
+		return 0
+	fi
+	if [ "$kind" = server ] && [ "$m" = 15 ]; then
+		printf -v "PGBIN_$m" '%s' /usr/lib/postgresql/15/bin
+		return 0
+	fi
+	say "postgresql-$m: scripts/pgmajor.sh $kind $m"
+	local t0=$SECONDS
+	run_step "$LOGS/pg$m.log" 2700 bash "$REPO/scripts/pgmajor.sh" "$kind" "$m"
+	rc=$?
+	dir=$(tail -n 1 "$LOGS/pg$m.log")
+	if [ "$rc" -eq 0 ] && [ -x "$dir/pg_config" ]; then
+		printf -v "PGBIN_$m" '%s' "$dir"
+		summary_add "postgresql-$m" 0 0 "$kind in $dir, $((SECONDS - t0))s"
+	else
+		printf -v "PGBIN_$m" '%s' ""
+		summary_add "postgresql-$m" 0 1 "scripts/pgmajor.sh $kind $m failed (exit $rc)"
+	fi
+}
+
+# set_major MAJOR: PGBIN and PG_CONFIG for MAJOR, and cd to its copy.
+set_major() {
+	local var=PGBIN_$1
+	PGBIN=${!var}
+	PG_CONFIG=$PGBIN/pg_config
+	cd "$WORK/src-$1" || finish
+}
 
 # ------------------------------------------------------------------ build
-# build LABEL MAKEARGS...: make clean, build and install with MAKEARGS;
-# sets "built".
+# build LABEL MAKEARGS...: make clean, build and install with MAKEARGS, in
+# the current major's copy; sets "built".
 build() {
 	local label=$1 rc warnings
 	shift
 	built=0
 	say "$label: make clean; make $*"
 	"${AS_PG[@]}" make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null 2>&1
-	run_step "$LOGS/$label.log" 300 "${AS_PG[@]}" make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" "$@"
+	run_step "$LOGS/$label.log" 300 "${AS_PG[@]}" make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" \
+		PROJCACHE_WERROR=1 "$@"
 	rc=$?
 	if [ "$rc" -eq 0 ]; then
 		say "$label: make install"
@@ -263,7 +327,7 @@ build() {
 			summary_add "$label" 0 1 "make install failed (exit $rc)"
 		fi
 		# make install may have left root-owned files behind
-		[ "$RUN_USER" = postgres ] && chown -R postgres:postgres "$SRC"
+		[ "$RUN_USER" = postgres ] && chown -R postgres:postgres "$PWD"
 	else
 		summary_add "$label" 0 1 "make failed (exit $rc); server suites skipped"
 	fi
@@ -343,13 +407,38 @@ server_suites() {
 	fi
 }
 
+# ------------------------------------------------------------------ passes
+# Build and install on every major first (the pg_upgrade test on one reads
+# another's install), then the suites of each.
+BUILT=()
+UNIT_MAJOR=
+for m in "${SUITE_MAJORS[@]}"; do
+	get_major "$m" server
+	built=0
+	v=PGBIN_$m
+	if [ -n "${!v}" ]; then
+		set_major "$m"
+		UNIT_MAJOR=${UNIT_MAJOR:-$m}
+		build "build@$m"
+	else
+		summary_skip "build@$m" "no PostgreSQL $m"
+	fi
+	BUILT+=("$built")
+done
 # ------------------------------------------------------------------ a. unit
 # cmocka prints "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s),
 # listed below:" per group.  They need no server, so they run even when the
-# extension does not build.
+# extension does not build (in the first major's copy: the Makefile reads
+# PGXS).
 say "unit: make unittest"
-run_step "$LOGS/unit.log" 180 "${AS_PG[@]}" make unittest PG_CONFIG="$PG_CONFIG"
-rc=$?
+if [ -n "$UNIT_MAJOR" ]; then
+	set_major "$UNIT_MAJOR"
+	run_step "$LOGS/unit.log" 180 "${AS_PG[@]}" make unittest PG_CONFIG="$PG_CONFIG"
+	rc=$?
+else
+	echo "no PostgreSQL major to read PGXS from" | tee "$LOGS/unit.log"
+	rc=1
+fi
 read -r ok bad < <(awk '
 	/^\[  PASSED  \] [0-9]+ test\(s\)\./                 { p += $4 }
 	/^\[  FAILED  \] [0-9]+ test\(s\), listed below:/     { f += $4 }
@@ -358,13 +447,50 @@ note=
 settle "$rc" "did not build or crashed (exit $rc)" "no cmocka result line in the output"
 summary_add "unit" "$ok" "$bad" "$note"
 
-# ------------------------------------------------------------------ passes
-# Twice: with projcache's assertions on (lock rules and the server headers'
-# Assert()s, PROJCACHE_ASSERTS=1), then as released, which leaves the
-# production build installed.
-build "build+asserts" PROJCACHE_ASSERTS=1
-server_suites "+asserts"
-build "build"
-server_suites ""
+i=0
+for m in "${SUITE_MAJORS[@]}"; do
+	built=${BUILT[$i]}
+	i=$((i + 1))
+	# The pg_upgrade test upgrades from an older major of this run.
+	unset PROJCACHE_UPGRADE_FROM
+	for o in "${SUITE_MAJORS[@]}"; do
+		v=PGBIN_$o
+		if [ "$o" -lt "$m" ] && [ -n "${!v}" ]; then
+			export PROJCACHE_UPGRADE_FROM=${!v}
+		fi
+	done
+	if [ "$built" -eq 1 ]; then set_major "$m"; fi
+	server_suites "@$m"
+done
+
+# ------------------------------------------------------------------ compile check
+# Every src/*.c compiled against MAJOR's headers, warnings as errors; one
+# test per file.  The headers need not match this machine's server, so
+# only objects are made (no link, no bitcode).
+for m in "${COMPILE_MAJORS[@]}"; do
+	get_major "$m" headers
+	v=PGBIN_$m
+	if [ -z "${!v}" ]; then
+		summary_skip "compile@$m" "no PostgreSQL $m headers"
+		continue
+	fi
+	set_major "$m"
+	ok=0 bad=0 note=
+	failed_files=()
+	say "compile@$m: every src/*.c against $("$PG_CONFIG" --version)'s headers, -Werror"
+	for f in src/*.c; do
+		o=${f%.c}.o
+		if run_step "$LOGS/compile$m-$(basename "$f" .c).log" 120 "${AS_PG[@]}" \
+			make -s PG_CONFIG="$PG_CONFIG" with_llvm=no PROJCACHE_WERROR=1 "$o" >/dev/null; then
+			ok=$((ok + 1))
+		else
+			bad=$((bad + 1))
+			failed_files+=("$f")
+			cat "$LOGS/compile$m-$(basename "$f" .c).log"
+		fi
+	done
+	[ "$bad" -gt 0 ] && note="failed: ${failed_files[*]}"
+	summary_add "compile@$m" "$ok" "$bad" "$note"
+done
 
 finish
