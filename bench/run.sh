@@ -4,6 +4,7 @@
 #     sudo bash bench/run.sh              # each pgbench run 10 s
 #     sudo BENCH_SECONDS=5 bash bench/run.sh
 #     sudo BENCH_PNG=/tmp/b.png bash bench/run.sh   # the plot elsewhere
+#     sudo PG_MAJOR=18 bash bench/run.sh  # on 18: results/latest-pg18.*
 #
 # Installs the dependencies, builds and installs the extension from a copy of
 # this tree, starts a throwaway cluster (port 54339, socket and data in a temp
@@ -40,7 +41,12 @@ esac
 # exit), or to BENCH_PNG with the data beside it (.png -> .dat).  A relative
 # BENCH_PNG is the caller's: resolved now, before the script changes
 # directory.  Checked before the build, not after minutes of measuring.
-PNG=${BENCH_PNG:-$BENCH/results/latest.png}
+# On another major than 15 (PG_MAJOR), latest-pgN.png and .dat.
+if [ "${PG_MAJOR:-15}" = 15 ]; then
+	PNG=${BENCH_PNG:-$BENCH/results/latest.png}
+else
+	PNG=${BENCH_PNG:-$BENCH/results/latest-pg$PG_MAJOR.png}
+fi
 case $PNG in /*) ;; *) PNG=$PWD/$PNG ;; esac
 DAT=${PNG%.png}.dat
 if ! mkdir -p "$(dirname "$PNG")" || ! [ -w "$(dirname "$PNG")" ]; then
@@ -158,6 +164,10 @@ fi
 CPU=$(awk -F': *' '/^model name/{print $2; exit}' /proc/cpuinfo)
 [ -n "$CPU" ] || CPU=$(awk -F': *' '/^(Hardware|cpu model|Model)/{print $2; exit}' /proc/cpuinfo)
 PGVER=$(pgvalue "SELECT version()")
+# A server built with --enable-cassert runs its assertions on every call:
+# its numbers are not a release build's.
+PGASSERT=
+[ "$(pgvalue "SHOW debug_assertions")" = on ] && PGASSERT=" (assertions on: --enable-cassert)"
 SETTINGS=$(pgvalue "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)
                       FROM pg_settings
                      WHERE name IN ('projcache.batch_size', 'projcache.batch_interval',
@@ -280,6 +290,7 @@ C1=${RATIO_CLIENTS[0]} C8=${RATIO_CLIENTS[1]}
 {
 	echo "# projcache bench/run.sh, $RUN_DATE, tree $COMMIT"
 	echo "# machine: $(nproc) CPUs (nproc), ${CPU:-unknown CPU}; load avg $LOAD_BEFORE before, $LOAD_AFTER after"
+	echo "# server: $PGVER$PGASSERT"
 	echo "# pgbench -n -M prepared -T $DURATION, unix socket; ratio = TPS / SELECT 1 TPS at the same -c; missing = not measured"
 	echo "# label script ratio_c$C1 ratio_c$C8 tps_c$C1 tps_c$C8"
 	for s in "${RATIO_CASES[@]}"; do
@@ -343,7 +354,7 @@ row '%-12s %s' "date" "$RUN_DATE"
 row '%-12s %s' "tree" "$COMMIT"
 row '%-12s %s CPUs (nproc), %s' "machine" "$(nproc)" "${CPU:-unknown CPU}"
 row '%-12s %s' "load avg" "$LOAD_BEFORE before, $LOAD_AFTER after (other work on the machine skews every number)"
-row '%-12s %s' "PostgreSQL" "$PGVER"
+row '%-12s %s' "PostgreSQL" "$PGVER$PGASSERT"
 row '%-12s %s' "settings" "$SETTINGS (defaults), fsync=off"
 row '%-12s %s' "pgbench" "-n -c $CLIENTS -j $(pb_jobs "$CLIENTS") -T $DURATION, unix socket, simple protocol (sections 1 and 3); client and server share the $(nproc) CPUs"
 row '%-12s %s' "" "-n -M prepared -c $C1 and -c $C8, -j at most $(nproc), -T $DURATION (section 4)"
