@@ -183,12 +183,15 @@ make_var() {
 }
 
 # count_pg_regress LOG: "ok failed ignored" from pg_regress' per-test lines
-# (PG 15: "test foo    ... ok    25 ms", "     foo ... FAILED", ...).
+# (15: "test foo    ... ok    25 ms", "     foo ... FAILED", ...; 16 and
+# later print TAP: "ok 1         - foo   25 ms", "not ok 2     + bar ...").
 count_pg_regress() {
 	awk '
 		/^(test +| +)[^ ]+ +\.\.\. ok( |$)/             { ok++ }
 		/^(test +| +)[^ ]+ +\.\.\. FAILED( |$)/         { bad++ }
 		/^(test +| +)[^ ]+ +\.\.\. failed \(ignored\)/ { ign++ }
+		/^ok [0-9]+ +[-+] [^ ]/                        { ok++ }
+		/^not ok [0-9]+ +[-+] [^ ]/                    { bad++ }
 		END { print ok + 0, bad + 0, ign + 0 }' "$1"
 }
 
