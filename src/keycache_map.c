@@ -52,6 +52,7 @@ pc_keymap_params(int tranche_id)
 		.tranche_id = tranche_id,
 	};
 
+	pc_dshash_copy_keys_with_memcpy(&params);
 	return params;
 }
 
