@@ -205,10 +205,10 @@ SELECT count(*) FROM people_ft WHERE user_id IS NULL;
 EXPLAIN (COSTS OFF) SELECT * FROM people_ft WHERE user_id = 7;
 -- At run time the probe returns only the key's rows: the filter, which
 -- stays as a recheck, removes none (a full scan removes 1000).
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM people_ft WHERE user_id = 7;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) SELECT * FROM people_ft WHERE user_id = 7;
 -- Other conditions are filtered, with or without a probe.
 SELECT name FROM people_ft WHERE user_id = 7 AND team = 'team-x';
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM people_ft WHERE user_id > 995;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) SELECT * FROM people_ft WHERE user_id > 995;
 SELECT user_id FROM people_ft WHERE user_id > 995 ORDER BY 1;
 EXPLAIN (COSTS OFF) SELECT * FROM people_ft WHERE user_id::text = '7';
 -- A parameter, as a prepared statement sends it.
@@ -241,10 +241,10 @@ PREPARE owner_rows(text) AS
 SELECT string_agg(g.name, ', ' ORDER BY g.name)
   FROM projects p JOIN people_ft g ON g.user_id = p.owner_id
  WHERE p.key = $1;
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE owner_rows('alpha');
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) EXECUTE owner_rows('alpha');
 EXECUTE owner_rows('alpha');
 SET plan_cache_mode = force_generic_plan;
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE owner_rows('beta');
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) EXECUTE owner_rows('beta');
 EXECUTE owner_rows('beta');
 RESET plan_cache_mode;
 DEALLOCATE owner_rows;
@@ -281,18 +281,18 @@ SELECT projcache.create_snapshot('by_code',
 	'SELECT name::varchar(20) AS code, user_id FROM snap_fdw.people', '60s', key => 'code');
 CREATE FOREIGN TABLE by_code_ft (code varchar(20), user_id int)
 	SERVER projcache OPTIONS (snapshot 'by_code');
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM by_code_ft WHERE code = 'user-9';
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) SELECT * FROM by_code_ft WHERE code = 'user-9';
 SELECT projcache.create_snapshot('by_positive',
 	'SELECT user_id::snap_fdw.positive AS id, name FROM snap_fdw.people WHERE user_id > 0',
 	'60s', key => 'id');
 CREATE FOREIGN TABLE by_positive_ft (id snap_fdw.positive, name text)
 	SERVER projcache OPTIONS (snapshot 'by_positive');
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM by_positive_ft WHERE id = 9;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) SELECT * FROM by_positive_ft WHERE id = 9;
 SELECT projcache.create_snapshot('by_pair',
 	'SELECT ARRAY[user_id, 0] AS pair, name FROM snap_fdw.people', '60s', key => 'pair');
 CREATE FOREIGN TABLE by_pair_ft (pair int[], name text)
 	SERVER projcache OPTIONS (snapshot 'by_pair');
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM by_pair_ft WHERE pair = '{9,0}';
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) SELECT * FROM by_pair_ft WHERE pair = '{9,0}';
 SELECT c.code, p.name, a.name
   FROM by_code_ft c, by_positive_ft p, by_pair_ft a
  WHERE c.code = 'user-9' AND p.id = 9 AND a.pair = '{9,0}';

@@ -78,7 +78,7 @@ EXPLAIN (COSTS OFF) SELECT * FROM tokens_ft;
 SELECT explain_keys('SELECT * FROM snap_leak.tokens_ft WHERE id = 7');
 SELECT estimated_rows('SELECT * FROM snap_leak.tokens_ft');
 SELECT estimated_rows('SELECT count(*) FROM snap_leak.tokens_ft a JOIN snap_leak.tokens_ft b USING (id) GROUP BY a.token');
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM tokens_ft;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) SELECT * FROM tokens_ft;
 EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM tokens_ft WHERE id = 7;
 SELECT * FROM tokens_ft;
 RESET ROLE;
