@@ -625,7 +625,10 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 
 	PG_TRY();
 	{
+		/* Dropping the temporary schema's contents deletes catalog rows. */
+		PushActiveSnapshot(GetTransactionSnapshot());
 		reset_session_state();
+		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
 	PG_CATCH();
