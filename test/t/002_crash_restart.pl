@@ -122,7 +122,8 @@ isnt($rc, 0, 'the victim session ended with an error');
 my $worker2 = check_after_crash('backend SIGKILL', $log_offset, $worker1);
 like(
 	log_since($node, $log_offset),
-	qr/server process \(PID $victim_pid\) was terminated by signal 9/,
+	# (15 calls it a server process, 18 a client backend)
+	qr/(?:server process|client backend) \(PID $victim_pid\) was terminated by signal 9/,
 	'the log shows the backend crash');
 
 # ---------------------------------------------------------------------------
@@ -151,8 +152,8 @@ FROM pg_stat_activity WHERE backend_type = 'projcache scheduler'}),
 	'the worker is blocked inside the fetch function');
 ok( $node->poll_query_until(
 		'postgres', qq{
-SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE application_name = 'waiter'}
-	),
+SELECT wait_event = '@{[ wait_event_of($node, 'projcache key') ]}'
+FROM pg_stat_activity WHERE application_name = 'waiter'}),
 	'a reader waits for the pending key');
 is( $node->safe_psql(
 		'postgres', "SELECT fetch_state FROM projcache.entries WHERE key = 'slow'"

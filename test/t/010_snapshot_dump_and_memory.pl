@@ -41,7 +41,7 @@ sub psql_verbose_in
 	return ($rc, $stdout, $stderr);
 }
 
-my $crash = qr/PANIC|TRAP:|terminated by signal|segmentation fault|server process .* exited with exit code/i;
+my $crash = qr/PANIC|TRAP:|terminated by signal|segmentation fault|(?:server process|client backend) .* exited with exit code/i;
 
 # ---------------------------------------------------------------------------
 # a. pg_dump and restore of a snapshot registration.

@@ -86,7 +86,7 @@ ok( $node->poll_query_until(
 		'postgres', qq{
 SELECT count(*) = 1 FROM pg_stat_activity
  WHERE backend_type = 'projcache launcher' AND pid <> $launcher
-   AND wait_event = 'Extension'}),
+   AND wait_event = '@{[ wait_event_of($node, 'projcache launcher') ]}'}),
 	'a new launcher runs, and sleeps after looking at the scheduler');
 is( $node->safe_psql(
 		'postgres',

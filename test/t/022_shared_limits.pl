@@ -36,7 +36,7 @@ use PostgreSQL::Test::Utils;
 use ProjcacheTest;
 use Test::More;
 
-my $crash = qr/PANIC|TRAP:|terminated by signal|server process .* exited with exit code/i;
+my $crash = qr/PANIC|TRAP:|terminated by signal|(?:server process|client backend) .* exited with exit code/i;
 
 # psql with \set VERBOSITY verbose in database db; (exit code, out, err).
 sub psql_in

@@ -257,7 +257,7 @@ like($err,
 unlike($err, qr/XX000/, 'a: not with XX000');
 
 unlike(slurp_file($nested->logfile),
-	qr/PANIC|TRAP:|terminated by signal|server process .* exited with exit code/,
+	qr/PANIC|TRAP:|terminated by signal|(?:server process|client backend) .* exited with exit code/,
 	'a: no crash');
 $nested->stop('immediate');
 
@@ -482,7 +482,7 @@ is( $node->safe_psql(
 eval { $_->{harness}->kill_kill } for (@hogs, $h2a, $h2b);
 end_all_loads($node);
 unlike(slurp_file($node->logfile),
-	qr/PANIC|TRAP:|terminated by signal|server process .* exited with exit code/,
+	qr/PANIC|TRAP:|terminated by signal|(?:server process|client backend) .* exited with exit code/,
 	'no crash');
 
 done_testing();

@@ -463,7 +463,7 @@ sub log_shows_no_crash
 
 	unlike(
 		slurp_file($node->logfile),
-		qr/PANIC|TRAP:|terminated by signal|server process .* exited with exit code/i,
+		qr/PANIC|TRAP:|terminated by signal|(?:server process|client backend) .* exited with exit code/i,
 		'the log shows no crash');
 	return;
 }
