@@ -342,7 +342,14 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = projcache_shmem_startup;
 
-	pc_register_launcher();
+	/*
+	 * pg_upgrade runs its servers in binary-upgrade mode: no worker then.
+	 * It drops and creates databases in the new cluster, which a connected
+	 * scheduler makes fail, and no fetch function should run during an
+	 * upgrade; the key cache starts empty after one anyway.
+	 */
+	if (!IsBinaryUpgrade)
+		pc_register_launcher();
 	pc_wal_register_rmgr();
 	pc_snap_install_hooks();
 }
