@@ -233,7 +233,10 @@ BEGIN
 		END IF;
 	END LOOP;
 END $$;
-});
+},
+	# it lasts through the steps below (on a cassert build, longer than
+	# one poll's timeout)
+	timeout => 6 * $PostgreSQL::Test::Utils::timeout_default);
 ok( $node->poll_query_until(
 		'postgres',
 		"SELECT refused_reads > $refused0 AND evictions_memory > $evicted0 FROM projcache.stats"),

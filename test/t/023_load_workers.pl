@@ -246,9 +246,12 @@ CREATE FUNCTION s.wrapped(text) RETURNS int LANGUAGE sql PARALLEL SAFE
 	AS $$SELECT x FROM projcache.snapshot($1) AS t(x int)$$;
 ALTER FUNCTION s.wrapped(text) OWNER TO ops;
 });
+# (16 renamed force_parallel_mode debug_parallel_query)
+my $parallel_guc =
+  $nested->pg_version >= 16 ? 'debug_parallel_query' : 'force_parallel_mode';
 ($rc, $out, $err) = psql_as(
-	$nested, 'ops', q{
-SET force_parallel_mode = on;
+	$nested, 'ops', qq{
+SET $parallel_guc = on;
 SELECT s.wrapped('in')});
 like($err,
 	qr/ERROR:  25000: cannot read snapshot "in" during a parallel operation\nHINT:  A function that reads a snapshot must be marked PARALLEL UNSAFE\./,
