@@ -366,7 +366,7 @@ server_suites() {
 	# -------------------------------------------------------------- d. TAP
 	if compgen -G "test/t/*.pl" >/dev/null; then
 		say "TAP: make installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v"
-		run_step "$LOGS/tap$sfx.log" 900 "${AS_PG[@]}" make installcheck \
+		run_step "$LOGS/tap$sfx.log" 1800 "${AS_PG[@]}" make installcheck \
 			PG_CONFIG="$PG_CONFIG" REGRESS= ISOLATION= PROVE_FLAGS=-v
 		rc=$?
 		# Count top-level "ok N" / "not ok N" lines (subtests are indented;
