@@ -264,6 +264,7 @@ regcache_store(const SnapReg *reg)
 {
 	Size		size;
 	SnapReg    *flat = snapreg_flatten(regcache_cxt, reg, &size);
+	volatile Size flat_size = size; /* read after the PG_TRY */
 	RegCacheEntry *e;
 	bool		found;
 
@@ -282,7 +283,7 @@ regcache_store(const SnapReg *reg)
 		pfree(e->reg);
 	e->valid = true;
 	e->reg = flat;
-	e->reg_size = size;
+	e->reg_size = flat_size;
 	e->verdict_epoch = regcache_verdict_epoch;
 	e->nallowed = 0;
 	e->next_allowed = 0;

@@ -136,7 +136,7 @@ check_query_rights(SPIPlanPtr plan)
 		PlannedStmt *stmt = lfirst_node(PlannedStmt, lc);
 
 		if (stmt->commandType != CMD_UTILITY)
-			(void) ExecCheckRTPerms(stmt->rtable, true);
+			(void) pc_exec_check_permissions(stmt, true);
 	}
 	/* The plan is not saved: its cached plan has no resource owner. */
 	ReleaseCachedPlan(cplan, NULL);
@@ -334,7 +334,7 @@ analyze_view_query(const char *query, const char *search_path, Oid owner)
 
 		if (tle->resjunk)
 			continue;
-		aclresult = pg_type_aclcheck(type, owner, ACL_USAGE);
+		aclresult = pc_type_aclcheck(type, owner, ACL_USAGE);
 		if (aclresult != ACLCHECK_OK)
 			aclcheck_error_type(aclresult, type);
 	}
@@ -395,6 +395,7 @@ pc_snap_create_view(int64 id, const char *name, const char *query,
 	char		relname[NAMEDATALEN];
 	Query	   *tree;
 	Oid			view;
+	Oid			rowtype;
 	ObjectAddress view_addr;
 	ObjectAddress ext_addr;
 
@@ -423,6 +424,13 @@ pc_snap_create_view(int64 id, const char *name, const char *query,
 					 get_extension_oid("projcache", false));
 	deleteDependencyRecordsForClass(RelationRelationId, view,
 									ExtensionRelationId, DEPENDENCY_EXTENSION);
+	/* 17 and later record the row type and its array as members too. */
+	rowtype = get_rel_type_id(view);
+	deleteDependencyRecordsForClass(TypeRelationId, rowtype,
+									ExtensionRelationId, DEPENDENCY_EXTENSION);
+	if (OidIsValid(get_array_type(rowtype)))
+		deleteDependencyRecordsForClass(TypeRelationId, get_array_type(rowtype),
+										ExtensionRelationId, DEPENDENCY_EXTENSION);
 	recordDependencyOn(&view_addr, &ext_addr, DEPENDENCY_NORMAL);
 	CommandCounterIncrement();
 	return view;
