@@ -93,8 +93,8 @@ typedef struct PcEntry
 	pg_atomic_uint32 requests;	/* PC_REQ_* not yet taken by the worker */
 	pg_atomic_uint32 visited;	/* read since the key entered its eviction
 								 * FIFO or the worker last looked at it
-								 * (S3-FIFO); set by readers, only when
-								 * clear, and cleared by the worker */
+								 * (S3-FIFO); set by readers, only when clear,
+								 * and cleared by the worker */
 	int32		attempts;		/* failed or pending attempts in a row */
 	uint8		state;			/* PcKeyState */
 	uint8		fetch_state;	/* PcFetchState */
@@ -131,8 +131,8 @@ typedef struct PcValue
 {
 	int32		revision_len;	/* -1: no revision */
 	uint32		config_len;		/* 0: no config (disabled) */
-	uint32		head_len;		/* bytes held in this chunk; if fewer than
-								 * the value's, data starts with the tail's
+	uint32		head_len;		/* bytes held in this chunk; if fewer than the
+								 * value's, data starts with the tail's
 								 * dsa_pointer (unaligned) */
 	/* revision bytes, then the config's jsonb varlena, unaligned */
 	char		data[FLEXIBLE_ARRAY_MEMBER];
@@ -237,8 +237,8 @@ typedef struct PcFetchItem
 	char	   *error;			/* palloc'd message for PC_ANSWER_ERROR */
 	int32		max_age_ms;		/* its own periods, or PC_PERIOD_DEFAULT */
 	int32		stale_for_ms;
-	char	   *period_error;	/* palloc'd: why a period given was not
-								 * used, or NULL */
+	char	   *period_error;	/* palloc'd: why a period given was not used,
+								 * or NULL */
 	bool		seen;			/* a row for this key was returned */
 } PcFetchItem;
 

@@ -451,14 +451,14 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		memcpy(dsa_get_address(pc_area(), dp), key, len);
 
 	/*
-	 * dshash may still fail to allocate the entry (or a larger bucket
-	 * array) when the area's pages are fragmented, although the count above
-	 * said there was room.  That failure is an out-of-memory ERROR raised
-	 * with dshash's partition locks held, and before dshash changed
-	 * anything.  A read must not fail for lack of room: it is caught, the
-	 * locks dshash took are released (this backend holds no other LWLock
-	 * here: callers take none before), and the key reads as one with no
-	 * room.  Any other ERROR goes on.
+	 * dshash may still fail to allocate the entry (or a larger bucket array)
+	 * when the area's pages are fragmented, although the count above said
+	 * there was room.  That failure is an out-of-memory ERROR raised with
+	 * dshash's partition locks held, and before dshash changed anything.  A
+	 * read must not fail for lack of room: it is caught, the locks dshash
+	 * took are released (this backend holds no other LWLock here: callers
+	 * take none before), and the key reads as one with no room.  Any other
+	 * ERROR goes on.
 	 */
 	Assert(!LWLockHeldByMe(pc_shared->snap_map_lock));
 	PG_TRY();

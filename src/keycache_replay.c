@@ -244,8 +244,8 @@ take_new_items(void)
 
 	/*
 	 * Only this process moves 'marked' or removes items: n stays valid.  An
-	 * overflow may have happened since the look above, so it is decided
-	 * again under the exclusive lock.
+	 * overflow may have happened since the look above, so it is decided again
+	 * under the exclusive lock.
 	 */
 	copy = palloc(Max(n, 1));
 	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);

@@ -226,6 +226,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	else
 	{
 		r->found = true;
+
 		/*
 		 * S3-FIFO: mark it read, writing only when it is not marked yet: a
 		 * hit writes at most this one shared cache line.
@@ -839,7 +840,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 			capacity *= 2;
 		}
 		keys[count] = pc_copy_no_oom(pc_key_bytes(pc_area(), &entry->key),
-								  entry->key.len, true, &oom);
+									 entry->key.len, true, &oom);
 		copy_entry(entry, true, false, &rows[count]);
 		if (oom || rows[count].oom)
 		{

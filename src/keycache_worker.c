@@ -79,8 +79,7 @@ StaticAssertDecl(PC_PERIOD_DEFAULT == SCHED_PERIOD_DEFAULT,
 static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
-static PcKeyDump *key_dump = NULL;	/* a dump being written, a slice at a
-									 * time */
+static PcKeyDump *key_dump = NULL;	/* a dump being written, a slice at a time */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static char *ring_buf = NULL;
 
@@ -108,9 +107,9 @@ load_settings(void)
 	config.max_retry_backoff_ms = pc_max_retry_backoff_ms;
 
 	/*
-	 * The interval is checked against each key's own periods when the key
-	 * is fetched (scheduler.c); the settings' are what keys without periods
-	 * of their own follow, so an interval they exclude is worth a WARNING.
+	 * The interval is checked against each key's own periods when the key is
+	 * fetched (scheduler.c); the settings' are what keys without periods of
+	 * their own follow, so an interval they exclude is worth a WARNING.
 	 */
 	if (config.refresh_interval_ms > 0 &&
 		!sched_refresh_interval_valid(config.expiry_ms, config.grace_period_ms,
@@ -1108,9 +1107,9 @@ pc_worker_main(Datum main_arg)
 	pc_attach();
 
 	/*
-	 * One scheduler at a time: it alone deletes keys and frees their
-	 * chunks.  A launcher started again while its scheduler lived on waits
-	 * for it (launcher.c); this is the last word, under the mutex.
+	 * One scheduler at a time: it alone deletes keys and frees their chunks.
+	 * A launcher started again while its scheduler lived on waits for it
+	 * (launcher.c); this is the last word, under the mutex.
 	 */
 	SpinLockAcquire(&pc_shared->mutex);
 	if (pc_shared->worker_pid != 0)

@@ -343,8 +343,8 @@ _PG_init(void)
 	shmem_startup_hook = projcache_shmem_startup;
 
 	/*
-	 * pg_upgrade runs its servers in binary-upgrade mode: no worker then.
-	 * It drops and creates databases in the new cluster, which a connected
+	 * pg_upgrade runs its servers in binary-upgrade mode: no worker then. It
+	 * drops and creates databases in the new cluster, which a connected
 	 * scheduler makes fail, and no fetch function should run during an
 	 * upgrade; the key cache starts empty after one anyway.
 	 */

@@ -75,12 +75,11 @@ struct Sched
 	size_t		fifo_count[2];
 
 	/*
-	 * The ghost FIFO: hashes of keys evicted from the small FIFO lately.
-	 * Slot hash & (nghosts - 1) holds the hash with its low bit set (0 if
-	 * empty) and the number of small-FIFO evictions before it; a hash is
-	 * still remembered while it is among the last fifo_count[1] evicted
-	 * from there.  A newer hash may overwrite an older one: the ghost
-	 * forgets.
+	 * The ghost FIFO: hashes of keys evicted from the small FIFO lately. Slot
+	 * hash & (nghosts - 1) holds the hash with its low bit set (0 if empty)
+	 * and the number of small-FIFO evictions before it; a hash is still
+	 * remembered while it is among the last fifo_count[1] evicted from there.
+	 * A newer hash may overwrite an older one: the ghost forgets.
 	 */
 	struct SchedGhost
 	{

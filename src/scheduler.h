@@ -49,8 +49,8 @@ typedef struct SchedConfig
 									 * expired */
 	int64_t		refresh_interval_ms;	/* <= 0: no refresh; else a key is
 										 * refreshed only if it passes
-										 * sched_refresh_interval_valid()
-										 * for the key's own periods */
+										 * sched_refresh_interval_valid() for
+										 * the key's own periods */
 	int64_t		max_retry_backoff_ms;	/* cap of the retry backoff */
 } SchedConfig;
 
@@ -93,10 +93,10 @@ typedef enum SchedResult
 /* What the caller must do after sched_complete_fetch(). */
 typedef enum SchedCompletion
 {
-	SCHED_DONE,					/* publish the value (unless pending); eviction
-								 * and refresh are scheduled */
-	SCHED_RESCHEDULED,			/* another fetch of the key is under way; publish
-								 * the value unless pending */
+	SCHED_DONE,					/* publish the value (unless pending);
+								 * eviction and refresh are scheduled */
+	SCHED_RESCHEDULED,			/* another fetch of the key is under way;
+								 * publish the value unless pending */
 	SCHED_EVICTED				/* an eviction was requested during the fetch:
 								 * the entry is gone, remove the key */
 } SchedCompletion;
@@ -163,22 +163,23 @@ typedef struct SchedEntry
 	int64_t		stale_for_ms;
 
 	bool		invalidated;	/* treat as stale until the next success */
-	bool		refetch_after;	/* invalidated while its fetch ran: fetch again */
+	bool		refetch_after;	/* invalidated while its fetch ran: fetch
+								 * again */
 	bool		evict_after;	/* evict when the running fetch completes */
 
 	/* IN_PROGRESS only: gathered into the open batch, not handed out yet */
 	bool		gathered;
 
 	/*
-	 * Read again, or waited for, since it was created: its fetches wait
-	 * with those of cached keys, not behind keys read once.
+	 * Read again, or waited for, since it was created: its fetches wait with
+	 * those of cached keys, not behind keys read once.
 	 */
 	bool		demanded;
 
 	/*
-	 * Eviction under memory pressure (S3-FIFO, see sched_memory_victim):
-	 * the FIFO the key is in, small or main, and its place there; the
-	 * newest key of each is its head, the oldest its tail.
+	 * Eviction under memory pressure (S3-FIFO, see sched_memory_victim): the
+	 * FIFO the key is in, small or main, and its place there; the newest key
+	 * of each is its head, the oldest its tail.
 	 */
 	bool		in_main;
 	struct SchedEntry *fifo_newer;

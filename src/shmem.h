@@ -94,9 +94,9 @@ typedef struct PcShared
 	int64		mono_anchor_ms;
 	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads
 										 * its settings */
-	pg_atomic_uint64 registry_generation;	/* bumped after a transaction
-											 * that changed a snapshot
-											 * registry commits */
+	pg_atomic_uint64 registry_generation;	/* bumped after a transaction that
+											 * changed a snapshot registry
+											 * commits */
 	/* written often: keep off the line of the fields above */
 	char		pad[PG_CACHE_LINE_SIZE];
 	pg_atomic_uint64 counters[PC_NUM_COUNTERS];

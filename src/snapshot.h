@@ -62,6 +62,7 @@ extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh
 						 char **blob, Size *size, int64 *rows);
 extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
 							 bool *loaded);
+
 /* A snapshot's last attempt time when no attempt was made yet. */
 #define PC_NEVER	PG_INT64_MIN
 
@@ -153,7 +154,7 @@ extern void pc_snap_append_index(StringInfo chunk, uint64 nrows,
 								 const uint64 *offsets, const uint32 *hashes,
 								 const bool *null_keys);
 extern const PcSnapIndex *pc_snap_find_index(const char *chunk, Size size,
-											   uint64 nrows);
+											 uint64 nrows);
 extern void pc_snap_probe_begin(PcSnapIndexProbe *probe,
 								const PcSnapIndex *index, uint32 hash);
 extern bool pc_snap_probe_next(PcSnapIndexProbe *probe, uint64 *offset);

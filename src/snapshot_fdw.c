@@ -219,8 +219,8 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 														 0, JOIN_INNER, NULL));
 
 	/*
-	 * The key column, matched by position among the table's columns (the
-	 * scan checks that the types are the snapshot's).
+	 * The key column, matched by position among the table's columns (the scan
+	 * checks that the types are the snapshot's).
 	 */
 	if (reg != NULL && reg->key_attno > 0)
 	{
@@ -330,6 +330,7 @@ static void
 snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
 	SnapPlanInfo *plan_info = (SnapPlanInfo *) baserel->fdw_private;
+
 	/* Rows are copied out once, then each costs less than a heap tuple. */
 	Cost		startup = 1;
 	Cost		run = baserel->tuples * cpu_tuple_cost * 0.5;
@@ -339,23 +340,23 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 
 	add_path(baserel, (Path *)
 			 pc_create_foreignscan_path(root, baserel, NULL, baserel->rows,
-									 startup, startup + run,
-									 NIL, NULL, NULL, NIL));
+										startup, startup + run,
+										NIL, NULL, NULL, NIL));
 	if (plan_info->key_attnum == 0)
 		return;
 
 	foreach(lc, baserel->baserestrictinfo)
 	{
 		Expr	   *value = key_clause_value(root, baserel, plan_info,
-												lfirst(lc));
+											 lfirst(lc));
 
 		if (value == NULL || !bms_is_empty(pull_varnos(root, (Node *) value)))
 			continue;
 		add_path(baserel, (Path *)
 				 pc_create_foreignscan_path(root, baserel, NULL, 1,
-										 startup, startup + probe,
-										 NIL, NULL, NULL,
-										 list_make1(value)));
+											startup, startup + probe,
+											NIL, NULL, NULL,
+											list_make1(value)));
 	}
 
 	join_clauses = list_copy(baserel->joininfo);
@@ -381,10 +382,10 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 		param_info = get_baserel_parampathinfo(root, baserel, required_outer);
 		add_path(baserel, (Path *)
 				 pc_create_foreignscan_path(root, baserel, NULL,
-										 clamp_row_est(param_info->ppi_rows),
-										 startup, startup + probe,
-										 NIL, required_outer, NULL,
-										 list_make1(value)));
+											clamp_row_est(param_info->ppi_rows),
+											startup, startup + probe,
+											NIL, required_outer, NULL,
+											list_make1(value)));
 	}
 }
 
@@ -514,10 +515,10 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 											  &readable);
 
 		/*
-		 * A plan made for a reader that may read the snapshot carries its
-		 * row count and key.  For one that may not now (a plan cached
-		 * before a revoke, or planned as another role), EXPLAIN fails as
-		 * the scan would, before anything of the plan is shown.
+		 * A plan made for a reader that may read the snapshot carries its row
+		 * count and key.  For one that may not now (a plan cached before a
+		 * revoke, or planned as another role), EXPLAIN fails as the scan
+		 * would, before anything of the plan is shown.
 		 */
 		if (reg != NULL && !readable &&
 			intVal(list_nth(plan->fdw_private, FDW_PRIVATE_READABLE)) != 0)
@@ -555,8 +556,8 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 
 	/*
 	 * Probe only the index the plan was made for.  Without it (registered
-	 * again since, without a key or with another), every row is read and
-	 * the qual filters them.
+	 * again since, without a key or with another), every row is read and the
+	 * qual filters them.
 	 */
 	if (plan->fdw_exprs != NIL && st->reg->key_attno > 0 &&
 		st->reg->key_attno == intVal(list_nth(plan->fdw_private,
@@ -631,11 +632,11 @@ snap_iterate(ForeignScanState *node)
 		st->tuple.t_data = (HeapTupleHeader) ((char *) mt - MINIMAL_TUPLE_OFFSET);
 
 		/*
-		 * A store per row is about a tenth of a count(*)'s time.  While
-		 * the slot still holds this scan's tuple header, not materialized
-		 * (a reader that keeps rows materializes them into copies), that
-		 * header now points at the next row, and all a store would do
-		 * besides is to forget the columns deformed from the last one.
+		 * A store per row is about a tenth of a count(*)'s time.  While the
+		 * slot still holds this scan's tuple header, not materialized (a
+		 * reader that keeps rows materializes them into copies), that header
+		 * now points at the next row, and all a store would do besides is to
+		 * forget the columns deformed from the last one.
 		 */
 		if (TTS_IS_HEAPTUPLE(slot) && !TTS_EMPTY(slot) &&
 			!TTS_SHOULDFREE(slot) && hslot->tuple == &st->tuple)
@@ -781,7 +782,7 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 
 		foreach(tl, stmt->table_list)
 			if (strcmp(((RangeVar *) lfirst(tl))->relname, name) == 0)
-				listed = true;
+			listed = true;
 		if ((stmt->list_type == FDW_IMPORT_SCHEMA_LIMIT_TO && !listed) ||
 			(stmt->list_type == FDW_IMPORT_SCHEMA_EXCEPT && listed))
 			continue;

@@ -277,9 +277,9 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 	if (loaded)
 	{
 		/*
-		 * Someone else is refreshing, or this transaction may not load:
-		 * serve the last good rows now.  (The lease lasts one TTL at most:
-		 * at most one refresh per TTL runs even if its holder hangs.)
+		 * Someone else is refreshing, or this transaction may not load: serve
+		 * the last good rows now.  (The lease lasts one TTL at most: at most
+		 * one refresh per TTL runs even if its holder hangs.)
 		 */
 		if (may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
 		{

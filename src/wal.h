@@ -51,13 +51,13 @@ typedef struct PcWalPending
 	Size		capacity;		/* bytes of data[] */
 	Size		used;			/* bytes of items in data[] */
 	Size		marked;			/* items before this offset were marked */
-	bool		overflowed;		/* a record was dropped; set until each of
-								 * its transactions ended */
+	bool		overflowed;		/* a record was dropped; set until each of its
+								 * transactions ended */
 	bool		overflow_marked;	/* the worker marked every cached key */
 	int			ndropped;		/* entries of dropped_xids in use */
 	TransactionId dropped_xids[PC_WAL_MAX_DROPPED_XIDS];
-	TransactionId lost_xid;		/* newest dropped transaction that did not
-								 * fit in dropped_xids, or invalid */
+	TransactionId lost_xid;		/* newest dropped transaction that did not fit
+								 * in dropped_xids, or invalid */
 	uint64		keys_replayed;	/* keys redo was given, ever */
 	uint64		keys_dropped;	/* of which dropped for want of room */
 	uint64		records_unreadable; /* records skipped: malformed, or of an

@@ -66,7 +66,7 @@ typedef enum FakeState
 	FAKE_PENDING,
 	FAKE_DISABLED,
 	FAKE_ENABLED
-} FakeState;
+}			FakeState;
 
 /*
  * One key of the shared map.  Readers get a copy (a snapshot of the entry); "generation" is bumped at every published
@@ -78,16 +78,16 @@ typedef struct FakeProject
 	FakeState	state;
 	const char *revision;		/* no revisions in these tests: always NULL */
 	uint64_t	generation;
-} FakeProject;
+}			FakeProject;
 
 typedef struct FakeShared
 {
 	FakeProject projects[FAKE_MAX_PROJECTS];
 	int			nprojects;
-} FakeShared;
+}			FakeShared;
 
 static FakeProject *
-fake_find(FakeShared *shared, const char *key)
+fake_find(FakeShared * shared, const char *key)
 {
 	int			i;
 
@@ -100,7 +100,7 @@ fake_find(FakeShared *shared, const char *key)
 }
 
 static FakeProject *
-fake_get_or_create_ref(FakeShared *shared, const char *key)
+fake_get_or_create_ref(FakeShared * shared, const char *key)
 {
 	FakeProject *p = fake_find(shared, key);
 
@@ -119,13 +119,13 @@ fake_get_or_create_ref(FakeShared *shared, const char *key)
 
 /* What a reader sees: absent keys are created pending. */
 static FakeProject
-fake_get_or_create(FakeShared *shared, const char *key)
+fake_get_or_create(FakeShared * shared, const char *key)
 {
 	return *fake_get_or_create_ref(shared, key);
 }
 
 static void
-fake_set_state(FakeShared *shared, const char *key, FakeState state)
+fake_set_state(FakeShared * shared, const char *key, FakeState state)
 {
 	FakeProject *p = fake_get_or_create_ref(shared, key);
 
@@ -134,7 +134,7 @@ fake_set_state(FakeShared *shared, const char *key, FakeState state)
 }
 
 static bool
-fake_remove(FakeShared *shared, const char *key)
+fake_remove(FakeShared * shared, const char *key)
 {
 	FakeProject *p = fake_find(shared, key);
 
@@ -153,7 +153,7 @@ typedef struct Store
 {
 	Sched	   *sched;
 	FakeShared *shared;
-} Store;
+}			Store;
 
 /* What a fetch brought back, as the fetch function reports it. */
 typedef enum Answer
@@ -162,14 +162,14 @@ typedef enum Answer
 	ANSWER_DISABLED,
 	ANSWER_ENABLED,
 	ANSWER_NOT_MODIFIED
-} Answer;
+}			Answer;
 
 /*
  * Configure a store as the worker reads its settings: a refresh interval
  * that is not strictly between expiry and expiry + grace is ignored.
  */
 static void
-store_init_full(Store *st, int64_t expiry_ms, int64_t grace_ms,
+store_init_full(Store * st, int64_t expiry_ms, int64_t grace_ms,
 				int64_t refresh_ms, int64_t max_backoff_ms)
 {
 	SchedConfig config;
@@ -188,14 +188,14 @@ store_init_full(Store *st, int64_t expiry_ms, int64_t grace_ms,
 }
 
 static void
-store_init(Store *st, int64_t expiry_ms, int64_t grace_ms, int64_t refresh_ms)
+store_init(Store * st, int64_t expiry_ms, int64_t grace_ms, int64_t refresh_ms)
 {
 	store_init_full(st, expiry_ms, grace_ms, refresh_ms,
 					DEFAULT_MAX_BACKOFF_MS);
 }
 
 static void
-store_free(Store *st)
+store_free(Store * st)
 {
 	sched_destroy(st->sched);
 	free(st->shared);
@@ -216,7 +216,7 @@ copy_key(char *dst, const SchedEntry *e)
 }
 
 static SchedEntry *
-lookup(Store *st, const char *key)
+lookup(Store * st, const char *key)
 {
 	return sched_lookup(st->sched, key, strlen(key));
 }
@@ -230,7 +230,7 @@ lookup(Store *st, const char *key)
  * shared map (pending) and asks the scheduler for a fetch.
  */
 static SchedEntry *
-begin_fetch(Store *st, const char *key, SchedTime now)
+begin_fetch(Store * st, const char *key, SchedTime now)
 {
 	(void) fake_get_or_create_ref(st->shared, key);
 	return sched_try_begin_fetch(st->sched, key, strlen(key), false, now);
@@ -238,7 +238,7 @@ begin_fetch(Store *st, const char *key, SchedTime now)
 
 /* store.refresh(refresh): never re-creates an evicted key. */
 static SchedEntry *
-refresh_key(Store *st, const char *key, SchedTime now)
+refresh_key(Store * st, const char *key, SchedTime now)
 {
 	return sched_try_begin_fetch(st->sched, key, strlen(key), true, now);
 }
@@ -248,7 +248,7 @@ refresh_key(Store *st, const char *key, SchedTime now)
  * in progress again.
  */
 static SchedEntry *
-in_progress(Store *st, const char *key)
+in_progress(Store * st, const char *key)
 {
 	SchedEntry *e = lookup(st, key);
 
@@ -262,7 +262,7 @@ in_progress(Store *st, const char *key)
  * fetch function.  The key must be due at 'now' and alone in the batch.
  */
 static SchedEntry *
-dispatch(Store *st, const char *key, SchedTime now)
+dispatch(Store * st, const char *key, SchedTime now)
 {
 	SchedEntry **batch = NULL;
 	int			n;
@@ -280,7 +280,7 @@ dispatch(Store *st, const char *key, SchedTime now)
  * apply it to the shared map as the worker does.
  */
 static SchedCompletion
-complete_periods(Store *st, SchedEntry *e, Answer answer,
+complete_periods(Store * st, SchedEntry *e, Answer answer,
 				 const SchedPeriods *periods, SchedTime now)
 {
 	char		key[KEY_MAX];
@@ -317,20 +317,20 @@ complete_periods(Store *st, SchedEntry *e, Answer answer,
 
 /* The same, with the periods the configuration sets. */
 static SchedCompletion
-complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
+complete(Store * st, SchedEntry *e, Answer answer, SchedTime now)
 {
 	return complete_periods(st, e, answer, NULL, now);
 }
 
 static SchedCompletion
-dispatch_and_complete(Store *st, const char *key, Answer answer, SchedTime now)
+dispatch_and_complete(Store * st, const char *key, Answer answer, SchedTime now)
 {
 	return complete(st, dispatch(st, key, now), answer, now);
 }
 
 /* store.evict(eviction): forget the key in both halves. */
 static void
-store_evict(Store *st, const char *key)
+store_evict(Store * st, const char *key)
 {
 	SchedEntry *e = lookup(st, key);
 
@@ -343,7 +343,7 @@ store_evict(Store *st, const char *key)
 
 /* Evict everything whose eviction is due at 'now'; returns how many. */
 static int
-collect_evicted(Store *st, SchedTime now, char evicted[][KEY_MAX], int max)
+collect_evicted(Store * st, SchedTime now, char evicted[][KEY_MAX], int max)
 {
 	SchedEntry *e;
 	int			n = 0;
@@ -366,13 +366,13 @@ typedef enum ActionKind
 	ACTION_NONE,
 	ACTION_EVICTION,
 	ACTION_REFRESH
-} ActionKind;
+}			ActionKind;
 
 typedef struct Action
 {
 	ActionKind	kind;
 	char		key[KEY_MAX];
-} Action;
+}			Action;
 
 /*
  * store.poll() on a paused clock: jump to the next eviction or refresh and
@@ -382,7 +382,7 @@ typedef struct Action
  * clock moves by timeout_ms and ACTION_NONE is returned.
  */
 static Action
-store_poll(Store *st, SchedTime *now, int64_t timeout_ms)
+store_poll(Store * st, SchedTime *now, int64_t timeout_ms)
 {
 	Action		action;
 	SchedTime	evict_at = 0;
@@ -576,7 +576,11 @@ test_store_evict_projects_pending_not_expired(void **state)
 
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	fetch = dispatch(&st, KEY1, now);
-	/* A key created pending in the shared map but never fetched: never expires. */
+
+	/*
+	 * A key created pending in the shared map but never fetched: never
+	 * expires.
+	 */
 	(void) fake_get_or_create(st.shared, KEY2);
 
 	now += 6000;
@@ -1173,8 +1177,8 @@ test_invalidate(void **state)
 	assert_null(begin_fetch(&st, KEY1, now));
 
 	/*
-	 * Invalidated while its fetch runs: that fetch may carry data older
-	 * than the invalidation, so another fetch follows its completion.
+	 * Invalidated while its fetch runs: that fetch may carry data older than
+	 * the invalidation, so another fetch follows its completion.
 	 */
 	now += 1000;
 	fetch = sched_invalidate(st.sched, KEY1, strlen(KEY1), now);
@@ -1447,7 +1451,8 @@ test_pending_never_evicted(void **state)
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
 					 SCHED_DONE);
 	now += 5000;
-	assert_non_null(begin_fetch(&st, KEY1, now));	/* expired, not yet evicted */
+	assert_non_null(begin_fetch(&st, KEY1, now));	/* expired, not yet
+													 * evicted */
 	for (i = 0; i < 20; i++)
 	{
 		fetch = in_progress(&st, KEY1);
@@ -1514,7 +1519,7 @@ next_random(uint64_t *seed)
  * the middle of the heap.
  */
 static int
-drain_queue(Store *st, SchedQueue queue, bool *alive, int remove_every,
+drain_queue(Store * st, SchedQueue queue, bool *alive, int remove_every,
 			uint64_t *seed, int *removed)
 {
 	SchedTime	now;
@@ -1689,10 +1694,10 @@ typedef struct VisitedSet
 	bool		marked[16];
 	int			n;
 	int			looks;			/* how many times the hand asked */
-} VisitedSet;
+}			VisitedSet;
 
 static void
-visit_set(VisitedSet *v, const char *key)
+visit_set(VisitedSet * v, const char *key)
 {
 	int			i;
 
@@ -1732,7 +1737,7 @@ typedef struct SieveFixture
 	Sched	   *s;
 	VisitedSet	v;
 	char		buf[8];
-} SieveFixture;
+}			SieveFixture;
 
 static int
 sieve_setup(void **state)
@@ -1758,7 +1763,7 @@ sieve_teardown(void **state)
 
 /* Cache one complete key per letter of keys, oldest first. */
 static void
-cached(SieveFixture *f, const char *keys)
+cached(SieveFixture * f, const char *keys)
 {
 	for (; *keys; keys++)
 		assert_non_null(sched_restore_complete(f->s, keys, 1, 0, 1000000,
@@ -1767,14 +1772,14 @@ cached(SieveFixture *f, const char *keys)
 
 /* A reader reads the key: it is marked visited. */
 static void
-visit(SieveFixture *f, const char *key)
+visit(SieveFixture * f, const char *key)
 {
 	visit_set(&f->v, key);
 }
 
 /* Evict S3-FIFO's next victim as the worker does; its key, or NULL. */
 static const char *
-sieve_evict(SieveFixture *f)
+sieve_evict(SieveFixture * f)
 {
 	SchedEntry *e = sched_memory_victim(f->s, test_and_clear, &f->v);
 
@@ -1788,7 +1793,7 @@ sieve_evict(SieveFixture *f)
 
 /* Is the (one-letter) key in the main FIFO? */
 static bool
-in_main(SieveFixture *f, const char *key)
+in_main(SieveFixture * f, const char *key)
 {
 	SchedEntry *e = sched_lookup(f->s, key, strlen(key));
 
@@ -1801,7 +1806,7 @@ in_main(SieveFixture *f, const char *key)
  * Says whether it went straight into the main FIFO (a ghost hit).
  */
 static bool
-asked_for(SieveFixture *f, const char *key)
+asked_for(SieveFixture * f, const char *key)
 {
 	SchedEntry *e = sched_try_begin_fetch(f->s, key, strlen(key), false, 0);
 
@@ -1941,7 +1946,7 @@ test_s3fifo_spares_fetches(void **state)
 	SchedEntry *p;
 
 	assert_non_null(sched_try_begin_fetch(s, "out", 3, false, 0));
-	assert_int_equal(sched_ready_batch(s, 0, 1, 0, &batch), 1);	/* dispatched */
+	assert_int_equal(sched_ready_batch(s, 0, 1, 0, &batch), 1); /* dispatched */
 	assert_non_null(sched_try_begin_fetch(s, "gathered", 8, false, 0));
 	assert_int_equal(sched_ready_batch(s, 0, 10, 100, &batch), 0);	/* gathered */
 	assert_null(sieve_evict(f));
@@ -2055,7 +2060,7 @@ test_s3fifo_other_evictions(void **state)
 
 /* The keys of the next batch (up to n), in order, as one string of letters. */
 static const char *
-next_batch(SieveFixture *f, int n, SchedTime now)
+next_batch(SieveFixture * f, int n, SchedTime now)
 {
 	SchedEntry **batch;
 	int			count = sched_ready_batch(f->s, now, n, 0, &batch);
@@ -2072,7 +2077,7 @@ next_batch(SieveFixture *f, int n, SchedTime now)
 
 /* Begin a fetch of each one-letter key, in order. */
 static void
-asked_for_all(SieveFixture *f, const char *keys, SchedTime now)
+asked_for_all(SieveFixture * f, const char *keys, SchedTime now)
 {
 	for (; *keys; keys++)
 		assert_non_null(sched_try_begin_fetch(f->s, keys, 1, false, now));
@@ -2243,7 +2248,7 @@ test_expiry_change_moves_evictions(void **state)
 
 /* Fetch key and complete it with a value and these periods (-1: default). */
 static SchedEntry *
-fetch_with_periods(Store *st, const char *key, int64_t max_age_ms,
+fetch_with_periods(Store * st, const char *key, int64_t max_age_ms,
 				   int64_t stale_for_ms, SchedTime now)
 {
 	SchedPeriods periods = {max_age_ms, stale_for_ms};
@@ -2393,7 +2398,11 @@ test_periods_refresh_rule(void **state)
 	SchedTime	when;
 
 	(void) state;
-	/* 2,500 ms is outside (5 s, 10 s): no key following the settings refreshes */
+
+	/*
+	 * 2,500 ms is outside (5 s, 10 s): no key following the settings
+	 * refreshes
+	 */
 	st.sched = sched_create(&config, malloc, free);
 	st.shared = calloc(1, sizeof(FakeShared));
 	assert_non_null(st.shared);
