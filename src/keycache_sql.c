@@ -73,6 +73,11 @@ typedef struct PcRead
 	bool		oom;			/* a copy failed under the lock */
 } PcRead;
 
+/* ----------------------------------------------------------------
+ * Reading a key: get() and lookup()
+ * ----------------------------------------------------------------
+ */
+
 /*
  * Copy what a reader needs from an entry.  Caller holds the entry's lock;
  * nothing here may raise an ERROR (failed copies set r->oom).
@@ -428,6 +433,11 @@ projcache_get_wait(PG_FUNCTION_ARGS)
 	PG_RETURN_POINTER(r.config);
 }
 
+/* ----------------------------------------------------------------
+ * lookup(): names of states
+ * ----------------------------------------------------------------
+ */
+
 static const char *
 state_name(uint8 state)
 {
@@ -521,6 +531,11 @@ projcache_lookup(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* ----------------------------------------------------------------
+ * fetch()
+ * ----------------------------------------------------------------
+ */
+
 /* projcache.fetch(key text): ask for a fetch unless fresh or under way. */
 Datum
 projcache_fetch(PG_FUNCTION_ARGS)
@@ -547,6 +562,11 @@ projcache_fetch(PG_FUNCTION_ARGS)
 		pc_request_send(key, len);
 	PG_RETURN_VOID();
 }
+
+/* ----------------------------------------------------------------
+ * invalidate(), at commit
+ * ----------------------------------------------------------------
+ */
 
 /*
  * Leave a request on a cached key and tell the worker.  Returns false if
@@ -740,6 +760,11 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(true);
 }
 
+/* ----------------------------------------------------------------
+ * evict()
+ * ----------------------------------------------------------------
+ */
+
 /* For wait_on_key(): is the entry of that serial gone? */
 static bool
 entry_gone(const char *key, uint32 len, void *arg)
@@ -793,6 +818,11 @@ projcache_evict(PG_FUNCTION_ARGS)
 				 errhint("Look at the key's fetch_state in projcache.entries. projcache.fetch_timeout bounds how long a fetch may run.")));
 	PG_RETURN_BOOL(true);
 }
+
+/* ----------------------------------------------------------------
+ * The views: entries and stats
+ * ----------------------------------------------------------------
+ */
 
 /* projcache.entries(): one row per cached key. */
 Datum

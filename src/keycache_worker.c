@@ -2,7 +2,7 @@
  *
  * keycache_worker.c
  *	  The "projcache scheduler" background worker, started by the launcher
- *	  (launcher.c) once projcache.database exists.
+ *	  (keycache_launcher.c) once projcache.database exists.
  *
  * The worker owns the key cache's private state (scheduler.c): per-key
  * fetch state, backoff, eviction and refresh times.  Its loop:
@@ -82,6 +82,11 @@ static MemoryContext batch_cxt = NULL;	/* reset after each batch */
 static PcKeyDump *key_dump = NULL;	/* a dump being written, a slice at a time */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static char *ring_buf = NULL;
+
+/* ----------------------------------------------------------------
+ * Settings and the shared map
+ * ----------------------------------------------------------------
+ */
 
 static void *
 sched_cxt_alloc(size_t size)
@@ -235,6 +240,11 @@ take_visited(SchedEntry *e, void *arg)
 	return visited;
 }
 
+/* ----------------------------------------------------------------
+ * Eviction under memory pressure
+ * ----------------------------------------------------------------
+ */
+
 /*
  * Keep the key map within its part of projcache.max_memory: past the high
  * watermark, or when a reader found no room, evict S3-FIFO's victims until
@@ -261,6 +271,11 @@ evict_for_memory(void)
 		sched_evict_victim(sched, victim);
 	}
 }
+
+/* ----------------------------------------------------------------
+ * Readers' requests, and fair fetching
+ * ----------------------------------------------------------------
+ */
 
 /* Act on the request bits a reader left on one key. */
 static void
@@ -521,6 +536,11 @@ evict_due(SchedEntry *e, int64 now)
 	sched_evict(sched, e);
 }
 
+/* ----------------------------------------------------------------
+ * Timers
+ * ----------------------------------------------------------------
+ */
+
 /* Act on every timer that is due: evictions, then refreshes. */
 static void
 process_timers(int64 now)
@@ -558,6 +578,11 @@ count_delay(SchedEntry *e)
 	}
 	pc_count(PC_CTR_DELAY_GT3600S, 1);
 }
+
+/* ----------------------------------------------------------------
+ * Answers of the fetch function
+ * ----------------------------------------------------------------
+ */
 
 /*
  * Store a new value in DSA; InvalidDsaPointer if it is too large
@@ -751,12 +776,6 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 }
 
 /*
- * Fetch one batch: hand the fetch function each key with the revision the
- * map holds (so it may answer not_modified), then apply every answer to
- * the scheduler and the shared map.  A call counts as one fetch error at
- * most, whether the call failed or some rows broke the contract.
- */
-/*
  * Did the answer stored for a key change what it had: a new revision
  * replacing a value, or a key turning disabled?  (A first value replaces
  * nothing; an error or pending answer stores nothing.)
@@ -825,6 +844,12 @@ notify_changes(PcFetchItem *items, uint8 *old_states, int n)
 	MemoryContextSwitchTo(cxt);
 }
 
+/*
+ * Fetch one batch: hand the fetch function each key with the revision the
+ * map holds (so it may answer not_modified), then apply every answer to
+ * the scheduler and the shared map.  A call counts as one fetch error at
+ * most, whether the call failed or some rows broke the contract.
+ */
 static void
 run_batch(SchedEntry **batch, int n, int64 now)
 {
@@ -885,6 +910,11 @@ run_batch(SchedEntry **batch, int n, int64 now)
 
 	MemoryContextSwitchTo(oldcxt);
 }
+
+/* ----------------------------------------------------------------
+ * After a restart
+ * ----------------------------------------------------------------
+ */
 
 /*
  * After a restart, rebuild the private state from the shared map: keys with
@@ -1086,6 +1116,11 @@ dump_at_exit(int code, Datum arg)
 	pc_keys_dump_end(d, false);
 }
 
+/* ----------------------------------------------------------------
+ * The main loop
+ * ----------------------------------------------------------------
+ */
+
 /*
  * Entry point of the "projcache scheduler" worker.  It connects to
  * projcache.database, takes the worker's place in shared memory, rebuilds
@@ -1109,7 +1144,7 @@ pc_worker_main(Datum main_arg)
 	/*
 	 * One scheduler at a time: it alone deletes keys and frees their chunks.
 	 * A launcher started again while its scheduler lived on waits for it
-	 * (launcher.c); this is the last word, under the mutex.
+	 * (keycache_launcher.c); this is the last word, under the mutex.
 	 */
 	SpinLockAcquire(&pc_shared->mutex);
 	if (pc_shared->worker_pid != 0)

@@ -299,6 +299,12 @@ ghost_holds(const Sched *s, uint32_t hash)
 	return g->hash == (hash | 1) && s->ghost_seq - g->seq <= span;
 }
 
+/*
+ * Add a new, pending entry for key: into the hash table (grown as needed)
+ * and at the head of the small FIFO, or of the main FIFO if the small FIFO
+ * let it go lately (the ghost FIFO still remembers it).  The caller has
+ * checked that the key is absent.
+ */
 static SchedEntry *
 sched_insert_new(Sched *s, const char *key, size_t keylen)
 {
