@@ -162,7 +162,8 @@ pc_dump_begin(const char *path, PcDumpKind kind)
 	w->path = pstrdup(path);
 	w->tmp_path = psprintf("%s.tmp", path);
 	w->buf = palloc(PC_DUMP_BUFFER);
-	w->fd = BasicOpenFilePerm(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY,
+	w->fd = BasicOpenFilePerm(w->tmp_path,
+							  O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY,
 							  S_IRUSR | S_IWUSR);
 	if (w->fd < 0)
 	{
@@ -352,7 +353,8 @@ pc_dump_open(const char *path, PcDumpKind kind)
 	{
 		ereport(LOG,
 				(errcode_for_file_access(),
-				 errmsg("could not stat projcache dump file \"%s\": %m", path)));
+				 errmsg("could not stat projcache dump file \"%s\": %m",
+						path)));
 		pc_dump_close(r);
 		return NULL;
 	}

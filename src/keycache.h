@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * keycache.h
- *	  The key cache: the shared key map, the request ring, the worker and its fetch call.
+ *	  The key cache: the shared key map, the request ring, the worker and its
+ *	  fetch call.
  *
  * Copyright (c) 2026, projcache developers
  *

@@ -96,7 +96,8 @@ list_keys(PcKeyDump *d)
 			continue;
 		if (d->count == capacity)
 		{
-			char	  **keys = repalloc_extended(d->keys, 2 * capacity * sizeof(char *),
+			char	  **keys = repalloc_extended(d->keys,
+												 2 * capacity * sizeof(char *),
 												 MCXT_ALLOC_NO_OOM);
 			uint32	   *lens;
 
@@ -291,9 +292,10 @@ record_valid(const char *payload, uint32 len, KeyRecord *rec)
 		return false;
 	if (rec->config_len > 0)
 	{
-		struct varlena *config = (struct varlena *) (payload + sizeof(KeyRecord) +
-													 rec->keylen +
-													 Max(rec->revision_len, 0));
+		struct varlena *config =
+			(struct varlena *) (payload + sizeof(KeyRecord) +
+								rec->keylen +
+								Max(rec->revision_len, 0));
 		uint32		header;
 
 		if (rec->config_len < VARHDRSZ)
@@ -441,7 +443,8 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			 errdetail("Left out: " UINT64_FORMAT " past expiry + grace_period or their own periods, "
 					   UINT64_FORMAT " not readable%s.",
 					   too_old, bad,
-					   full ? "; loading stopped with memory nearly full" : "") : 0));
+					   full ?
+					   "; loading stopped with memory nearly full" : "") : 0));
 	pc_dump_close(r);
 	return loaded;
 }

@@ -125,7 +125,8 @@ item_index_cmp(const void *a, const void *b, void *arg)
 
 /* Find the item asked for under this key; -1 if none. */
 static int
-find_item(PcFetchItem *items, int *order, int nitems, const char *key, uint32 len)
+find_item(PcFetchItem *items, int *order, int nitems, const char *key,
+		  uint32 len)
 {
 	int			lo = 0,
 				hi = nitems - 1;
@@ -227,7 +228,8 @@ fetch_query(Oid *roleid, PeriodColumn *cols)
 		}
 	}
 
-	appendStringInfo(&query, " FROM %s($1, $2) AS f(key, state, revision, config)",
+	appendStringInfo(&query,
+					 " FROM %s($1, $2) AS f(key, state, revision, config)",
 					 quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
 												get_func_name(fn)));
 	return query.data;
@@ -357,7 +359,8 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 		keys[i] = PointerGetDatum(cstring_to_text_with_len(items[i].key,
 														   items[i].keylen));
 		revnulls[i] = items[i].revision == NULL;
-		revs[i] = revnulls[i] ? (Datum) 0 : CStringGetTextDatum(items[i].revision);
+		revs[i] = revnulls[i] ? (Datum) 0 :
+			CStringGetTextDatum(items[i].revision);
 		order[i] = i;
 	}
 	args[0] = PointerGetDatum(construct_array(keys, nitems, TEXTOID, -1, false,
@@ -423,7 +426,8 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 		d = SPI_getbinval(tuple, desc, 3, &isnull);
 		it->new_revision = isnull ? NULL : TextDatumGetCString(d);
 		d = SPI_getbinval(tuple, desc, 4, &isnull);
-		it->config = isnull ? NULL : pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d));
+		it->config = isnull ? NULL :
+			pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d));
 		read_periods(tuple, desc, cols, it);
 
 		if (state == NULL)
@@ -441,7 +445,8 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 		else if (strcmp(state, "not_modified") == 0)
 			it->answer = PC_ANSWER_NOT_MODIFIED;
 		else
-			it->error = psprintf("fetch function returned unknown state \"%s\"", state);
+			it->error = psprintf("fetch function returned unknown state \"%s\"",
+								 state);
 
 		if (it->error != NULL)
 		{
@@ -605,7 +610,8 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "projcache: calling the fetch function");
+	pgstat_report_activity(STATE_RUNNING,
+						   "projcache: calling the fetch function");
 
 	started_ms = pc_real_now_ms();
 	call.items = items;

@@ -79,8 +79,8 @@ launcher_sleep(long ms)
 
 	for (;;)
 	{
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-														   end);
+		long		left =
+			TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
 
 		if (left <= 0)
 			break;

@@ -38,7 +38,8 @@
  * ----------------------------------------------------------------
  */
 
-static int	pc_key_compare(const void *a, const void *b, size_t size, void *arg);
+static int	pc_key_compare(const void *a, const void *b, size_t size,
+						   void *arg);
 static dshash_hash pc_key_dshash(const void *key, size_t size, void *arg);
 
 static dshash_parameters

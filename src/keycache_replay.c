@@ -438,7 +438,8 @@ resolve_overflow(void)
 	Assert(pending->overflowed && pending->ndropped >= n);
 	for (i = 0, kept = 0; i < pending->ndropped; i++)
 	{
-		Assert(i >= n || TransactionIdEquals(pending->dropped_xids[i], xids[i]));
+		Assert(i >= n ||
+			   TransactionIdEquals(pending->dropped_xids[i], xids[i]));
 		if (i < n && ended[i])
 			continue;
 		pending->dropped_xids[kept++] = pending->dropped_xids[i];

@@ -353,7 +353,8 @@ key_settled(const char *key, uint32 len, void *arg)
 
 /* Wait, up to wait_ms, until a pending key is no longer pending. */
 static void
-wait_for_key(const char *key, uint32 len, int64 wait_ms, bool details, PcRead *r)
+wait_for_key(const char *key, uint32 len, int64 wait_ms, bool details,
+			 PcRead *r)
 {
 	KeyWait		w = {details, r};
 
@@ -505,7 +506,8 @@ projcache_lookup(PG_FUNCTION_ARGS)
 	nulls[0] = false;
 	if (r.state != PC_STATE_PENDING)
 	{
-		values[1] = CStringGetTextDatum(freshness_name(read_freshness(&r, now)));
+		values[1] =
+			CStringGetTextDatum(freshness_name(read_freshness(&r, now)));
 		nulls[1] = false;
 		values[4] = TimestampTzGetDatum(pc_mono_to_timestamp(r.fetched_at));
 		nulls[4] = false;
@@ -849,7 +851,8 @@ projcache_entries(PG_FUNCTION_ARGS)
 	{
 		if (count == capacity)
 		{
-			PcRead	   *r2 = repalloc_extended(rows, 2 * capacity * sizeof(PcRead),
+			PcRead	   *r2 = repalloc_extended(rows,
+											   2 * capacity * sizeof(PcRead),
 											   MCXT_ALLOC_NO_OOM);
 			char	  **k2;
 
@@ -909,9 +912,11 @@ projcache_entries(PG_FUNCTION_ARGS)
 		nulls[5] = false;
 		if (r->state != PC_STATE_PENDING)
 		{
-			values[2] = CStringGetTextDatum(freshness_name(read_freshness(r, now)));
+			values[2] =
+				CStringGetTextDatum(freshness_name(read_freshness(r, now)));
 			nulls[2] = false;
-			values[6] = TimestampTzGetDatum(pc_mono_to_timestamp(r->fetched_at));
+			values[6] =
+				TimestampTzGetDatum(pc_mono_to_timestamp(r->fetched_at));
 			nulls[6] = false;
 			values[7] = pc_interval_from_ms(Max(now - r->fetched_at, 0));
 			nulls[7] = false;
@@ -980,7 +985,8 @@ projcache_stats(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 
 	memset(nulls, false, sizeof(nulls));
-	values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->nentries));
+	values[col++] =
+		Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->nentries));
 	values[col++] = Int64GetDatum((int64) pc_memory_used());
 	values[col++] = Int64GetDatum((int64) pc_memory_limit());
 	for (i = 0; i < lengthof(columns); i++)
@@ -993,7 +999,8 @@ projcache_stats(PG_FUNCTION_ARGS)
 						 i > 0 ? ", " : "", delay_names[i],
 						 pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DELAY_LTE15S + i]));
 	appendStringInfoChar(&histogram, '}');
-	values[col++] = DirectFunctionCall1(jsonb_in, CStringGetDatum(histogram.data));
+	values[col++] = DirectFunctionCall1(jsonb_in,
+										CStringGetDatum(histogram.data));
 
 	SpinLockAcquire(&pc_shared->mutex);
 	worker_pid = pc_shared->worker_pid;
@@ -1001,13 +1008,16 @@ projcache_stats(PG_FUNCTION_ARGS)
 	SpinLockRelease(&pc_shared->mutex);
 	values[col] = Int32GetDatum(worker_pid);
 	nulls[col++] = worker_pid == 0;
-	values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->config_generation));
+	values[col++] =
+		Int64GetDatum((int64)
+					  pg_atomic_read_u64(&pc_shared->config_generation));
 	values[col++] = TimestampTzGetDatum(reset);
 
 	/* Since 1.1 (the 1.0 SQL declares the columns above only). */
 	if (tupdesc->natts > col)
 	{
-		uint64		hits = pg_atomic_read_u64(&pc_shared->counters[PC_CTR_HITS]);
+		uint64		hits =
+			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_HITS]);
 		uint64		reads = hits +
 			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_MISSES]) +
 			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_PENDING_READS]) +
@@ -1017,18 +1027,22 @@ projcache_stats(PG_FUNCTION_ARGS)
 		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_MEMORY_EVICTIONS]));
 		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REQUESTED_EVICTIONS]));
 		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REFUSED_READS]));
-		values[col] = Float8GetDatum(reads > 0 ? (double) hits / (double) reads : 0.0);
+		values[col] =
+			Float8GetDatum(reads > 0 ? (double) hits / (double) reads : 0.0);
 		nulls[col++] = reads == 0;
 
 		/* The same buckets in their order (jsonb sorts an object's keys). */
 		resetStringInfo(&histogram);
 		appendStringInfoChar(&histogram, '[');
 		for (i = 0; i < lengthof(delay_names); i++)
-			appendStringInfo(&histogram, "%s{\"bucket\": \"%s\", \"count\": " UINT64_FORMAT "}",
+			appendStringInfo(&histogram,
+							 "%s{\"bucket\": \"%s\", \"count\": "
+							 UINT64_FORMAT "}",
 							 i > 0 ? ", " : "", delay_names[i],
 							 pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DELAY_LTE15S + i]));
 		appendStringInfoChar(&histogram, ']');
-		values[col++] = DirectFunctionCall1(jsonb_in, CStringGetDatum(histogram.data));
+		values[col++] = DirectFunctionCall1(jsonb_in,
+											CStringGetDatum(histogram.data));
 	}
 
 	/* Since 1.2: fair fetching, and the dumps. */
@@ -1054,7 +1068,8 @@ projcache_stats(PG_FUNCTION_ARGS)
 		values[col++] = Int64GetDatum((int64) loaded_keys);
 		values[col++] = Int64GetDatum((int64) loaded_snapshots);
 		values[col] = pc_interval_from_ms(loaded_age_ms);
-		nulls[col++] = !dump_read || (loaded_keys == 0 && loaded_snapshots == 0);
+		nulls[col++] = !dump_read ||
+			(loaded_keys == 0 && loaded_snapshots == 0);
 		values[col] = TimestampTzGetDatum(written_at);
 		nulls[col++] = written_at == 0;
 		values[col] = Int64GetDatum((int64) dump_keys);

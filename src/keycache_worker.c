@@ -79,7 +79,7 @@ StaticAssertDecl(PC_PERIOD_DEFAULT == SCHED_PERIOD_DEFAULT,
 static Sched *sched = NULL;
 static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
-static PcKeyDump *key_dump = NULL;	/* a dump being written, a slice at a time */
+static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static char *ring_buf = NULL;
 
@@ -257,7 +257,8 @@ evict_for_memory(void)
 	Size		bound = pc_key_memory_bound();
 	Size		high = bound / 100 * PC_EVICT_HIGH_PERCENT;
 	Size		low = bound / 100 * PC_EVICT_LOW_PERCENT;
-	bool		wanted = pg_atomic_exchange_u32(&pc_shared->room_wanted, 0) != 0;
+	bool		wanted =
+		pg_atomic_exchange_u32(&pc_shared->room_wanted, 0) != 0;
 
 	if (!wanted && pc_key_memory_used() <= high)
 		return;
@@ -419,7 +420,8 @@ keylist_add_under_lock(KeyList *list, const char *key, uint32 len)
 	if (list->count == list->capacity)
 	{
 		int			newcap = list->capacity ? list->capacity * 2 : 256;
-		char	  **keys = repalloc_extended(list->keys, newcap * sizeof(char *),
+		char	  **keys = repalloc_extended(list->keys,
+											 newcap * sizeof(char *),
 											 MCXT_ALLOC_NO_OOM);
 		uint32	   *lens;
 
@@ -485,7 +487,10 @@ scan_requests(int64 now)
 		handle_request(list.keys[i], list.lens[i], now);
 }
 
-/* Act on the keys readers asked about: those in the ring, then a scan if it overflowed. */
+/*
+ * Act on the keys readers asked about: those in the ring, then a scan if it
+ * overflowed.
+ */
 static void
 process_requests(int64 now)
 {
@@ -658,7 +663,8 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 			if (new_value_size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
 				item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
 									   new_value_size,
-									   pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR);
+									   pc_key_memory_bound() /
+									   PC_MAX_VALUE_DIVISOR);
 			else
 			{
 				item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
@@ -951,7 +957,8 @@ rebuild_private_state(int64 now)
 	{
 		if (list.count == capacity)
 		{
-			Saved	   *grown = repalloc_extended(saved, 2 * capacity * sizeof(Saved),
+			Saved	   *grown = repalloc_extended(saved,
+												  2 * capacity * sizeof(Saved),
 												  MCXT_ALLOC_NO_OOM);
 
 			if (grown == NULL)
