@@ -58,8 +58,9 @@ typedef struct PcSnapKey
 extern List *pc_snap_slots_of(Oid dbid);
 extern void pc_snap_forget(Oid dbid, const char *name, int64 reg_id,
 						   int64 reg_stamp);
-extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
-						 char **blob, Size *size, int64 *rows);
+extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms,
+						 bool only_fresh, char **blob, Size *size,
+						 int64 *rows);
 extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
 							 bool *loaded);
 
@@ -272,7 +273,8 @@ extern void pc_snap_install_hooks(void);
  */
 
 /* "snapshot unavailable": clients retry on this one code. */
-#define ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE	MAKE_SQLSTATE('P','C','0','0','1')
+#define ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE \
+	MAKE_SQLSTATE('P','C','0','0','1')
 
 extern void pc_snap_current_rows(SnapReg *reg, char **blob, Size *size,
 								 int64 *nrows);

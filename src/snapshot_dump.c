@@ -104,7 +104,8 @@ write_snapshot(const PcSnapDumped *snap, const char *blob, void *arg)
 static void
 carry_unread(DumpCtx *ctx)
 {
-	PcDumpReader *r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
+	PcDumpReader *r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE,
+								   PC_DUMP_SNAPSHOTS);
 	char	   *payload;
 	uint32		len;
 
@@ -214,11 +215,13 @@ pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
 			memcpy(&rec, payload, sizeof(rec));
 			rec.name[NAMEDATALEN - 1] = '\0';
 			if (rec.dbid == MyDatabaseId && rec.reg_id == reg->id &&
-				rec.reg_stamp == reg->stamp && strcmp(rec.name, reg->name) == 0 &&
+				rec.reg_stamp == reg->stamp &&
+				strcmp(rec.name, reg->name) == 0 &&
 				rec.size == len - sizeof(SnapRecord) && rec.rows >= 0)
 			{
 				char	   *refusal = NULL;
-				int64		loaded_at = pc_now_ms() - rec.age_ms - since_dump_ms;
+				int64		loaded_at =
+					pc_now_ms() - rec.age_ms - since_dump_ms;
 
 				if (pc_snap_publish(ref, payload + sizeof(SnapRecord), rec.size,
 									rec.rows, loaded_at,

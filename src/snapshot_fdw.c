@@ -213,10 +213,11 @@ snap_get_rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 		baserel->rows = Max(info.rows, 1);
 	baserel->tuples = baserel->rows;
 	/* What the quals leave of them, for the joins above. */
-	baserel->rows = clamp_row_est(baserel->tuples *
-								  clauselist_selectivity(root,
-														 baserel->baserestrictinfo,
-														 0, JOIN_INNER, NULL));
+	baserel->rows =
+		clamp_row_est(baserel->tuples *
+					  clauselist_selectivity(root,
+											 baserel->baserestrictinfo,
+											 0, JOIN_INNER, NULL));
 
 	/*
 	 * The key column, matched by position among the table's columns (the scan
@@ -360,11 +361,12 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	}
 
 	join_clauses = list_copy(baserel->joininfo);
-	join_clauses = list_concat(join_clauses,
-							   generate_implied_equalities_for_column(root, baserel,
-																	  key_member,
-																	  plan_info,
-																	  baserel->lateral_referencers));
+	join_clauses =
+		list_concat(join_clauses,
+					generate_implied_equalities_for_column(root, baserel,
+														   key_member,
+														   plan_info,
+														   baserel->lateral_referencers));
 	foreach(lc, join_clauses)
 	{
 		RestrictInfo *rinfo = lfirst(lc);
@@ -375,7 +377,8 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 		if (value == NULL ||
 			!join_clause_is_movable_to(rinfo, baserel))
 			continue;
-		required_outer = bms_union(rinfo->clause_relids, baserel->lateral_relids);
+		required_outer = bms_union(rinfo->clause_relids,
+								   baserel->lateral_relids);
 		required_outer = bms_del_member(required_outer, baserel->relid);
 		if (bms_is_empty(required_outer))
 			continue;
@@ -406,7 +409,8 @@ snap_get_plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 												  plan_info->key_column : ""),
 									   makeInteger(probe_value != NIL ?
 												   plan_info->key_position : 0),
-									   makeInteger(plan_info->readable ? 1 : 0)),
+									   makeInteger(plan_info->readable ?
+												   1 : 0)),
 							NIL, NIL, outer_plan);
 }
 
@@ -540,8 +544,9 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	for (i = 0; i < desc->natts; i++)
 		if (TupleDescAttr(desc, i)->attisdropped)
 		{
-			st->stored_slot = MakeSingleTupleTableSlot(pc_snap_registered_desc(st->reg),
-													   &TTSOpsMinimalTuple);
+			st->stored_slot =
+				MakeSingleTupleTableSlot(pc_snap_registered_desc(st->reg),
+										 &TTSOpsMinimalTuple);
 			break;
 		}
 
@@ -552,7 +557,8 @@ snap_begin_scan(ForeignScanState *node, int eflags)
 	/* An ERROR (in a subtransaction, too) skips the end of the scan. */
 	st->unpin_callback.func = unpin_at_query_end;
 	st->unpin_callback.arg = st;
-	MemoryContextRegisterResetCallback(estate->es_query_cxt, &st->unpin_callback);
+	MemoryContextRegisterResetCallback(estate->es_query_cxt,
+									   &st->unpin_callback);
 
 	/*
 	 * Probe only the index the plan was made for.  Without it (registered
@@ -629,7 +635,8 @@ snap_iterate(ForeignScanState *node)
 
 		/* t_self and t_tableOid were set when the scan began */
 		st->tuple.t_len = mt->t_len + MINIMAL_TUPLE_OFFSET;
-		st->tuple.t_data = (HeapTupleHeader) ((char *) mt - MINIMAL_TUPLE_OFFSET);
+		st->tuple.t_data =
+			(HeapTupleHeader) ((char *) mt - MINIMAL_TUPLE_OFFSET);
 
 		/*
 		 * A store per row is about a tenth of a count(*)'s time.  While the
@@ -712,7 +719,8 @@ snap_explain(ForeignScanState *node, ExplainState *es)
 	ForeignScan *plan = (ForeignScan *) node->ss.ps.plan;
 	SnapReg    *reg = st->reg ? st->reg : st->explain_reg;
 	char	   *key = strVal(list_nth(plan->fdw_private, FDW_PRIVATE_KEY));
-	bool		probes = intVal(list_nth(plan->fdw_private, FDW_PRIVATE_PROBE)) != 0;
+	bool		probes =
+		intVal(list_nth(plan->fdw_private, FDW_PRIVATE_PROBE)) != 0;
 	PcSnapInfo	info;
 	char	   *status;
 
@@ -722,7 +730,8 @@ snap_explain(ForeignScanState *node, ExplainState *es)
 		return;
 	if (key[0] != '\0')
 		ExplainPropertyText("Key Index",
-							psprintf("%s (%s)", key, probes ? "probed" : "not used"),
+							psprintf("%s (%s)", key,
+									 probes ? "probed" : "not used"),
 							es);
 	if (reg == NULL)
 		status = "not registered";
@@ -796,9 +805,10 @@ snap_import_schema(ImportForeignSchemaStmt *stmt, Oid serverOid)
 						 quote_identifier(name));
 		for (i = 0; i < reg->natts; i++)
 		{
-			char	   *type = format_type_extended(reg->coltypes[i], -1,
-													FORMAT_TYPE_FORCE_QUALIFY |
-													FORMAT_TYPE_INVALID_AS_NULL);
+			char	   *type =
+				format_type_extended(reg->coltypes[i], -1,
+									 FORMAT_TYPE_FORCE_QUALIFY |
+									 FORMAT_TYPE_INVALID_AS_NULL);
 
 			/*
 			 * A 1.0 registration that could not be bound has no view to keep

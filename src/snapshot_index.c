@@ -40,7 +40,8 @@ typedef struct PcSnapIndexTrailer
 #define INDEX_HASHES(ix)	(INDEX_NEXT(ix) + (ix)->nrows)
 #define INDEX_OFFSETS(ix) \
 	((const uint64 *) ((const char *) (INDEX_HASHES(ix) + (ix)->nrows) + \
-					   (((ix)->nbuckets + 2 * (ix)->nrows) % 2) * sizeof(uint32)))
+					   (((ix)->nbuckets + 2 * (ix)->nrows) % 2) * \
+					   sizeof(uint32)))
 
 /* Can a column of this type be a snapshot's key (a default hash opclass)? */
 bool

@@ -392,8 +392,9 @@ serialize_rows(SPITupleTable *tuptable, uint64 nrows, int key_attno,
 			detoasted[i] = !nulls[i] && TupleDescAttr(desc, i)->attlen == -1 &&
 				VARATT_IS_EXTERNAL(DatumGetPointer(values[i]));
 			if (detoasted[i])
-				values[i] = PointerGetDatum(detoast_external_attr((struct varlena *)
-																  DatumGetPointer(values[i])));
+				values[i] =
+					PointerGetDatum(detoast_external_attr((struct varlena *)
+														  DatumGetPointer(values[i])));
 		}
 		if (key_attno > 0)
 		{
@@ -538,8 +539,9 @@ owner_lost_rights(LoadTask *task, const char *sql)
 			List	   *queries;
 			ListCell   *lp;
 
-			queries = pg_analyze_and_rewrite_fixedparams(lfirst_node(RawStmt, lc),
-														 sql, NULL, 0, NULL);
+			queries =
+				pg_analyze_and_rewrite_fixedparams(lfirst_node(RawStmt, lc),
+												   sql, NULL, 0, NULL);
 			foreach(lp, pg_plan_queries(queries, sql, 0, NULL))
 			{
 				PlannedStmt *stmt = lfirst_node(PlannedStmt, lp);

@@ -291,7 +291,8 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 			PG_TRY();
 			{
 				/* It may have been refreshed before we took the lease. */
-				if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
+				if (!pc_snap_copy(ref, now, reg->ttl_ms, true,
+								  blob, size, nrows))
 					status = load_and_publish(reg, ref, &error, &sqlerrcode);
 			}
 			PG_CATCH();
@@ -334,14 +335,16 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 				int64		wait_ms = reg->ttl_ms;
 
 				/* The winner may have published by now. */
-				if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
+				if (pc_snap_copy(ref, now, reg->ttl_ms, false,
+								 blob, size, nrows))
 					return;
 				if (since != PC_NEVER)
 					wait_ms = Max(reg->ttl_ms - (now - since), 0);
 				ereport(ERROR,
 						(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
 						 errmsg("snapshot \"%s\" unavailable; cold-start retry throttled, retry available in %lld seconds",
-								reg->name, (long long) ((wait_ms + 999) / 1000)),
+								reg->name,
+								(long long) ((wait_ms + 999) / 1000)),
 						 errdetail("It has not been loaded yet, and its last load attempt was less than its TTL ago.")));
 			}
 			break;
@@ -807,14 +810,16 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 		nulls[4] = false;
 		if (has_slot && info.loaded)
 		{
-			values[5] = TimestampTzGetDatum(pc_mono_to_timestamp(info.loaded_at_ms));
+			values[5] =
+				TimestampTzGetDatum(pc_mono_to_timestamp(info.loaded_at_ms));
 			nulls[5] = false;
 			values[6] = pc_interval_from_ms(Max(now - info.loaded_at_ms, 0));
 			nulls[6] = false;
 		}
 		if (has_slot && info.attempted)
 		{
-			values[7] = TimestampTzGetDatum(pc_mono_to_timestamp(info.last_attempt_ms));
+			values[7] =
+				TimestampTzGetDatum(pc_mono_to_timestamp(info.last_attempt_ms));
 			nulls[7] = false;
 		}
 		values[8] = Int64GetDatum(has_slot ? info.refresh_errors : 0);

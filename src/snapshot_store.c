@@ -781,7 +781,8 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 			}
 			if (!oom)
 			{
-				memcpy(lc->buf, dsa_get_address(pc_area(), s->data), s->data_bytes);
+				memcpy(lc->buf, dsa_get_address(pc_area(), s->data),
+					   s->data_bytes);
 				lc->index = ref.index;
 				lc->generation = ref.generation;
 				lc->version = s->version;
@@ -996,7 +997,8 @@ pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
 		if ((int64) until <= now || holder == 0 ||
 			BackendPidGetProc(holder) == NULL)
 			taken = pg_atomic_compare_exchange_u64(&s->lease_until_ms, &until,
-												   (uint64) (now + Max(lease_ms, 1)));
+												   (uint64) (now +
+															 Max(lease_ms, 1)));
 		if (taken)
 			pg_atomic_write_u32(&s->lease_pid, (uint32) MyProcPid);
 	}
@@ -1429,7 +1431,8 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 								   MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
 			if (blob != NULL)
 			{
-				memcpy(blob, dsa_get_address(pc_area(), s->data), s->data_bytes);
+				memcpy(blob, dsa_get_address(pc_area(), s->data),
+					   s->data_bytes);
 				snap.size = s->data_bytes;
 				snap.rows = s->rows;
 				snap.age_ms = Max(now - s->loaded_at_ms, 0);

@@ -430,7 +430,8 @@ pc_snap_create_view(int64 id, const char *name, const char *query,
 									ExtensionRelationId, DEPENDENCY_EXTENSION);
 	if (OidIsValid(get_array_type(rowtype)))
 		deleteDependencyRecordsForClass(TypeRelationId, get_array_type(rowtype),
-										ExtensionRelationId, DEPENDENCY_EXTENSION);
+										ExtensionRelationId,
+										DEPENDENCY_EXTENSION);
 	recordDependencyOn(&view_addr, &ext_addr, DEPENDENCY_NORMAL);
 	CommandCounterIncrement();
 	return view;
