@@ -57,7 +57,8 @@
 #define pc_type_aclcheck(type, role, mode) \
 	object_aclcheck(TypeRelationId, (type), (role), (mode))
 #else
-#define pc_type_aclcheck(type, role, mode) pg_type_aclcheck((type), (role), (mode))
+#define pc_type_aclcheck(type, role, mode) \
+	pg_type_aclcheck((type), (role), (mode))
 #endif
 
 /*

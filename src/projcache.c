@@ -269,7 +269,9 @@ define_settings(void)
 							"Sets the id of projcache's WAL resource manager.",
 							"The same on a primary and all its standbys; no other library may use it.",
 							&pc_wal_rmgr_id,
-							RM_EXPERIMENTAL_ID, RM_MIN_CUSTOM_ID, RM_MAX_CUSTOM_ID,
+							RM_EXPERIMENTAL_ID,
+							RM_MIN_CUSTOM_ID,
+							RM_MAX_CUSTOM_ID,
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);

@@ -364,7 +364,9 @@ heap_set(SchedHeap *h, SchedQueue q, int i, SchedEntry *e)
 	e->heap_pos[q] = i;
 }
 
-/* Does a go before b in queue q?  Earlier time first; at the same time, FIFO. */
+/*
+ * Does a go before b in queue q?  Earlier time first; at the same time, FIFO.
+ */
 static inline bool
 heap_before(const SchedEntry *a, const SchedEntry *b, SchedQueue q)
 {
@@ -489,7 +491,8 @@ queue_pop_due(Sched *s, SchedQueue q, SchedTime now)
  */
 
 Sched *
-sched_create(const SchedConfig *config, SchedAllocFn alloc_fn, SchedFreeFn free_fn)
+sched_create(const SchedConfig *config, SchedAllocFn alloc_fn,
+			 SchedFreeFn free_fn)
 {
 	Sched	   *s = alloc_fn(sizeof(Sched));
 
@@ -786,7 +789,8 @@ sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result,
 		int64_t		delay;
 
 		e->attempts++;
-		delay = sched_backoff_delay(e->attempts, s->config.max_retry_backoff_ms);
+		delay = sched_backoff_delay(e->attempts,
+									s->config.max_retry_backoff_ms);
 		e->state = SCHED_PENDING;
 		e->has_initiated = true;
 		e->initiated = e->fetch_initiated;

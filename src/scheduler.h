@@ -196,7 +196,10 @@ typedef struct SchedEntry
 
 typedef struct Sched Sched;
 
-/* Memory for the scheduler: malloc/free in tests, a memory context in the worker. */
+/*
+ * Memory for the scheduler: malloc/free in tests, a memory context in the
+ * worker.
+ */
 typedef void *(*SchedAllocFn) (size_t size);
 typedef void (*SchedFreeFn) (void *ptr);
 
@@ -228,7 +231,8 @@ extern size_t sched_count(const Sched *s);
  * normal request upgrades a running refresh).  A begun fetch is queued until
  * its due time: now, or later while backing off.
  */
-extern SchedEntry *sched_try_begin_fetch(Sched *s, const char *key, size_t keylen,
+extern SchedEntry *sched_try_begin_fetch(Sched *s, const char *key,
+										 size_t keylen,
 										 bool is_refresh, SchedTime now);
 
 /* Treat the key as stale from now on and fetch it at once (see .c). */
@@ -251,7 +255,8 @@ extern bool sched_peek(const Sched *s, SchedQueue queue, SchedTime *when);
 extern SchedEntry *sched_pop_eviction(Sched *s, SchedTime now);
 extern SchedEntry *sched_pop_refresh(Sched *s, SchedTime now);
 extern void sched_evict(Sched *s, SchedEntry *entry);
-extern SchedEvictReply sched_request_evict(Sched *s, const char *key, size_t keylen);
+extern SchedEvictReply sched_request_evict(Sched *s, const char *key,
+										   size_t keylen);
 
 /*
  * Eviction under memory pressure, by S3-FIFO (Yang et al., SOSP 2023),
@@ -351,10 +356,13 @@ extern bool sched_next_wakeup(const Sched *s, int64_t batch_interval_ms,
  * configuration's), evicted at expiry, refreshed at refresh_at when
  * has_refresh.
  */
-extern SchedEntry *sched_restore_complete(Sched *s, const char *key, size_t keylen,
-										  SchedTime last_fetch, SchedTime expiry,
+extern SchedEntry *sched_restore_complete(Sched *s, const char *key,
+										  size_t keylen,
+										  SchedTime last_fetch,
+										  SchedTime expiry,
 										  const SchedPeriods *periods,
-										  bool has_refresh, SchedTime refresh_at);
+										  bool has_refresh,
+										  SchedTime refresh_at);
 
 extern void sched_resume_backoff(Sched *s, SchedEntry *e, int attempts,
 								 SchedTime now);

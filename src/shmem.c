@@ -399,7 +399,8 @@ pc_alloc(Size size)
 dsa_pointer
 pc_store_message(const char *message, Size *size)
 {
-	int			len = pg_mbcliplen(message, strlen(message), PC_MAX_MESSAGE_BYTES);
+	int			len = pg_mbcliplen(message, strlen(message),
+								   PC_MAX_MESSAGE_BYTES);
 	dsa_pointer dp;
 
 	*size = len + 1;
