@@ -10,9 +10,9 @@
  * The test_store_* tests and test_ready_state check the key cache's rules
  * scenario by scenario: fetch, eviction, refresh and their interplay, each
  * on its own configuration and time steps.  The key cache keeps the shared
- * map (what readers see) apart from the private fetch state; the scheduler is only the
- * private half, so a "Store" below pairs it with a tiny fake of the shared
- * map and applies the worker's protocol to both:
+ * map (what readers see) apart from the private fetch state; the scheduler
+ * is only the private half, so a "Store" below pairs it with a tiny fake of
+ * the shared map and applies the worker's protocol to both:
  *
  *	- a completion that brings a value publishes it to the shared map; a
  *	  pending result leaves the old state in place;
@@ -69,8 +69,9 @@ typedef enum FakeState
 }			FakeState;
 
 /*
- * One key of the shared map.  Readers get a copy (a snapshot of the entry); "generation" is bumped at every published
- * state, which is what wakes waiting readers in the server.
+ * One key of the shared map.  Readers get a copy (a snapshot of the entry);
+ * "generation" is bumped at every published state, which is what wakes
+ * waiting readers in the server.
  */
 typedef struct FakeProject
 {
@@ -388,7 +389,8 @@ store_poll(Store * st, SchedTime *now, int64_t timeout_ms)
 	SchedTime	evict_at = 0;
 	SchedTime	refresh_at = 0;
 	bool		has_evict = sched_peek(st->sched, SCHED_QUEUE_EVICT, &evict_at);
-	bool		has_refresh = sched_peek(st->sched, SCHED_QUEUE_REFRESH, &refresh_at);
+	bool		has_refresh = sched_peek(st->sched, SCHED_QUEUE_REFRESH,
+										 &refresh_at);
 	SchedTime	when;
 	SchedEntry *e;
 
@@ -1233,8 +1235,9 @@ test_invalidate(void **state)
 	assert_null(sched_invalidate(st.sched, KEY3, strlen(KEY3), now));
 	assert_false(fetch->refetch_after);
 	assert_int_equal(fetch->heap_pos[SCHED_QUEUE_DUE], -1);
-	assert_int_equal(sched_ready_batch(st.sched, now + 1000, DISPATCH_BATCH_SIZE,
-									   1000, &batch), 1);
+	assert_int_equal(sched_ready_batch(st.sched, now + 1000,
+									   DISPATCH_BATCH_SIZE, 1000, &batch),
+					 1);
 	assert_ptr_equal(batch[0], fetch);
 
 	store_free(&st);
@@ -1351,11 +1354,11 @@ test_restore_complete(void **state)
 	assert_true(e->has_last_fetch);
 	assert_int_equal(e->last_fetch, base - 3000);
 	assert_non_null(sched_restore_complete(st.sched, KEY2, strlen(KEY2),
-										   base - 6000, base + 4000, NULL, false,
-										   0));
+										   base - 6000, base + 4000, NULL,
+										   false, 0));
 	assert_non_null(sched_restore_complete(st.sched, KEY3, strlen(KEY3),
-										   base - 6000, base + 4000, NULL, false,
-										   0));
+										   base - 6000, base + 4000, NULL,
+										   false, 0));
 	assert_int_equal(sched_count(st.sched), 3);
 
 	/* Freshness follows the restored last fetch. */
@@ -1613,8 +1616,8 @@ test_heap_stress(void **state)
 		has_refresh[i] = next_random(&seed) % 2 == 0;
 		refresh_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
 		assert_non_null(sched_restore_complete(st.sched, key, strlen(key), 0,
-											   evict_at[i], NULL, has_refresh[i],
-											   refresh_at[i]));
+											   evict_at[i], NULL,
+											   has_refresh[i], refresh_at[i]));
 		alive[i] = true;
 	}
 
@@ -1948,7 +1951,8 @@ test_s3fifo_spares_fetches(void **state)
 	assert_non_null(sched_try_begin_fetch(s, "out", 3, false, 0));
 	assert_int_equal(sched_ready_batch(s, 0, 1, 0, &batch), 1); /* dispatched */
 	assert_non_null(sched_try_begin_fetch(s, "gathered", 8, false, 0));
-	assert_int_equal(sched_ready_batch(s, 0, 10, 100, &batch), 0);	/* gathered */
+	assert_int_equal(sched_ready_batch(s, 0, 10, 100, &batch),
+					 0);		/* gathered */
 	assert_null(sieve_evict(f));
 	assert_int_equal(sched_count(f->s), 2);
 
@@ -2138,7 +2142,8 @@ test_fair_fetch_classes(void **state)
 	for (i = 0; i < 2; i++)
 	{
 		assert_string_equal(next_batch(f, 1, 0), "a");
-		assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING, NULL, 0),
+		assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING,
+											  NULL, 0),
 						 SCHED_RESCHEDULED);
 		assert_int_equal(sched_once_count(f->s), 1);
 	}
@@ -2152,7 +2157,8 @@ test_fair_fetch_classes(void **state)
 	assert_string_equal(next_batch(f, 1, 0), "");
 	assert_string_equal(next_batch(f, 1, e->fetch_when), "a");
 	assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING,
-										  NULL, e->fetch_when), SCHED_RESCHEDULED);
+										  NULL, e->fetch_when),
+					 SCHED_RESCHEDULED);
 	assert_int_equal(sched_once_count(f->s), 0);	/* still demanded */
 
 	/* Invalidated while it waits: due now, with priority. */
@@ -2308,10 +2314,14 @@ test_periods_freshness_and_eviction(void **state)
 
 	/* expired at the end of its periods, and evicted then */
 	e = fetch_with_periods(&st, KEY2, 100, 200, 0);
-	assert_int_equal(sched_freshness(e->last_fetch, 299, sched_max_age(st.sched, e),
-									 sched_stale_for(st.sched, e)), SCHED_STALE);
-	assert_int_equal(sched_freshness(e->last_fetch, 300, sched_max_age(st.sched, e),
-									 sched_stale_for(st.sched, e)), SCHED_EXPIRED);
+	assert_int_equal(sched_freshness(e->last_fetch, 299,
+									 sched_max_age(st.sched, e),
+									 sched_stale_for(st.sched, e)),
+					 SCHED_STALE);
+	assert_int_equal(sched_freshness(e->last_fetch, 300,
+									 sched_max_age(st.sched, e),
+									 sched_stale_for(st.sched, e)),
+					 SCHED_EXPIRED);
 	assert_null(sched_pop_eviction(st.sched, 299));
 	e = sched_pop_eviction(st.sched, 300);
 	assert_non_null(e);
@@ -2427,7 +2437,10 @@ test_periods_refresh_rule(void **state)
 	assert_true(entry_is_key(e, KEY2));
 	assert_non_null(refresh_key(&st, KEY2, 2500));
 	e = dispatch(&st, KEY2, 2500);
-	/* its source now says 10 s fresh: 2.5 s no longer fits, none is scheduled */
+
+	/*
+	 * its source now says 10 s fresh: 2.5 s no longer fits, none is scheduled
+	 */
 	{
 		SchedPeriods p = {10000, 1000};
 
@@ -2510,18 +2523,30 @@ main(void)
 		cmocka_unit_test(test_pending_never_evicted),
 		cmocka_unit_test(test_refresh_unknown_key),
 		cmocka_unit_test(test_heap_stress),
-		cmocka_unit_test_setup_teardown(test_s3fifo_unvisited_fifo, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_read_again_moves_to_main, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_scan_leaves_main_alone, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_main_reinsertion_clears_marks, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_all_visited, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_spares_fetches, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_admits_to_main, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_forgets, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_s3fifo_other_evictions, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_fair_fetch_order, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_fair_fetch_classes, sieve_setup, sieve_teardown),
-		cmocka_unit_test_setup_teardown(test_fair_fetch_bound, sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_unvisited_fifo,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_read_again_moves_to_main,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_scan_leaves_main_alone,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_main_reinsertion_clears_marks,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_all_visited,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_spares_fetches,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_admits_to_main,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_forgets,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_other_evictions,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_fetch_order,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_fetch_classes,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_fetch_bound,
+										sieve_setup, sieve_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
