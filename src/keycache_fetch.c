@@ -168,6 +168,7 @@ fetch_query(Oid *roleid, PeriodColumn *cols)
 	HeapTuple	proctup;
 	TupleDesc	resultdesc = NULL;
 	StringInfoData query;
+	char	   *schema;
 	int			natts = 4;
 
 	fn = LookupFuncName(names, 2, argtypes, true);
@@ -197,8 +198,10 @@ fetch_query(Oid *roleid, PeriodColumn *cols)
 	 */
 	initStringInfo(&query);
 	appendStringInfoString(&query,
-						   "SELECT f.key::pg_catalog.text, f.state::pg_catalog.text, "
-						   "f.revision::pg_catalog.text, f.config::pg_catalog.jsonb");
+						   "SELECT f.key::pg_catalog.text, "
+						   "f.state::pg_catalog.text, "
+						   "f.revision::pg_catalog.text, "
+						   "f.config::pg_catalog.jsonb");
 
 	/* Reading the catalog runs no user code. */
 	if (get_func_result_type(fn, NULL, &resultdesc) != TYPEFUNC_COMPOSITE)
@@ -228,10 +231,10 @@ fetch_query(Oid *roleid, PeriodColumn *cols)
 		}
 	}
 
+	schema = get_namespace_name(get_func_namespace(fn));
 	appendStringInfo(&query,
 					 " FROM %s($1, $2) AS f(key, state, revision, config)",
-					 quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
-												get_func_name(fn)));
+					 quote_qualified_identifier(schema, get_func_name(fn)));
 	return query.data;
 }
 

@@ -956,6 +956,19 @@ projcache_entries(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* A shared counter's value, and as a bigint column. */
+static uint64
+counter(PcCounter which)
+{
+	return pg_atomic_read_u64(&pc_shared->counters[which]);
+}
+
+static Datum
+counter_datum(PcCounter which)
+{
+	return Int64GetDatum((int64) counter(which));
+}
+
 /* projcache.stats(): the counters, as one row. */
 Datum
 projcache_stats(PG_FUNCTION_ARGS)
@@ -990,14 +1003,14 @@ projcache_stats(PG_FUNCTION_ARGS)
 	values[col++] = Int64GetDatum((int64) pc_memory_used());
 	values[col++] = Int64GetDatum((int64) pc_memory_limit());
 	for (i = 0; i < lengthof(columns); i++)
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[columns[i]]));
+		values[col++] = counter_datum(columns[i]);
 
 	initStringInfo(&histogram);
 	appendStringInfoChar(&histogram, '{');
 	for (i = 0; i < lengthof(delay_names); i++)
 		appendStringInfo(&histogram, "%s\"%s\": " UINT64_FORMAT,
 						 i > 0 ? ", " : "", delay_names[i],
-						 pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DELAY_LTE15S + i]));
+						 counter(PC_CTR_DELAY_LTE15S + i));
 	appendStringInfoChar(&histogram, '}');
 	values[col++] = DirectFunctionCall1(jsonb_in,
 										CStringGetDatum(histogram.data));
@@ -1016,17 +1029,14 @@ projcache_stats(PG_FUNCTION_ARGS)
 	/* Since 1.1 (the 1.0 SQL declares the columns above only). */
 	if (tupdesc->natts > col)
 	{
-		uint64		hits =
-			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_HITS]);
-		uint64		reads = hits +
-			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_MISSES]) +
-			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_PENDING_READS]) +
-			pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REFUSED_READS]);
+		uint64		hits = counter(PC_CTR_HITS);
+		uint64		reads = hits + counter(PC_CTR_MISSES) +
+			counter(PC_CTR_PENDING_READS) + counter(PC_CTR_REFUSED_READS);
 
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_EXPIRY_EVICTIONS]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_MEMORY_EVICTIONS]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REQUESTED_EVICTIONS]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_REFUSED_READS]));
+		values[col++] = counter_datum(PC_CTR_EXPIRY_EVICTIONS);
+		values[col++] = counter_datum(PC_CTR_MEMORY_EVICTIONS);
+		values[col++] = counter_datum(PC_CTR_REQUESTED_EVICTIONS);
+		values[col++] = counter_datum(PC_CTR_REFUSED_READS);
 		values[col] =
 			Float8GetDatum(reads > 0 ? (double) hits / (double) reads : 0.0);
 		nulls[col++] = reads == 0;
@@ -1039,7 +1049,7 @@ projcache_stats(PG_FUNCTION_ARGS)
 							 "%s{\"bucket\": \"%s\", \"count\": "
 							 UINT64_FORMAT "}",
 							 i > 0 ? ", " : "", delay_names[i],
-							 pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DELAY_LTE15S + i]));
+							 counter(PC_CTR_DELAY_LTE15S + i));
 		appendStringInfoChar(&histogram, ']');
 		values[col++] = DirectFunctionCall1(jsonb_in,
 											CStringGetDatum(histogram.data));
@@ -1064,7 +1074,7 @@ projcache_stats(PG_FUNCTION_ARGS)
 		dump_keys = pc_shared->dump_keys;
 		SpinLockRelease(&pc_shared->mutex);
 
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->counters[PC_CTR_DROPPED_FETCHES]));
+		values[col++] = counter_datum(PC_CTR_DROPPED_FETCHES);
 		values[col++] = Int64GetDatum((int64) loaded_keys);
 		values[col++] = Int64GetDatum((int64) loaded_snapshots);
 		values[col] = pc_interval_from_ms(loaded_age_ms);

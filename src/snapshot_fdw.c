@@ -337,6 +337,8 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	Cost		run = baserel->tuples * cpu_tuple_cost * 0.5;
 	Cost		probe = cpu_operator_cost * 4;
 	List	   *join_clauses;
+	List	   *implied;
+	Relids		lateral;
 	ListCell   *lc;
 
 	add_path(baserel, (Path *)
@@ -361,12 +363,11 @@ snap_get_paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 	}
 
 	join_clauses = list_copy(baserel->joininfo);
-	join_clauses =
-		list_concat(join_clauses,
-					generate_implied_equalities_for_column(root, baserel,
-														   key_member,
-														   plan_info,
-														   baserel->lateral_referencers));
+	lateral = baserel->lateral_referencers;
+	implied = generate_implied_equalities_for_column(root, baserel,
+													 key_member, plan_info,
+													 lateral);
+	join_clauses = list_concat(join_clauses, implied);
 	foreach(lc, join_clauses)
 	{
 		RestrictInfo *rinfo = lfirst(lc);

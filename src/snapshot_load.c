@@ -392,9 +392,12 @@ serialize_rows(SPITupleTable *tuptable, uint64 nrows, int key_attno,
 			detoasted[i] = !nulls[i] && TupleDescAttr(desc, i)->attlen == -1 &&
 				VARATT_IS_EXTERNAL(DatumGetPointer(values[i]));
 			if (detoasted[i])
-				values[i] =
-					PointerGetDatum(detoast_external_attr((struct varlena *)
-														  DatumGetPointer(values[i])));
+			{
+				struct varlena *stored = (struct varlena *)
+					DatumGetPointer(values[i]);
+
+				values[i] = PointerGetDatum(detoast_external_attr(stored));
+			}
 		}
 		if (key_attno > 0)
 		{
