@@ -40,7 +40,7 @@ CACHE=${PROJCACHE_PG_CACHE:-/var/cache/projcache}
 JOBS=${PROJCACHE_PG_JOBS:-$(nproc)}
 # Bump when the configure options or the set of installed parts change, so
 # that a kept build made the old way is rebuilt.
-BUILD_RECIPE=1
+BUILD_RECIPE=2
 
 # Which Debian release carries each major's packages (source for "server",
 # the binary postgresql-server-dev-MAJOR for "headers").
@@ -286,6 +286,16 @@ else
 	as_builder() { "$@"; }
 fi
 
+# install_pgindent SRCDIR: the major's own pgindent, its typedefs list and
+# pg_bsd_indent (in the source tree since 16), for scripts/pgindent.sh.
+install_pgindent() {
+	[ -d "$1/src/tools/pg_bsd_indent" ] || return 0
+	as_builder make -s -C "$1/src/tools/pg_bsd_indent" install &&
+		as_builder mkdir -p "$prefix/share/pgindent" &&
+		as_builder cp "$1/src/tools/pgindent/pgindent" \
+			"$1/src/tools/pgindent/typedefs.list" "$prefix/share/pgindent/"
+}
+
 # The stamp is written last: a build cut short is redone from scratch.
 rm -rf "$prefix"
 mkdir -p "$prefix"
@@ -313,7 +323,8 @@ if ! (
 		as_builder make -s -C contrib/pg_walinspect install &&
 		as_builder make -s -C src/pl/plpython install &&
 		as_builder make -s -C src/test/regress install &&
-		as_builder make -s -C src/test/isolation install
+		as_builder make -s -C src/test/isolation install &&
+		install_pgindent "$srcdir"
 ) >"$log" 2>&1; then
 	tail -n 40 "$log" >&2
 	die "building $version failed (log: $log)"

@@ -20,8 +20,10 @@
 #   isolation   make installcheck REGRESS= TAP_TESTS=  (if the Makefile has specs)
 #   TAP         make installcheck REGRESS= ISOLATION=  (if test/t/*.pl exist)
 #
-# and last the compile check: every src/*.c compiled with -Werror against
-# 17's headers (scripts/pgmajor.sh headers 17), each file one test.
+# then the compile check: every src/*.c compiled with -Werror against 17's
+# headers (scripts/pgmajor.sh headers 17), each file one test; and last,
+# when 18 is in the plan, the layout check (scripts/pgindent.sh), each file
+# one test.
 #
 # Which major runs how: 18 is a server built with --enable-cassert
 # (scripts/pgmajor.sh, built once per machine and kept), so the server's
@@ -495,5 +497,26 @@ for m in "${COMPILE_MAJORS[@]}"; do
 	[ "$bad" -gt 0 ] && note="failed: ${failed_files[*]}"
 	summary_add "compile@$m" "$ok" "$bad" "$note"
 done
+
+# ------------------------------------------------------------------ layout check
+# scripts/pgindent.sh with PostgreSQL 18's pgindent: one test per file, a
+# file failing when pgindent would change it.  Runs when 18 is part of the
+# plan (its build carries the tools).
+if [ -n "${PGBIN_18:-}" ]; then
+	say "pgindent: src/ and test/unit/ laid out as PostgreSQL 18's pgindent does"
+	run_step "$LOGS/pgindent.log" 300 bash scripts/pgindent.sh --diff >/dev/null
+	rc=$?
+	mapfile -t all_files < <(bash scripts/pgindent.sh --list)
+	mapfile -t changed < <(sed -n 's/^--- \([^[:space:]]*\).*/\1/p' "$LOGS/pgindent.log" | sort -u)
+	bad=${#changed[@]}
+	ok=$((${#all_files[@]} - bad))
+	note=
+	if [ "$bad" -gt 0 ]; then
+		note="would change: ${changed[*]}"
+	elif [ "$rc" -ne 0 ]; then
+		ok=0 bad=1 note="pgindent.sh failed (exit $rc)"
+	fi
+	summary_add "pgindent" "$ok" "$bad" "$note"
+fi
 
 finish
