@@ -18,7 +18,16 @@
 # the ns a get() hit costs.  The ratios (get() TPS / SELECT 1 TPS) are taken within one
 # cluster, minutes apart at most, so that the machine's drift cancels out.
 #
-# Part 2 runs the working-set scenario (bench/working_set.sql) on this tree
+# Part 2 measures the two trees again with 100,000 keys of 1 kB
+# (bench/hit_1kb.sql, 120 MB read at random, far more than a CPU cache):
+# a get() hit of a random key beside a constant query returning a 1 kB
+# jsonb, at -c 1 and -c 8, with huge_pages = off and, when run as root on a
+# machine that can reserve them (vm.nr_hugepages, put back on exit), on.
+# The key map lives in main shared memory, which huge pages cover, so the
+# pair says what a hit's TLB misses (and a new backend's page faults on
+# the map) cost.  BENCH_HUGE_PAGES=0 skips the "on" runs.
+#
+# Part 3 runs the working-set scenario (bench/working_set.sql) on this tree
 # with projcache.max_memory = 8MB: 8 rounds of 5,000 reads, 80 % on 5,000
 # hot keys, then 5 rounds after the hot set moved; it reports each round's
 # hit ratio, failed reads and most memory_used.
@@ -26,6 +35,7 @@
 # It asserts nothing about speed or hit ratios: it reports what it
 # measured.  Servers are stopped and the temp dir removed on exit, error or
 # Ctrl-C; this tree is installed last, so it stays installed.
+# BENCH_PARTS="1 2" (default "1 2 3") runs some parts only.
 set -euo pipefail
 
 # shellcheck source=SCRIPTDIR/../scripts/lib.sh
@@ -89,62 +99,137 @@ EOF
 # tps SCRIPT CLIENTS: pgbench -M prepared TPS (over the unix socket).
 tps() { prepared_tps "$WORK/head/bench/$1" "$2"; }
 
+# reserve_huge_pages / release_huge_pages: vm.nr_hugepages raised for one
+# cluster's shared memory (about 700 MB with max_memory 512MB) and put back;
+# the EXIT trap puts it back too.
+HUGE_PAGES_BEFORE=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+HUGE_PAGES_RESERVED=0
+reserve_huge_pages() {
+	HUGE_PAGES_RESERVED=1
+	echo $((HUGE_PAGES_BEFORE + 400)) >/proc/sys/vm/nr_hugepages
+	local got
+	got=$(cat /proc/sys/vm/nr_hugepages)
+	[ "$got" -ge $((HUGE_PAGES_BEFORE + 400)) ] ||
+		{ echo "$NAME: could reserve $got huge pages only" >&2; exit 1; }
+}
+release_huge_pages() {
+	[ "$HUGE_PAGES_RESERVED" = 1 ] || return 0
+	echo "$HUGE_PAGES_BEFORE" >/proc/sys/vm/nr_hugepages
+	HUGE_PAGES_RESERVED=0
+}
+trap 'rc=$?; release_huge_pages; (exit $rc); _cleanup' EXIT
+
 
 REPORT=()
-for pass in $(seq 1 "$PASSES"); do
-	for tree in base head; do
-		echo "=== pass $pass: $tree"
-		use_tree $tree
-		pgvalue "SELECT count(projcache.fetch('key-' || g)) FROM generate_series(1, 1000) g" >/dev/null
-		pgvalue "SELECT count(projcache.get('key-' || g, '5s')) FROM generate_series(1, 1000) g" >/dev/null
-		line="pass $pass $(printf '%-4s' $tree)"
-		for c in 1 8; do
-			s1=$(tps select_1.sql $c)
-			get=$(tps get_hit.sql $c)
-			inv=$(tps invalidate.sql $c)
-			line="$line | -c$c: SELECT 1 $(printf '%7.0f' "$s1") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$s1" %.3f) invalidate $(printf '%7.0f' "$inv") ratio $(ratio "$inv" "$s1" %.3f)"
-		done
-		ns=$(pgvalue "SELECT bench.loop_get_built_key(20000), bench.loop_built_key(20000);
-		              SELECT round(((g.us_per_call - b.us_per_call) * 1000)::numeric), g.nonnull
-		                FROM bench.loop_get_built_key($LOOP_CALLS) g, bench.loop_built_key($LOOP_CALLS) b" | tail -n 1)
-		line="$line | in-backend ns/hit ${ns%|*} (${ns#*|} of $LOOP_CALLS non-NULL)"
-		hits=$(pgvalue "SELECT hits || ' hits, ' || misses + pending_reads || ' other reads' FROM projcache.stats")
-		REPORT+=("$line | $hits")
-		stop_cluster
-	done
-done
+wanted() { [[ " ${BENCH_PARTS:-1 2 3} " == *" $1 "* ]]; }
 
-echo "=== working set: this tree, max_memory 8MB"
-use_tree head "projcache.max_memory = '8MB'
-projcache.batch_interval = '10ms'
-projcache.fetch_function = 'public.fetch'"
-pgrun <<'EOF'
-CREATE TABLE public.upstream (key text PRIMARY KEY, state text NOT NULL DEFAULT 'enabled',
-                              revision text, config jsonb);
-CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
-RETURNS TABLE(key text, state text, revision text, config jsonb)
-LANGUAGE sql STABLE AS $$
-    SELECT u.key, u.state, u.revision, u.config FROM public.upstream u WHERE u.key = ANY (p_keys)
-$$;
-EOF
-pgrun -f "$WORK/head/bench/working_set.sql"
+if wanted 1; then
+	for pass in $(seq 1 "$PASSES"); do
+		for tree in base head; do
+			echo "=== pass $pass: $tree"
+			use_tree $tree
+			pgvalue "SELECT count(projcache.fetch('key-' || g)) FROM generate_series(1, 1000) g" >/dev/null
+			pgvalue "SELECT count(projcache.get('key-' || g, '5s')) FROM generate_series(1, 1000) g" >/dev/null
+			line="pass $pass $(printf '%-4s' $tree)"
+			for c in 1 8; do
+				s1=$(tps select_1.sql $c)
+				get=$(tps get_hit.sql $c)
+				inv=$(tps invalidate.sql $c)
+				line="$line | -c$c: SELECT 1 $(printf '%7.0f' "$s1") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$s1" %.3f) invalidate $(printf '%7.0f' "$inv") ratio $(ratio "$inv" "$s1" %.3f)"
+			done
+			ns=$(pgvalue "SELECT bench.loop_get_built_key(20000), bench.loop_built_key(20000);
+			              SELECT round(((g.us_per_call - b.us_per_call) * 1000)::numeric), g.nonnull
+			                FROM bench.loop_get_built_key($LOOP_CALLS) g, bench.loop_built_key($LOOP_CALLS) b" | tail -n 1)
+			line="$line | in-backend ns/hit ${ns%|*} (${ns#*|} of $LOOP_CALLS non-NULL)"
+			hits=$(pgvalue "SELECT hits || ' hits, ' || misses + pending_reads || ' other reads' FROM projcache.stats")
+			REPORT+=("$line | $hits")
+			stop_cluster
+		done
+	done
+fi
+
+# ------------------------------------------------------------ 1 kB values
+# The same two trees with 100,000 keys of 1 kB (bench/hit_1kb.sql), each
+# with huge_pages off and, when this machine can reserve huge pages, on:
+# a get() hit of a random key beside the 1 kB constant query, at -c 1 and
+# -c 8.  The ratio's two numbers come from the same cluster.
+HUGE_MODES=(off)
+if [ "${BENCH_HUGE_PAGES:-1}" = 1 ] && [ "$(id -u)" -eq 0 ] &&
+	[ -w /proc/sys/vm/nr_hugepages ]; then
+	HUGE_MODES+=(on)
+fi
+ONE_KB=()
+if wanted 2; then
+	for pass in $(seq 1 "$PASSES"); do
+		for huge in "${HUGE_MODES[@]}"; do
+			for tree in base head; do
+				echo "=== 1 kB values, pass $pass: $tree, huge_pages $huge"
+				if [ "$huge" = on ]; then reserve_huge_pages; fi
+				use_tree $tree "projcache.fetch_function = 'public.fetch_configs'
+	projcache.max_memory = '512MB'
+	projcache.expiry = '1h'
+	huge_pages = $huge"
+				pgrun -f "$WORK/head/bench/hit_1kb.sql"
+				n=$(pgvalue "SELECT count(projcache.fetch(key)) FROM public.configs;
+				             SELECT count(projcache.get(key, '30s')) FROM public.configs" | tail -n 1)
+				[ "$n" = 100000 ] || { echo "$NAME: only $n of 100000 keys cached" >&2; exit 1; }
+				pgvalue "SELECT format('SELECT %L::jsonb;', config::text) FROM public.configs WHERE key = 'key-1'" \
+					>"$WORK/constant_1kb.sql"
+				read -r h0 o0 < <(pgvalue "SELECT hits, misses + pending_reads FROM projcache.stats" | tr '|' ' ')
+				line="pass $pass $(printf '%-4s' $tree) huge_pages $(printf '%-3s' $huge)"
+				for c in 1 8; do
+					k=$(prepared_tps "$WORK/constant_1kb.sql" $c)
+					get=$(tps get_1kb.sql $c)
+					line="$line | -c$c: constant $(printf '%7.0f' "$k") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$k" %.3f)"
+				done
+				hits=$(pgvalue "SELECT hits - $h0 || ' hits, ' || misses + pending_reads - $o0 || ' other reads' FROM projcache.stats")
+				ONE_KB+=("$line | measured reads: $hits")
+				stop_cluster
+				if [ "$huge" = on ]; then release_huge_pages; fi
+			done
+		done
+	done
+fi
+
 WS=()
-for round in $(seq 1 13); do
-	if [ "$round" -le 8 ]; then hot=1; seed=$(ratio "$round" 100 %.2f); label="round $round"
-	else hot=25001; seed=$(ratio $((round + 42)) 100 %.2f); label="shift $((round - 8))"; fi
-	WS+=("$label: $(pgvalue "SELECT 'hit ratio ' || round(hit_ratio::numeric, 3) || ', failed ' || failed || ', most memory_used ' || max_used FROM public.round($hot, $seed)")")
-	sleep 1
-done
-LIMIT=$(pgvalue "SELECT memory_limit FROM projcache.stats")
-EVICT=$(pgvalue "SELECT evictions_memory || ' memory evictions, ' || refused_reads || ' refused reads (last round)' FROM projcache.stats")
-stop_cluster
+if wanted 3; then
+	echo "=== working set: this tree, max_memory 8MB"
+	use_tree head "projcache.max_memory = '8MB'
+	projcache.batch_interval = '10ms'
+	projcache.fetch_function = 'public.fetch'"
+	pgrun <<-'EOF'
+	CREATE TABLE public.upstream (key text PRIMARY KEY, state text NOT NULL DEFAULT 'enabled',
+	                              revision text, config jsonb);
+	CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
+	RETURNS TABLE(key text, state text, revision text, config jsonb)
+	LANGUAGE sql STABLE AS $$
+	    SELECT u.key, u.state, u.revision, u.config FROM public.upstream u WHERE u.key = ANY (p_keys)
+	$$;
+	EOF
+	pgrun -f "$WORK/head/bench/working_set.sql"
+	for round in $(seq 1 13); do
+		if [ "$round" -le 8 ]; then hot=1; seed=$(ratio "$round" 100 %.2f); label="round $round"
+		else hot=25001; seed=$(ratio $((round + 42)) 100 %.2f); label="shift $((round - 8))"; fi
+		WS+=("$label: $(pgvalue "SELECT 'hit ratio ' || round(hit_ratio::numeric, 3) || ', failed ' || failed || ', most memory_used ' || max_used FROM public.round($hot, $seed)")")
+		sleep 1
+	done
+	LIMIT=$(pgvalue "SELECT memory_limit FROM projcache.stats")
+	EVICT=$(pgvalue "SELECT evictions_memory || ' memory evictions, ' || refused_reads || ' refused reads (last round)' FROM projcache.stats")
+	stop_cluster
+fi
 
 echo
 echo "projcache hit path and working set, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "base: $BASE_DESC"
 echo "head: $HEAD_DESC"
 echo "pgbench -n -M prepared -T $DURATION; ratio = get() hit TPS / SELECT 1 TPS in the same cluster"
-printf '%s\n' "${REPORT[@]}"
-echo "working set (head, memory_limit $LIMIT; 5,000 reads a round, 80 % on 5,000 hot keys of 50,000):"
-printf '  %s\n' "${WS[@]}"
-echo "  $EVICT"
+if [ "${#REPORT[@]}" -gt 0 ]; then printf '%s\n' "${REPORT[@]}"; fi
+if [ "${#ONE_KB[@]}" -gt 0 ]; then
+	echo "100,000 keys of 1 kB, max_memory 512MB; ratio = get() hit TPS / 1 kB constant query TPS in the same cluster"
+	printf '%s\n' "${ONE_KB[@]}"
+fi
+if [ "${#WS[@]}" -gt 0 ]; then
+	echo "working set (head, memory_limit $LIMIT; 5,000 reads a round, 80 % on 5,000 hot keys of 50,000):"
+	printf '  %s\n' "${WS[@]}"
+	echo "  $EVICT"
+fi
