@@ -43,6 +43,7 @@ my $cache = projcache_node(
 	conf => "projcache.expiry = '1h'\n"
 	  . "projcache.dump_interval = '1s'\n"
 	  . "projcache.max_retry_backoff = '1s'\n"
+	  . "projcache.wal_invalidations = on\n"
 	  . "restart_after_crash = on\n",
 	init => { allows_streaming => 1 });
 my $have_dblink = $cache->safe_psql('postgres',
@@ -180,6 +181,23 @@ $standby->restart;
 ok( $standby->poll_query_until(
 		'postgres', 'SELECT loaded_keys >= 100 FROM projcache.stats'),
 	'after its restart, the standby loaded its own dump');
+
+# A loaded key invalidated on the primary follows the standby's rules: once
+# the commit is replayed the worker refetches it, unread; a loaded key not
+# invalidated stays as loaded until it is read.
+my $loaded_at = "SELECT fetched_at FROM projcache.entries WHERE key = '%s'";
+my $k5_loaded = $standby->safe_psql('postgres', sprintf($loaded_at, 'k5'));
+my $k6_loaded = $standby->safe_psql('postgres', sprintf($loaded_at, 'k6'));
+isnt($k5_loaded, '', 'the standby loaded k5 from its dump');
+$cache->safe_psql('postgres', "SELECT projcache.invalidate('k5')");
+$cache->wait_for_catchup($standby);
+ok( $standby->poll_query_until(
+		'postgres',
+		"SELECT fetched_at > '$k5_loaded' AND freshness = 'fresh'
+		   FROM projcache.entries WHERE key = 'k5'"),
+	'a loaded key invalidated through WAL is refetched once its commit is replayed');
+is($standby->safe_psql('postgres', sprintf($loaded_at, 'k6')),
+	$k6_loaded, 'a loaded key not invalidated is not refetched unread');
 is( $standby->safe_psql(
 		'postgres',
 		"SELECT count(*) FROM generate_series(1, 100) AS i WHERE projcache.get('k' || i) IS NULL"),
