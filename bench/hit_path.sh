@@ -21,11 +21,16 @@
 # Part 2 measures the two trees again with 100,000 keys of 1 kB
 # (bench/hit_1kb.sql, 120 MB read at random, far more than a CPU cache):
 # a get() hit of a random key beside a constant query returning a 1 kB
-# jsonb, at -c 1 and -c 8, with huge_pages = off and, when run as root on a
-# machine that can reserve them (vm.nr_hugepages, put back on exit), on.
-# The key map lives in main shared memory, which huge pages cover, so the
-# pair says what a hit's TLB misses (and a new backend's page faults on
-# the map) cost.  BENCH_HUGE_PAGES=0 skips the "on" runs.
+# jsonb, at -c 1 and -c 8, under each way the key map's memory can be
+# paged, when run as root on a machine that allows it:
+#   4k    huge_pages = off, and no transparent huge pages for shared memory
+#         (/sys/kernel/mm/transparent_hugepage/shmem_enabled = never);
+#   thp   huge_pages = off, shmem_enabled = advise: the areas a process
+#         asks for (madvise) get transparent huge pages;
+#   huge  huge_pages = on (vm.nr_hugepages reserved for the cluster).
+# The machine's settings are put back on exit.  Without root, only the
+# machine's own setting is measured ("asis").  BENCH_PAGES="4k thp" picks
+# some.
 #
 # Part 3 runs the working-set scenario (bench/working_set.sql) on this tree
 # with projcache.max_memory = 8MB: 8 rounds of 5,000 reads, 80 % on 5,000
@@ -99,25 +104,35 @@ EOF
 # tps SCRIPT CLIENTS: pgbench -M prepared TPS (over the unix socket).
 tps() { prepared_tps "$WORK/head/bench/$1" "$2"; }
 
-# reserve_huge_pages / release_huge_pages: vm.nr_hugepages raised for one
-# cluster's shared memory (about 700 MB with max_memory 512MB) and put back;
-# the EXIT trap puts it back too.
+# set_pages MODE / restore_pages: this machine's paging of shared memory
+# for one cluster (vm.nr_hugepages raised by 400, about 700 MB with
+# max_memory 512MB, for "huge"), and put back as it was (also at exit).
+THP_SHMEM=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+THP_BEFORE=$(sed -n 's/.*\[\(.*\)\].*/\1/p' "$THP_SHMEM" 2>/dev/null || true)
 HUGE_PAGES_BEFORE=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
-HUGE_PAGES_RESERVED=0
-reserve_huge_pages() {
-	HUGE_PAGES_RESERVED=1
-	echo $((HUGE_PAGES_BEFORE + 400)) >/proc/sys/vm/nr_hugepages
-	local got
-	got=$(cat /proc/sys/vm/nr_hugepages)
-	[ "$got" -ge $((HUGE_PAGES_BEFORE + 400)) ] ||
-		{ echo "$NAME: could reserve $got huge pages only" >&2; exit 1; }
+PAGES_CHANGED=0
+set_pages() {
+	PAGES_CHANGED=1
+	case $1 in
+		4k) echo never >"$THP_SHMEM" ;;
+		thp) echo advise >"$THP_SHMEM" ;;
+		huge)
+			echo never >"$THP_SHMEM"
+			echo $((HUGE_PAGES_BEFORE + 400)) >/proc/sys/vm/nr_hugepages
+			local got
+			got=$(cat /proc/sys/vm/nr_hugepages)
+			[ "$got" -ge $((HUGE_PAGES_BEFORE + 400)) ] ||
+				{ echo "$NAME: could reserve $got huge pages only" >&2; exit 1; }
+			;;
+	esac
 }
-release_huge_pages() {
-	[ "$HUGE_PAGES_RESERVED" = 1 ] || return 0
+restore_pages() {
+	[ "$PAGES_CHANGED" = 1 ] || return 0
 	echo "$HUGE_PAGES_BEFORE" >/proc/sys/vm/nr_hugepages
-	HUGE_PAGES_RESERVED=0
+	[ -z "$THP_BEFORE" ] || echo "$THP_BEFORE" >"$THP_SHMEM"
+	PAGES_CHANGED=0
 }
-trap 'rc=$?; release_huge_pages; (exit $rc); _cleanup' EXIT
+trap 'rc=$?; restore_pages; (exit $rc); _cleanup' EXIT
 
 
 REPORT=()
@@ -149,22 +164,25 @@ if wanted 1; then
 fi
 
 # ------------------------------------------------------------ 1 kB values
-# The same two trees with 100,000 keys of 1 kB (bench/hit_1kb.sql), each
-# with huge_pages off and, when this machine can reserve huge pages, on:
-# a get() hit of a random key beside the 1 kB constant query, at -c 1 and
-# -c 8.  The ratio's two numbers come from the same cluster.
-HUGE_MODES=(off)
-if [ "${BENCH_HUGE_PAGES:-1}" = 1 ] && [ "$(id -u)" -eq 0 ] &&
-	[ -w /proc/sys/vm/nr_hugepages ]; then
-	HUGE_MODES+=(on)
+# The same two trees with 100,000 keys of 1 kB (bench/hit_1kb.sql), under
+# each paging mode: a get() hit of a random key beside the 1 kB constant
+# query, at -c 1 and -c 8.  The ratio's two numbers come from the same
+# cluster.
+if [ "$(id -u)" -eq 0 ] && [ -w "$THP_SHMEM" ] && [ -w /proc/sys/vm/nr_hugepages ]; then
+	read -r -a PAGE_MODES <<<"${BENCH_PAGES:-4k thp huge}"
+else
+	PAGE_MODES=(asis)
 fi
 ONE_KB=()
 if wanted 2; then
 	for pass in $(seq 1 "$PASSES"); do
-		for huge in "${HUGE_MODES[@]}"; do
+		for pages in "${PAGE_MODES[@]}"; do
 			for tree in base head; do
-				echo "=== 1 kB values, pass $pass: $tree, huge_pages $huge"
-				if [ "$huge" = on ]; then reserve_huge_pages; fi
+				echo "=== 1 kB values, pass $pass: $tree, pages $pages"
+				set_pages "$pages"
+				huge=off
+				if [ "$pages" = huge ]; then huge=on; fi
+				if [ "$pages" = asis ]; then huge=try; fi
 				use_tree $tree "projcache.fetch_function = 'public.fetch_configs'
 	projcache.max_memory = '512MB'
 	projcache.expiry = '1h'
@@ -176,16 +194,21 @@ if wanted 2; then
 				pgvalue "SELECT format('SELECT %L::jsonb;', config::text) FROM public.configs WHERE key = 'key-1'" \
 					>"$WORK/constant_1kb.sql"
 				read -r h0 o0 < <(pgvalue "SELECT hits, misses + pending_reads FROM projcache.stats" | tr '|' ' ')
-				line="pass $pass $(printf '%-4s' $tree) huge_pages $(printf '%-3s' $huge)"
+				line="pass $pass $(printf '%-4s' $tree) pages $(printf '%-4s' $pages)"
 				for c in 1 8; do
 					k=$(prepared_tps "$WORK/constant_1kb.sql" $c)
 					get=$(tps get_1kb.sql $c)
 					line="$line | -c$c: constant $(printf '%7.0f' "$k") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$k" %.3f)"
 				done
 				hits=$(pgvalue "SELECT hits - $h0 || ' hits, ' || misses + pending_reads - $o0 || ' other reads' FROM projcache.stats")
-				ONE_KB+=("$line | measured reads: $hits")
+				# What the kernel gave: shared memory mapped in transparent
+				# huge pages, and reserved huge pages in use.
+				mem=$(awk '/^ShmemPmdMapped:/ { t = $2 } /^HugePages_Total:/ { a = $2 }
+				           /^HugePages_Free:/ { f = $2 } /^Hugepagesize:/ { z = $2 }
+				           END { printf "thp %d MB, huge_pages %d MB", t / 1024, (a - f) * z / 1024 }' /proc/meminfo)
+				ONE_KB+=("$line | measured reads: $hits | $mem")
 				stop_cluster
-				if [ "$huge" = on ]; then release_huge_pages; fi
+				restore_pages
 			done
 		done
 	done

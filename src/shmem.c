@@ -30,6 +30,8 @@
  */
 #include "postgres.h"
 
+#include <sys/mman.h>
+
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -63,6 +65,30 @@ pc_dsa_bytes(void)
 	Size		limit = (Size) pc_max_memory_kb * 1024;
 
 	return limit + limit / 16 + PC_DSA_SLACK_FIXED;
+}
+
+/*
+ * Ask the kernel to back the DSA area with transparent huge pages where it
+ * allows them for shared memory (/sys/kernel/mm/transparent_hugepage/
+ * shmem_enabled set to "advise"): a hit reads the map and a value at random
+ * over the whole area, and with 4 kB pages each such read misses the TLB
+ * and, in a backend new to that page, takes a page fault.  huge_pages = on
+ * covers the area without this (it is main shared memory), and the advice
+ * is then refused or moot.  Only the 2 MB pages wholly inside the area are
+ * advised; a failure changes nothing but speed, so it is not an error.  Called before the area is
+ * first written, in the postmaster, whose mapping every child inherits.
+ */
+static void
+advise_huge_pages(char *start, Size size)
+{
+#ifdef MADV_HUGEPAGE
+	const uintptr_t huge = 2 * 1024 * 1024;
+	uintptr_t	from = TYPEALIGN(huge, (uintptr_t) start);
+	uintptr_t	to = TYPEALIGN_DOWN(huge, (uintptr_t) start + size);
+
+	if (to > from)
+		(void) madvise((void *) from, to - from, MADV_HUGEPAGE);
+#endif
 }
 
 static Size
@@ -149,6 +175,7 @@ pc_shmem_startup(void)
 
 		shared->dsa_tranche = LWLockNewTrancheId();
 		shared->keymap_tranche = LWLockNewTrancheId();
+		advise_huge_pages(base + shared->dsa_offset, pc_dsa_bytes());
 		area = dsa_create_in_place(base + shared->dsa_offset, pc_dsa_bytes(),
 								   shared->dsa_tranche, NULL);
 		dsa_pin(area);
