@@ -30,7 +30,9 @@
 #   huge  huge_pages = on (vm.nr_hugepages reserved for the cluster).
 # The machine's settings are put back on exit.  Without root, only the
 # machine's own setting is measured ("asis").  BENCH_PAGES="4k thp" picks
-# some.
+# some.  In the first pass, this tree's cluster is also profiled under each
+# paging (perf record -a during a -c 8 run of each query; BENCH_PROFILE=0
+# skips it): where a hit's samples go beyond the constant query's.
 #
 # Part 3 runs the working-set scenario (bench/working_set.sql) on this tree
 # with projcache.max_memory = 8MB: 8 rounds of 5,000 reads, 80 % on 5,000
@@ -163,6 +165,41 @@ if wanted 1; then
 	done
 fi
 
+# profile_hit PAGES: on the running cluster, perf record -a (999 Hz) over
+# a pgbench -c 8 run of the constant query and one of get(); prints the
+# samples per 1,000 transactions of each, and the symbols where get()'s
+# run spent the most samples beyond the constant's.  Machine-wide, so other
+# work on the machine shows as noise in processes other than postgres.
+profile_hit() {
+	local w tx
+	for w in constant get; do
+		local script=$WORK/constant_1kb.sql
+		[ "$w" = get ] && script=$WORK/head/bench/get_1kb.sql
+		perf record -q -F 999 -a -o "$WORK/$w.perf" -- \
+			"${AS_PG[@]}" "$PGBIN/pgbench" -n -M prepared -f "$script" -c 8 -j 2 \
+			-T "$DURATION" -h "$SOCK" -p "$PORT" postgres >"$WORK/$w.pgbench" 2>&1
+		tx=$(awk '/^number of transactions actually processed:/ { print $6 }' "$WORK/$w.pgbench")
+		perf report -i "$WORK/$w.perf" -n --sort comm,dso,sym -g none 2>/dev/null |
+			awk -v tx="$tx" '/^#/ || NF < 5 { next }
+				{ n = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%.3f\t%s\n", n * 1000 / tx, $0 }' \
+			>"$WORK/$w.samples"
+	done
+	awk -F'\t' -v pages="$1" '
+		FILENAME ~ /constant/ { c[$2] += $1; tc += $1; next }
+		{ g[$2] += $1; tg += $1 }
+		END {
+			printf "profile, pages %s, -c 8: samples per 1,000 transactions: constant %.1f, get() %.1f, get() less constant %.1f; most of the difference:\n", pages, tc, tg, tg - tc
+			for (k in g) d[k] = g[k] - c[k]
+			for (i = 0; i < 8; i++) {
+				best = ""
+				for (k in d) if (best == "" || d[k] > d[best]) best = k
+				if (best == "") break
+				printf "    %+6.2f  %s\n", d[best], best
+				delete d[best]
+			}
+		}' "$WORK/constant.samples" "$WORK/get.samples"
+}
+
 # ------------------------------------------------------------ 1 kB values
 # The same two trees with 100,000 keys of 1 kB (bench/hit_1kb.sql), under
 # each paging mode: a get() hit of a random key beside the 1 kB constant
@@ -174,6 +211,12 @@ else
 	PAGE_MODES=(asis)
 fi
 ONE_KB=()
+PROFILES=()
+# BENCH_PROFILE=0 skips the profiles (they need perf, and root for -a).
+PROFILE=0
+if [ "${BENCH_PROFILE:-1}" = 1 ] && [ "$(id -u)" -eq 0 ] && command -v perf >/dev/null; then
+	PROFILE=1
+fi
 if wanted 2; then
 	for pass in $(seq 1 "$PASSES"); do
 		for pages in "${PAGE_MODES[@]}"; do
@@ -200,6 +243,9 @@ if wanted 2; then
 					get=$(tps get_1kb.sql $c)
 					line="$line | -c$c: constant $(printf '%7.0f' "$k") get $(printf '%7.0f' "$get") ratio $(ratio "$get" "$k" %.3f)"
 				done
+				if [ "$tree" = head ] && [ "$pass" = 1 ] && [ "$PROFILE" = 1 ]; then
+					PROFILES+=("$(profile_hit "$pages")")
+				fi
 				hits=$(pgvalue "SELECT hits - $h0 || ' hits, ' || misses + pending_reads - $o0 || ' other reads' FROM projcache.stats")
 				# What the kernel gave: shared memory mapped in transparent
 				# huge pages, and reserved huge pages in use.
@@ -250,6 +296,7 @@ if [ "${#REPORT[@]}" -gt 0 ]; then printf '%s\n' "${REPORT[@]}"; fi
 if [ "${#ONE_KB[@]}" -gt 0 ]; then
 	echo "100,000 keys of 1 kB, max_memory 512MB; ratio = get() hit TPS / 1 kB constant query TPS in the same cluster"
 	printf '%s\n' "${ONE_KB[@]}"
+	if [ "${#PROFILES[@]}" -gt 0 ]; then printf '%s\n' "${PROFILES[@]}"; fi
 fi
 if [ "${#WS[@]}" -gt 0 ]; then
 	echo "working set (head, memory_limit $LIMIT; 5,000 reads a round, 80 % on 5,000 hot keys of 50,000):"
