@@ -1,0 +1,2 @@
+\set k random(1, :keys)
+SELECT projcache.get('key-' || :k);
