@@ -81,6 +81,7 @@ static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
 static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
+static int64 dump_resume_ms = 0;	/* the dump's next slice, not before */
 static char *ring_buf = NULL;
 
 /* ----------------------------------------------------------------
@@ -1068,10 +1069,24 @@ load_dump_once(void)
 	}
 }
 
+/* The dump's next slice waits as long as the one begun at start took. */
+static void
+rest_after_slice(int64 start)
+{
+	int64		end = pc_real_now_ms();
+
+	dump_resume_ms = end + (end - start);
+}
+
 /*
  * Every dump_interval, write a dump a slice at a time: each call writes
- * for at most a batch interval, so that fetches go on in between.  Returns
- * whether a dump is under way (the caller must not sleep).
+ * for at most a batch interval, so that fetches go on in between, and the
+ * next slice waits as long as this one took.  The dump is CPU work (most
+ * of it the kernel copying the file into the page cache), so this bounds
+ * it to half a CPU, which readers on a busy server get back; a dump of a
+ * million keys takes seconds, far below any dump_interval.  Returns
+ * whether a dump is under way (the caller sleeps until dump_resume_ms at
+ * most).
  */
 static bool
 dump_step(void)
@@ -1084,14 +1099,21 @@ dump_step(void)
 		/* The snapshots are small: written at once, beside the keys. */
 		pc_snapshots_dump();
 		key_dump = pc_keys_dump_begin();
+		/* Listing the keys was the first slice. */
+		rest_after_slice(real_now);
+		return key_dump != NULL;
 	}
 	if (key_dump == NULL)
 		return false;
+	if (real_now < dump_resume_ms)
+		return true;
 	if (pc_keys_dump_step(key_dump, real_now + Max(pc_batch_interval_ms, 10)))
 	{
 		pc_keys_dump_end(key_dump, false);
 		key_dump = NULL;
 	}
+	else
+		rest_after_slice(real_now);
 	return key_dump != NULL;
 }
 
@@ -1235,7 +1257,7 @@ pc_worker_main(Datum main_arg)
 		if (replay_poll >= 0)
 			timeout = Min(timeout, replay_poll);
 		if (dumping)
-			timeout = 0;
+			timeout = Min(timeout, Max(0, dump_resume_ms - pc_real_now_ms()));
 		else if (pc_dump_interval_s > 0)
 			timeout = Min(timeout,
 						  Max(0, next_dump_ms - pc_real_now_ms()));
