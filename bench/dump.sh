@@ -24,7 +24,8 @@
 #    that the worker starts one at once (its next dump was due at start),
 #    and to 0 as soon as it started, so that it is the only one; timed from the reload to projcache.stats.last_dump_at, and by the
 #    worker's own DEBUG1 line (log_min_messages = debug1 for that phase
-#    only).  The file's size and mode; the worker's CPU time over it.
+#    only).  The file's size and mode (and its temporary file's, while
+#    written); the worker's CPU time over it.
 # 3. get() hits during dumps beside without: pgbench -n -M prepared of
 #    bench/dump_get.sql (a random key of the N) at -c 1 and at -c 8 (-j at
 #    most the CPUs), BENCH_SECONDS (5) a run, in DUMP_PAIRS (5) pairs of
@@ -174,6 +175,7 @@ t0=$(now_ms)
 # when section 3 sets 1s again (a reload does not move the time it is due).
 set_interval 1s
 wait_for "SELECT (pg_stat_file('projcache_keys.dump.tmp', true)).size IS NOT NULL OR last_dump_at IS NOT NULL FROM projcache.stats" 600 "a dump under way"
+TMP_MODE=$(stat -c %a "$FILE.tmp" 2>/dev/null || echo "gone before it was seen")
 set_interval 0
 wait_for "SELECT last_dump_at IS NOT NULL FROM projcache.stats" 1800 "the periodic dump"
 cpu1=$(worker_cpu)
@@ -321,7 +323,7 @@ NLOG=$(log_lines | wc -l)
 	echo "                   average value_bytes $VALUE_BYTES; $FILL_STATS"
 	echo "2. periodic dump:  $PERIODIC"
 	echo "                   $PERIODIC_WALL"
-	echo "                   file: $PERIODIC_FILE"
+	echo "                   file: $PERIODIC_FILE; the temporary file while it was written: mode $TMP_MODE"
 	echo "3. get() hits, pgbench -n -M prepared -T $DURATION, a random key of $KEYS; ratio = TPS during dumps / TPS without, runs side by side"
 	echo "   (dump runs: dump_interval 1s, dumps back to back over the whole run; no-dump runs: dump_interval 0, no dump under way)"
 	printf '   %s\n' "${PAIR_LINES[@]}"
