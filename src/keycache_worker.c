@@ -1233,6 +1233,10 @@ pc_worker_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			load_settings();
+			/* A shorter dump_interval counts from now, not from the old one. */
+			if (pc_dump_interval_s > 0)
+				next_dump_ms = Min(next_dump_ms, pc_real_now_ms() +
+								   (int64) pc_dump_interval_s * 1000);
 		}
 
 		MemoryContextSwitchTo(batch_cxt);

@@ -234,6 +234,25 @@ for my $case (sort keys %cases)
 	$node->stop;
 }
 
+# -- A shorter dump_interval takes effect at the reload ------------------
+# With dump_interval = 1h the next periodic dump is an hour away; set to
+# 1s and reloaded, a dump follows within seconds, not after that hour.
+$node->append_conf('postgresql.conf', "projcache.dump_interval = '1h'\n");
+$node->start;
+wait_for_worker($node);
+$node->safe_psql('postgres', "SELECT projcache.get('k3', '5s')");
+my $dumped_at = $node->safe_psql('postgres',
+	'SELECT coalesce(last_dump_at, now()) FROM projcache.stats');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET projcache.dump_interval = '1s'; SELECT pg_reload_conf()");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT last_dump_at > '$dumped_at' FROM projcache.stats"),
+	'a shorter dump_interval counts from the reload');
+$node->safe_psql('postgres',
+	'ALTER SYSTEM RESET projcache.dump_interval; SELECT pg_reload_conf()');
+$node->stop;
+
 # -- dump_interval = -1: neither dumps nor loads -------------------------
 write_file($dump, $good);
 $node->append_conf('postgresql.conf', "projcache.dump_interval = -1\n");
