@@ -70,6 +70,9 @@ struct PcDumpReader
 	TimestampTz written_at;
 	uint64		records;
 	uint64		handed_out;
+	char	   *buf;			/* PC_DUMP_BUFFER bytes read ahead */
+	off_t		buf_at;			/* the file offset of buf[0] */
+	Size		buf_len;		/* bytes of buf read from there */
 };
 
 static pg_crc32c
@@ -243,7 +246,12 @@ pc_dump_discard(PcDumpWriter *w)
  * ----------------------------------------------------------------
  */
 
-/* Read exactly len bytes at the reader's position; false at EOF or error. */
+/*
+ * Read exactly len bytes at the reader's position; false at EOF or error.
+ * Reads ahead PC_DUMP_BUFFER bytes at a time: a record is two small reads,
+ * and a million of them one read call each would cost more than the rest
+ * of a load.  A read longer than the buffer goes straight to dst.
+ */
 static bool
 reader_get(PcDumpReader *r, void *dst, Size len)
 {
@@ -253,12 +261,31 @@ reader_get(PcDumpReader *r, void *dst, Size len)
 		return false;
 	while (len > 0)
 	{
-		ssize_t		n = pg_pread(r->fd, p, len, r->pos);
+		Size		n;
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
+		if (r->pos < r->buf_at || r->pos >= r->buf_at + (off_t) r->buf_len)
+		{
+			bool		direct = len >= PC_DUMP_BUFFER;
+			ssize_t		got = pg_pread(r->fd, direct ? p : r->buf,
+									   direct ? len : PC_DUMP_BUFFER,
+									   r->pos);
+
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got <= 0)
+				return false;
+			if (direct)
+			{
+				p += got;
+				len -= got;
+				r->pos += got;
+				continue;
+			}
+			r->buf_at = r->pos;
+			r->buf_len = got;
+		}
+		n = Min(len, (Size) (r->buf_at + (off_t) r->buf_len - r->pos));
+		memcpy(p, r->buf + (r->pos - r->buf_at), n);
 		p += n;
 		len -= n;
 		r->pos += n;
@@ -349,6 +376,7 @@ pc_dump_open(const char *path, PcDumpKind kind)
 	r = palloc0(sizeof(PcDumpReader));
 	r->path = pstrdup(path);
 	r->fd = fd;
+	r->buf = palloc(PC_DUMP_BUFFER);
 	if (fstat(fd, &st) != 0)
 	{
 		ereport(LOG,
@@ -447,6 +475,7 @@ pc_dump_close(PcDumpReader *r)
 {
 	if (r->fd >= 0)
 		CloseTransientFile(r->fd);
+	pfree(r->buf);
 	pfree(r->path);
 	pfree(r);
 }

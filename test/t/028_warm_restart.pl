@@ -251,6 +251,25 @@ ok( $node->poll_query_until(
 	'a shorter dump_interval counts from the reload');
 $node->safe_psql('postgres',
 	'ALTER SYSTEM RESET projcache.dump_interval; SELECT pg_reload_conf()');
+
+# -- A value longer than the reader's 64 kB buffer loads whole ----------
+$node->safe_psql(
+	'postgres', q{
+DELETE FROM public.down;
+INSERT INTO public.upstream (key, state, revision, config)
+VALUES ('big', 'enabled', 'r1', jsonb_build_object('pad', repeat('y', 200000)));
+});
+my $big_md5 = "SELECT md5(config::text) FROM public.upstream WHERE key = 'big'";
+is( $node->safe_psql('postgres',
+		"SELECT md5(projcache.get('big', '5s')::text) = ($big_md5)"),
+	't', 'a 200 kB value is cached');
+$node->restart;
+ok( $node->poll_query_until(
+		'postgres', 'SELECT loaded_keys > 0 FROM projcache.stats'),
+	'the keys are loaded after the restart');
+is( $node->safe_psql('postgres',
+		"SELECT md5(projcache.get('big')::text) = ($big_md5)"),
+	't', 'the 200 kB value comes back whole');
 $node->stop;
 
 # -- dump_interval = -1: neither dumps nor loads -------------------------
