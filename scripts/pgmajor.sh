@@ -39,7 +39,8 @@ set -euo pipefail
 CACHE=${PROJCACHE_PG_CACHE:-/var/cache/projcache}
 JOBS=${PROJCACHE_PG_JOBS:-$(nproc)}
 # Bump when the configure options or the set of installed parts change, so
-# that a kept build made the old way is rebuilt.
+# that a kept build made the old way is rebuilt (recipe 2: pgindent and
+# pg_bsd_indent kept beside the server).
 BUILD_RECIPE=2
 
 # Which Debian release carries each major's packages (source for "server",
@@ -242,7 +243,10 @@ fi
 # ------------------------------------------------------------ 2. server
 prefix=$CACHE/pg-$MAJOR
 stamp=$prefix/.projcache-built
-if [ -f "$stamp" ] && grep -qx "recipe $BUILD_RECIPE" "$stamp" && [ -x "$prefix/bin/postgres" ]; then
+# A build by a later recipe serves too: a recipe only adds, and an older
+# tree (a branch, a worktree) sharing the cache must not rebuild it.
+built_recipe=$(sed -n 's/^recipe \([0-9][0-9]*\)$/\1/p' "$stamp" 2>/dev/null || true)
+if [ -n "$built_recipe" ] && [ "$built_recipe" -ge "$BUILD_RECIPE" ] && [ -x "$prefix/bin/postgres" ]; then
 	echo "$prefix/bin"
 	exit 0
 fi
