@@ -220,7 +220,6 @@ SELECT count(*) FROM projcache.snapshot('wide') AS t(id int, pad text);
 }),
 	"100\n640", 'an ordinary owner\'s 16 kB snapshot and a superuser\'s 400 kB one load');
 
-my $refused0 = stat_value($node, 'refused_reads');
 my $flood = start_session(
 	$node, 'flooder', q{
 SET ROLE flooder;
@@ -237,9 +236,13 @@ END $$;
 	# it lasts through the steps below (on a cassert build, longer than
 	# one poll's timeout)
 	timeout => 6 * $PostgreSQL::Test::Utils::timeout_default);
+# The keys' part has filled once the worker evicts for memory.  Whether a
+# read is refused meanwhile depends on which of the flood and the worker
+# is faster (a build with assertions makes the reads slower); it is
+# asserted below, with the worker held so that it cannot make room.
 ok( $node->poll_query_until(
 		'postgres',
-		"SELECT refused_reads > $refused0 AND evictions_memory > $evicted0 FROM projcache.stats"),
+		"SELECT evictions_memory > $evicted0 FROM projcache.stats"),
 	'the cold reads have filled the keys\' part of max_memory');
 
 # The worker is then held inside a fetch (public.fetch reads public.gate),
