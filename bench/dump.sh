@@ -77,10 +77,7 @@ for v in "$DURATION" "$PAIRS" "$KEYS"; do
 		exit 2 ;;
 	esac
 done
-if [ ! -w "$(dirname "$OUT")" ] || { [ -e "$OUT" ] && [ ! -w "$OUT" ]; }; then
-	echo "$NAME: cannot write $OUT" >&2
-	exit 2
-fi
+writable_or_exit "$OUT"
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"

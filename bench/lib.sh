@@ -1,12 +1,14 @@
 # shellcheck shell=bash
-# bench/lib.sh - what bench/hit_path.sh and bench/snapshots.sh share, on top
-# of scripts/lib.sh (sourced first).  Sourced, never run.
+# bench/lib.sh - what the scripts of bench/ share, on top of scripts/lib.sh
+# (sourced first).  Sourced, never run.
 #
 #   bench_settings          BENCH_SECONDS (default 10) and BENCH_PASSES
 #                           (default 2) into DURATION and PASSES, checked
 #   prepared_tps FILE N     pgbench -M prepared TPS of FILE with N clients
 #                           over the cluster's unix socket ($SOCK, $PORT)
 #   ratio A B [FORMAT]      A / B, printed with FORMAT (default %.2f)
+#   writable_or_exit FILE   exit 2 (before anything is built) unless FILE
+#                           can be written where the results go
 
 bench_settings() {
 	DURATION=${BENCH_SECONDS:-10}
@@ -26,4 +28,11 @@ prepared_tps() {
 ratio() {
 	LC_ALL=C awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" \
 		'BEGIN{ if (b > 0) printf f, a / b; else print "?" }'
+}
+
+writable_or_exit() {
+	if [ ! -w "$(dirname "$1")" ] || { [ -e "$1" ] && [ ! -w "$1" ]; }; then
+		echo "$NAME: cannot write $1" >&2
+		exit 2
+	fi
 }

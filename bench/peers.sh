@@ -23,6 +23,8 @@ set -euo pipefail
 
 # shellcheck source=SCRIPTDIR/../scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NAME=peers
 PORT=54342
 OUT=${PEERS_OUT:-$REPO/bench/results/peers-latest.txt}
@@ -34,10 +36,7 @@ WORK=
 DATA=
 SOCK=
 
-if [ ! -w "$(dirname "$OUT")" ] || { [ -e "$OUT" ] && [ ! -w "$OUT" ]; }; then
-	echo "$NAME: cannot write $OUT" >&2
-	exit 2
-fi
+writable_or_exit "$OUT"
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"

@@ -96,10 +96,7 @@ READER_BATCH=${SCAN_READER_BATCH:-$(( (HOT + CLIENTS * 10 - 1) / (CLIENTS * 10) 
 MAX_SECONDS=$(LC_ALL=C awk -v b="$BEFORE" -v s="$SECONDS_" -v a="$AFTER" 'BEGIN{print int(b + 4 * s + a + 300)}')
 REFRESH_LIMIT=$(LC_ALL=C awk -v b="$BEFORE" -v r="$REFRESH_AT" -v t="$REFRESH_TIMEOUT" 'BEGIN{print int(b + r + t)}')
 
-if [ ! -w "$(dirname "$OUT")" ] || { [ -e "$OUT" ] && [ ! -w "$OUT" ]; }; then
-	echo "$NAME: cannot write $OUT" >&2
-	exit 2
-fi
+writable_or_exit "$OUT"
 
 cleanup_on_exit
 bash "$REPO/scripts/install-deps.sh"
