@@ -45,10 +45,15 @@
  * once, fsynced, before its error is raised: rows of that registration in
  * a dump or restore file written before the tombstone are neither restored
  * nor carried, so the periodic dump that a crash leaves behind does not
- * bring them back either.  A tombstone is needed while the restore file is
- * older than it; the scheduler removes the file at start when none is.
- * (Should writing a tombstone fail, at LOG, the restored rows are still
- * not served before a load, which drops them again.)
+ * bring them back either.  A tombstone is needed until a dump written after
+ * it is on disk: the scheduler prunes the file after each dump, and at
+ * start keeps only what is newer than the restore file.  A slot writes a
+ * tombstone only if its rows may be on disk since its last one (dumped
+ * since, or from an earlier server lifetime), so a role that loses and
+ * regains its rights in a loop cannot grow the file.  (Should writing a
+ * tombstone fail, at LOG, or one appended while the file is pruned be
+ * lost, the restored rows are still not served before a load, which drops
+ * them again.)
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -282,26 +287,65 @@ buried_since(List *tombstones, const SnapRecord *rec, TimestampTz written_at)
 }
 
 /*
- * At the scheduler's first start: the tombstones are needed while the
- * restore file (written at restore_written_at; none: 0) may hold rows
- * buried after it was written.  Once every tombstone is older than it,
- * every file that can be restored from was written knowing them.
+ * Keep only the tombstones buried at or after needed_since: the older ones
+ * are known to every file that can still be restored from (see the
+ * callers).  The file is rewritten under a temporary name and renamed; a
+ * tombstone appended meanwhile is lost from it (its slot stays buried in
+ * memory, and rows are not served before a load anyway).
  */
 static void
-prune_tombstones(bool have_restore, TimestampTz restore_written_at)
+prune_tombstones(TimestampTz needed_since)
 {
+	const char *tmp = PC_SNAPSHOTS_TOMBSTONE_FILE ".tmp";
 	struct stat st;
 	List	   *tombstones;
+	List	   *kept = NIL;
 	ListCell   *lc;
+	int			fd;
+	bool		ok = true;
 
 	if (stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) != 0)
 		return;
 	tombstones = read_tombstones();
-	if (have_restore)
-		foreach(lc, tombstones)
-			if (((SnapTombstone *) lfirst(lc))->buried_at >= restore_written_at)
-				return;
-	(void) durable_unlink(PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
+	foreach(lc, tombstones)
+		if (((SnapTombstone *) lfirst(lc))->buried_at >= needed_since)
+			kept = lappend(kept, lfirst(lc));
+	if (kept == NIL)
+		(void) durable_unlink(PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
+	else if (list_length(kept) < list_length(tombstones) ||
+			 (Size) st.st_size != list_length(kept) * sizeof(SnapTombstone))
+	{
+		fd = OpenTransientFilePerm(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY,
+								   S_IRUSR | S_IWUSR);
+		if (fd < 0)
+			ok = false;
+		foreach(lc, kept)
+		{
+			errno = 0;
+			if (ok && write(fd, lfirst(lc), sizeof(SnapTombstone)) !=
+				sizeof(SnapTombstone))
+			{
+				if (errno == 0)
+					errno = ENOSPC;
+				ok = false;
+			}
+		}
+		if (ok && pg_fsync(fd) != 0)
+			ok = false;
+		if (fd >= 0)
+			CloseTransientFile(fd);
+		if (!ok)
+		{
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not write file \"%s\": %m", tmp)));
+			(void) unlink(tmp);
+		}
+		else
+			(void) durable_rename(tmp, PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
+	}
+	list_free(kept);
+	list_free_deep(tombstones);
 }
 
 /* ----------------------------------------------------------------
@@ -430,7 +474,12 @@ pc_snapshots_adopt_dump(void)
 	}
 	else if (stat(PC_SNAPSHOTS_RESTORE_FILE, &st) == 0)
 		(void) durable_unlink(PC_SNAPSHOTS_RESTORE_FILE, LOG);
-	prune_tombstones(r != NULL, written_at);
+
+	/*
+	 * Tombstones older than the restore file were known to the scheduler
+	 * that wrote it; with no restore file, none is needed.
+	 */
+	prune_tombstones(r != NULL ? written_at : DT_NOEND);
 }
 
 /* Write the dump of every loaded snapshot (at LOG if it fails). */
@@ -449,7 +498,15 @@ pc_snapshots_dump(void)
 	ctx.written = NIL;
 	pc_snap_dump_slots(write_snapshot, &ctx, pc_now_ms());
 	carry_unread(&ctx);
-	(void) pc_dump_finish(ctx.writer, NULL);
+
+	/*
+	 * Written, the dump is what a crash restores from: tombstones older than
+	 * it were known when it was (a slot is buried before its tombstone is
+	 * written, and the tombstones were read after written_at).  The restore
+	 * file, older, is kept from this server's slots by their burial.
+	 */
+	if (pc_dump_finish(ctx.writer, NULL))
+		prune_tombstones(ctx.written_at);
 	list_free_deep(ctx.written);
 	pfree(ctx.buf.data);
 }

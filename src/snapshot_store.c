@@ -105,6 +105,9 @@ typedef struct PcSnapSlot
 	bool		buried;			/* rows dropped for lost rights: the dump
 								 * keeps none of this registration's, and
 								 * restores none (until rows are loaded) */
+	bool		tombstone_due;	/* a file may hold its rows, written after
+								 * its last tombstone (or in an earlier
+								 * server lifetime): burying it writes one */
 } PcSnapSlot;
 
 static PcSnapSlot *
@@ -235,6 +238,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	s->dump_checked = false;
 	s->restored = false;
 	s->buried = false;
+	s->tombstone_due = true;
 	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
 	pg_atomic_write_u32(&s->lease_pid, 0);
@@ -1328,14 +1332,14 @@ pc_snap_publish_restored(PcSnapRef ref, const char *blob, Size size,
  * Note a failed attempt in the slot, under its exclusive lock: count it,
  * keep its message, and note the attempt so a failing source is queried at
  * most once per TTL.  With lost_rights the rows are dropped and the slot
- * buried.  Otherwise, rows restored from the dump become the last good
- * ones if the load was one as the owner that found its rights intact
- * (rights_checked).  Returns the age in ms of the rows still served (-1 if
- * none), and *newly_buried.
+ * buried; *tombstone says whether a tombstone is due.  Otherwise, rows
+ * restored from the dump become the last good ones if the load was one as
+ * the owner that found its rights intact (rights_checked).  Returns the age
+ * in ms of the rows still served (-1 if none).
  */
 static int64
 note_failure(PcSnapRef ref, const char *message, int64 now,
-			 bool lost_rights, bool rights_checked, bool *newly_buried)
+			 bool lost_rights, bool rights_checked, bool *tombstone)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 	Size		bytes;
@@ -1346,7 +1350,7 @@ note_failure(PcSnapRef ref, const char *message, int64 now,
 	Size		old_data_bytes = 0;
 	int64		age = -1;
 
-	*newly_buried = false;
+	*tombstone = false;
 	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
 	{
@@ -1365,8 +1369,9 @@ note_failure(PcSnapRef ref, const char *message, int64 now,
 			s->restored = false;
 			/* nor may the dump give them back */
 			s->dump_checked = true;
-			*newly_buried = !s->buried;
 			s->buried = true;
+			*tombstone = s->tombstone_due;
+			s->tombstone_due = false;
 		}
 		else if (rights_checked)
 			s->restored = false;
@@ -1408,10 +1413,10 @@ int64
 pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
 					   bool rights_checked)
 {
-	bool		newly_buried;
+	bool		tombstone;
 
 	return note_failure(ref, message, now, false, rights_checked,
-						&newly_buried);
+						&tombstone);
 }
 
 /*
@@ -1419,16 +1424,19 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
  * of at once (last-good is for a failing source, not for lost rights), and
  * the slot is buried: no dump keeps or carries this registration's rows,
  * and the dump is not looked at for them again, until a load succeeds.
- * True if the slot was not buried already (the caller then writes the
- * tombstone that outlives a crash, pc_snapshot_bury).
+ * True if a file may hold its rows that was written after the slot's last
+ * tombstone, or in an earlier server lifetime: the caller then writes the
+ * tombstone that outlives a crash (pc_snapshot_bury).  So a role that
+ * loses and regains its rights over and over writes at most one tombstone
+ * per dump of its rows.
  */
 bool
 pc_snap_record_lost_rights(PcSnapRef ref, const char *message, int64 now)
 {
-	bool		newly_buried;
+	bool		tombstone;
 
-	(void) note_failure(ref, message, now, true, true, &newly_buried);
-	return newly_buried;
+	(void) note_failure(ref, message, now, true, true, &tombstone);
+	return tombstone;
 }
 
 /* ----------------------------------------------------------------
@@ -1516,7 +1524,9 @@ pc_snap_take_dump_check(PcSnapRef ref)
  * rows' age, and a copy of its rows (made under the slot's lock, with an
  * allocation that fails quietly: a slot that cannot be copied is left out).
  * A buried slot is handed over too, with no rows (blob NULL), so that the
- * dump carries none of its registration's.
+ * dump carries none of its registration's.  A slot whose rows are dumped
+ * is due a tombstone should it be buried later (noted before the copy, so
+ * that a burial in between writes one).
  */
 void
 pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
@@ -1546,6 +1556,10 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 		if (!OidIsValid(snap.dbid))
 			continue;
 
+		LWLockAcquire(slot_lock(i), LW_EXCLUSIVE);
+		if (s->generation == generation && DsaPointerIsValid(s->data))
+			s->tombstone_due = true;
+		LWLockRelease(slot_lock(i));
 		LWLockAcquire(slot_lock(i), LW_SHARED);
 		if (s->generation == generation && DsaPointerIsValid(s->data))
 		{
