@@ -85,7 +85,7 @@ sub make_snapshot
 CREATE TABLE public.$name (id int, v text);
 INSERT INTO public.$name VALUES (1, 'SECRET-$name-1'), (2, 'SECRET-$name-2');
 GRANT SELECT ON public.$name TO own;
-$opts{setup}
+@{[ $opts{setup} // '' ]}
 SET ROLE own;
 SELECT projcache.create_snapshot('$name', \$q\$$query\$q\$, '$ttl');
 SELECT projcache.grant_snapshot('$name', 'rdr');
@@ -220,37 +220,40 @@ is(files_holding('SECRET-sa2'), '', '2: no dump file holds the rows');
 # -- 3. Across a crash ------------------------------------------------------
 # Each: loaded, a clean restart (the restore file holds the rows), read,
 # a periodic dump (it holds them too), REVOKE, refused refresh, crash.
-# 'as left' starts from whatever the crash left; 'pre-REVOKE dump' puts
-# the periodic dump from before the REVOKE back in place first.
-my @crashes = (
-	[ 'sa3a', 'as left', undef ],
-	[ 'sa3b', 'pre-REVOKE dump', 1 ],);
+# 'as left': periodic dumps go on until the crash.  'no dump after the
+# REVOKE': once the periodic dump holds the rows, no snapshot dump can be
+# written (a directory takes the name of its temporary file), so the crash
+# leaves that dump, as a crash before the next dump would.
+my @crashes =
+  ([ 'sa3a', 'as left', 0 ], [ 'sa3b', 'no dump after the REVOKE', 1 ],);
+my $dump_tmp = "$dump.tmp";
 for my $case (@crashes)
 {
-	my ($name, $what, $put_back) = @$case;
+	my ($name, $what, $stop_dumps) = @$case;
 	make_snapshot($name);
 	start_and_wait('restart');
 	is(read_snapshot('rdr', $name), rows_of($name), "3 $what: read after a restart");
 	wait_for_dump("3 $what");
-	my $before = slurp_file($dump);
-	like($before, qr/SECRET-$name/, "3 $what: the dump holds the rows");
+	if ($stop_dumps)
+	{
+		# (a dump writing its temporary file just now: try again)
+		my $tries = 0;
+		$tries++ until mkdir($dump_tmp) || $tries > 100_000;
+		ok(-d $dump_tmp, "3 $what: no snapshot dump can be written");
+	}
+	like(slurp_file($dump), qr/SECRET-$name/, "3 $what: the dump holds the rows");
 	$node->safe_psql('postgres', "REVOKE SELECT ON public.$name FROM own");
 	like(refresh_as_owner($name), qr/^42501: /, "3 $what: the refresh gets 42501");
 	no_rows_for('rdr', $name, "3 $what: after the refused refresh");
 	$node->stop('immediate');
-	if ($put_back)
-	{
-		open(my $fh, '>:raw', $dump) or die "open $dump: $!";
-		print $fh $before;
-		close($fh);
-	}
+	rmdir($dump_tmp) if $stop_dumps;
 	start_and_wait('start');
 	no_rows_for('rdr', $name, "3 $what: after the crash");
 	no_rows_for('own', $name, "3 $what: after the crash");
 	is(loaded_snapshots(), '0', "3 $what: nothing was restored");
 	like(files_holding("SECRET-$name"), qr/restore/,
 		"3 $what: though the restore file holds the rows")
-	  if $put_back;
+	  if $stop_dumps;
 }
 
 # -- 4. Age, and restored rows are not served before a load -----------------
@@ -409,24 +412,25 @@ $node->safe_psql('postgres',
 );
 wait_session($blocker);
 my ($rc, $out) = wait_session($first);
+chomp $out;
 is($out, rows_of('sa7'), '7: the first reader gets the rows its load published');
 
 # -- Hostile: losing and regaining rights in a loop --------------------------
-# With dumps an hour apart (one more may come first), twenty rounds of
+# With dumps an hour apart (one more may come first), ten rounds of
 # GRANT, refresh, REVOKE and refused refresh.  A tombstone is due only if
 # the rows were dumped since the last one.
 make_snapshot('sa8');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET projcache.dump_interval = '1h'; SELECT pg_reload_conf()");
 my ($loads, $refusals) = (0, 0);
-for my $i (1 .. 20)
+for my $i (1 .. 10)
 {
 	$node->safe_psql('postgres', 'GRANT SELECT ON public.sa8 TO own');
 	$loads++ if refresh_as_owner('sa8') eq 't';
 	$node->safe_psql('postgres', 'REVOKE SELECT ON public.sa8 FROM own');
 	$refusals++ if refresh_as_owner('sa8') =~ /^42501: /;
 }
-is("$loads|$refusals", '20|20', '8: twenty loads, twenty refusals');
+is("$loads|$refusals", '10|10', '8: ten loads, ten refusals');
 cmp_ok(-s $tombstones // 0, '<=', 3 * 104,
 	'8: the tombstone file holds a few tombstones, not one per round');
 no_rows_for('rdr', 'sa8', '8: after the loop');
@@ -440,7 +444,8 @@ SKIP:
 		"SELECT count(*) FROM pg_available_extensions WHERE name = 'dblink'");
 	skip 'dblink is not installed', 3 unless $have_dblink;
 
-	my $connstr = $node->connstr('postgres') . ' user=remote_ro';
+	my $connstr = 'port=' . $node->port . ' host=' . $node->host
+	  . ' dbname=postgres user=remote_ro';
 	$node->safe_psql(
 		'postgres', qq{
 CREATE EXTENSION dblink;
