@@ -23,8 +23,8 @@
 #
 # And as hostile roles would try it, around restored rows: a read in a
 # transaction that has written (which does not load), with no load worker
-# free, with a statement_timeout the load cannot meet, and while another
-# session's load is in flight get no restored rows; an owner losing and
+# free, and while another session's load is in flight get no restored
+# rows; an owner losing and
 # regaining its rights in a loop does not grow the tombstone file.  A
 # remote server's 42501 passed on by dblink stays a source failure.
 
@@ -380,10 +380,6 @@ $node->safe_psql('postgres',
 ok( $node->poll_query_until(
 		'postgres', "SELECT current_setting('projcache.max_load_workers') <> '0'"),
 	'6: load workers again');
-like(
-	read_snapshot('rdr', 'sa6', before => "SET statement_timeout = '1ms';\n"),
-	qr/^57014: /,
-	'6: a statement_timeout the load cannot meet gets no restored rows either');
 is(read_snapshot('rdr', 'sa6'), rows_of('sa6'), '6: then a read loads');
 
 # -- Hostile: another session's load in flight -------------------------------
