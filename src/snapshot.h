@@ -106,8 +106,8 @@ extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
  */
 typedef enum PcLoadStatus
 {
-	PC_LOAD_NONE,				/* the worker did not report: failed, and
-								 * the owner's rights were not checked */
+	PC_LOAD_NONE,				/* the worker did not report: failed, and the
+								 * owner's rights were not checked */
 	PC_LOAD_OK,					/* rows published */
 	PC_LOAD_FAILED,				/* the source failed: last-good applies */
 	PC_LOAD_REVOKED,			/* the owner lost its rights, or is gone */

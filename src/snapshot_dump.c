@@ -308,14 +308,17 @@ prune_tombstones(TimestampTz needed_since)
 		return;
 	tombstones = read_tombstones();
 	foreach(lc, tombstones)
+	{
 		if (((SnapTombstone *) lfirst(lc))->buried_at >= needed_since)
 			kept = lappend(kept, lfirst(lc));
+	}
 	if (kept == NIL)
 		(void) durable_unlink(PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
 	else if (list_length(kept) < list_length(tombstones) ||
 			 (Size) st.st_size != list_length(kept) * sizeof(SnapTombstone))
 	{
-		fd = OpenTransientFilePerm(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY,
+		fd = OpenTransientFilePerm(tmp,
+								   O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY,
 								   S_IRUSR | S_IWUSR);
 		if (fd < 0)
 			ok = false;
@@ -476,8 +479,8 @@ pc_snapshots_adopt_dump(void)
 		(void) durable_unlink(PC_SNAPSHOTS_RESTORE_FILE, LOG);
 
 	/*
-	 * Tombstones older than the restore file were known to the scheduler
-	 * that wrote it; with no restore file, none is needed.
+	 * Tombstones older than the restore file were known to the scheduler that
+	 * wrote it; with no restore file, none is needed.
 	 */
 	prune_tombstones(r != NULL ? written_at : DT_NOEND);
 }

@@ -352,8 +352,9 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 			if (status == PC_LOAD_FAILED ||
 				(status == PC_LOAD_NONE && error != NULL))
 			{
-				int64		age = pc_snap_record_failure(ref, error, pc_now_ms(),
-														 status == PC_LOAD_FAILED);
+				bool		checked = status == PC_LOAD_FAILED;
+				int64		age = pc_snap_record_failure(ref, error,
+														 pc_now_ms(), checked);
 
 				/* (none served: restored rows whose load did not report) */
 				if (age >= 0)
@@ -421,6 +422,7 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		pc_snap_cold_unclaim(ref, now, prev_attempt);
 		report_no_load_worker(reg, error);
 	}
+
 	/*
 	 * No rows to drop yet: lost rights fail like the source, with PC001, and
 	 * bury the registration's dumped rows.

@@ -105,9 +105,9 @@ typedef struct PcSnapSlot
 	bool		buried;			/* rows dropped for lost rights: the dump
 								 * keeps none of this registration's, and
 								 * restores none (until rows are loaded) */
-	bool		tombstone_due;	/* a file may hold its rows, written after
-								 * its last tombstone (or in an earlier
-								 * server lifetime): burying it writes one */
+	bool		tombstone_due;	/* a file may hold its rows, written after its
+								 * last tombstone (or in an earlier server
+								 * lifetime): burying it writes one */
 } PcSnapSlot;
 
 static PcSnapSlot *
