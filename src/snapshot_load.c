@@ -166,6 +166,9 @@ typedef struct LoadTask
 	PcLoadStatus status;
 	int			sqlerrcode;
 	bool		local_privilege;	/* failed with a 42501 of this server */
+	bool		rights_checked; /* the query ran as the owner to its end, or
+								 * the owner's rights were checked after it
+								 * failed: a failure is the source's */
 	bool		timed_out;		/* ended by the timeout it armed */
 	int			timeout_ms;		/* that timeout */
 	char		error[LOAD_ERROR_BYTES];
@@ -515,6 +518,8 @@ run_load(LoadTask *task, const char *sql)
 	}
 	SPI_finish();
 	pc_unbecome(&sw);
+	/* The owner's rights are intact: a refusal below is about memory. */
+	task->rights_checked = true;
 
 	if (!pc_snap_publish(task->ref, rows.data, rows.len, nrows, pc_now_ms(),
 						 task->stale_marks, &refusal))
@@ -724,9 +729,12 @@ pc_snapshot_load_main(Datum main_arg)
 	MemoryContextSwitchTo(cxt);
 
 	if (task->status == PC_LOAD_FAILED && sql != NULL && !task->timed_out &&
-		task->sqlerrcode != ERRCODE_OUT_OF_MEMORY &&
-		(task->local_privilege || owner_lost_rights(task, sql)))
-		task->status = PC_LOAD_REVOKED;
+		!task->rights_checked)
+	{
+		if (task->local_privilege || owner_lost_rights(task, sql))
+			task->status = PC_LOAD_REVOKED;
+		task->rights_checked = true;
+	}
 
 	pgstat_report_activity(STATE_IDLE, NULL);
 	dsm_detach(seg);
@@ -940,6 +948,9 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 	}
 	else if (result != PC_LOAD_OK)
 		*error = pstrdup(task->error);
+	/* It failed and exited before checking the owner's rights. */
+	if (result == PC_LOAD_FAILED && !task->rights_checked)
+		result = PC_LOAD_NONE;
 	dsm_detach(seg);
 	return result;
 }
