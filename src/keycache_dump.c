@@ -510,8 +510,8 @@ pc_keys_dump_begin(void)
 
 	/*
 	 * A dump on disk that no tombstone log amends (a server run with dumps
-	 * off left it, or its tombstones were given up) goes first: a crash
-	 * while this one is written must not load it.
+	 * off left it, or its tombstones were given up) goes first: a crash while
+	 * this one is written must not load it.
 	 */
 	if (tomb_log == NULL)
 	{
@@ -760,8 +760,8 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 
 	/*
 	 * The tombstones written since it began (of its generation or later).
-	 * Without them, the dump could bring back what was evicted: a dump of
-	 * 1.2 (generation 0) had none, any later one has its log.
+	 * Without them, the dump could bring back what was evicted: a dump of 1.2
+	 * (generation 0) had none, any later one has its log.
 	 */
 	generation = pc_dump_generation(r);
 	tomb_status = read_tombstones(&tombs, &base);
