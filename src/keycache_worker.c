@@ -886,16 +886,19 @@ bisect_call_of(PcFetchOutcome outcome)
 
 /*
  * A key's fate is sealed: record its answer, or the error of its last
- * call.  A key that failed alone is a suspect from now on, and one that
- * was stays one while its answers are errors.  True if the answer broke
- * the contract in a way only apply_answer() can see.
+ * call.  A key whose answer is an error in a call of its own (alone) is a
+ * suspect from then on, until it is answered: it failed alone, or its
+ * answer broke the contract in a way that took a call of its own to tell.
+ * True if the answer broke the contract in a way only apply_answer() can
+ * see.
  */
 static bool
-finish_key(SchedEntry *e, PcFetchItem *item, BisectFate fate, int64 now)
+finish_key(SchedEntry *e, PcFetchItem *item, BisectFate fate, bool alone,
+		   int64 now)
 {
 	Assert(fate == BISECT_ANSWERED || item->answer == PC_ANSWER_ERROR);
-	sched_set_suspect(e, fate == BISECT_FAILED_ALONE ||
-					  (e->suspect && item->answer == PC_ANSWER_ERROR));
+	Assert(fate != BISECT_FAILED_ALONE || alone);
+	sched_set_suspect(e, alone && item->answer == PC_ANSWER_ERROR);
 	return apply_answer(e, item, now);
 }
 
@@ -1007,7 +1010,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 
 			if (fate == BISECT_WAITING)
 				continue;
-			breach |= finish_key(batch[key], &items[key], fate, now);
+			breach |= finish_key(batch[key], &items[key], fate, k == 1, now);
 			applied[key] = true;
 		}
 		if (breach && !counted)
@@ -1040,7 +1043,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 		Assert(fate == BISECT_FAILED_TOGETHER);
 		together++;
 		together_error = items[i].error;
-		(void) finish_key(batch[i], &items[i], fate, now);
+		(void) finish_key(batch[i], &items[i], fate, false, now);
 		applied[i] = true;
 	}
 	if (together > 0)
