@@ -253,8 +253,8 @@ typedef enum PcFetchOutcome
 	PC_FETCH_UNRESOLVED,		/* the keys marked unresolved have none */
 	PC_FETCH_FAILED,			/* an ERROR of the function, which the keys
 								 * may have caused */
-	PC_FETCH_FAILED_ALL			/* a failure none of them caused: a timeout,
-								 * a cancel, no such function, ... */
+	PC_FETCH_FAILED_ALL			/* a failure none of them caused: a timeout, a
+								 * cancel, no such function, ... */
 } PcFetchOutcome;
 
 extern PcFetchOutcome pc_fetch_batch(PcFetchItem *items, int nitems,

@@ -58,8 +58,8 @@
 /* What one call of the fetch function came to, as bisect_done() needs it. */
 typedef enum BisectCall
 {
-	BISECT_CALL_ANSWERED,		/* every key has its answer, maybe an error
-								 * of its own */
+	BISECT_CALL_ANSWERED,		/* every key has its answer, maybe an error of
+								 * its own */
 	BISECT_CALL_UNRESOLVED,		/* some keys' answers are unknown (the
 								 * unresolved flags say which); the others
 								 * have theirs */
@@ -80,8 +80,8 @@ typedef enum BisectFate
 typedef struct BisectSettings
 {
 	int64_t		split_budget_ms;	/* <= 0: split until isolated */
-	int64_t		suspect_slice_ms;	/* suspects' time per batch; at least
-									 * one call is made */
+	int64_t		suspect_slice_ms;	/* suspects' time per batch; at least one
+									 * call is made */
 } BisectSettings;
 
 typedef struct BisectPlan BisectPlan;

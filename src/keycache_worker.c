@@ -84,8 +84,8 @@ static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static int64 dump_resume_ms = 0;	/* the dump's next slice, not before */
 static char *ring_buf = NULL;
-static int64 suspect_resume_ms = 0; /* when suspects may be fetched again,
-									 * on pc_now_ms() (keycache_bisect.h) */
+static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
+									 * pc_now_ms() (keycache_bisect.h) */
 
 /* ----------------------------------------------------------------
  * Settings and the shared map
@@ -975,8 +975,8 @@ run_batch(SchedEntry **batch, int n, int64 now)
 
 	/*
 	 * Splitting stops after as long as one call may take; suspects get a
-	 * quarter of a batch interval per batch, so that the next batch of
-	 * clean keys hardly waits for them.
+	 * quarter of a batch interval per batch, so that the next batch of clean
+	 * keys hardly waits for them.
 	 */
 	settings.split_budget_ms = pc_fetch_timeout_ms;
 	settings.suspect_slice_ms = Max(pc_batch_interval_ms / 4, 1);

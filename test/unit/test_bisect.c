@@ -67,18 +67,18 @@ next_random(unsigned int *seed)
  * ----------------------------------------------------------------
  */
 
-typedef struct Oracle
+typedef struct FakeSource
 {
 	int			n;
 	bool		bad[MAX_KEYS];	/* makes any call with it fail */
 	bool		fails_all;		/* every call fails, and no key caused it */
 	bool		breaks[MAX_KEYS];	/* its row is unowned: a call with it
-									 * leaves the keys without rows
-									 * unresolved (here: itself) */
+									 * leaves the keys without rows unresolved
+									 * (here: itself) */
 	int64_t		call_ms;		/* how long each call takes */
-} Oracle;
+} FakeSource;
 
-typedef struct Run
+typedef struct PlanRun
 {
 	int			calls;
 	int			call_sizes[3 * MAX_KEYS];
@@ -86,12 +86,12 @@ typedef struct Run
 	bool		mixed_suspect;	/* a suspect shared a call */
 	bool		suspect_before_clean;	/* a clean call after a suspect's */
 	SchedTime	now;
-} Run;
+} PlanRun;
 
 /* Run a whole plan; returns it, settled, for its fates. */
 static BisectPlan *
-run_plan(const Oracle *o, const bool *suspect, SchedTime start,
-		 SchedTime resume, const BisectSettings *settings, Run *run)
+run_plan(const FakeSource *o, const bool *suspect, SchedTime start,
+		 SchedTime resume, const BisectSettings *settings, PlanRun *run)
 {
 	BisectPlan *plan = bisect_begin(o->n, suspect, resume, settings,
 									unit_alloc, unit_free);
@@ -99,7 +99,7 @@ run_plan(const Oracle *o, const bool *suspect, SchedTime start,
 	int			k;
 	bool		seen_suspect = false;
 
-	memset(run, 0, sizeof(Run));
+	memset(run, 0, sizeof(PlanRun));
 	run->now = start;
 	while (bisect_next(plan, run->now, &keys, &k))
 	{
@@ -147,9 +147,9 @@ run_plan(const Oracle *o, const bool *suspect, SchedTime start,
 static const BisectSettings no_limits = {0, 1000000};
 
 static void
-oracle_init(Oracle *o, int n)
+oracle_init(FakeSource *o, int n)
 {
-	memset(o, 0, sizeof(Oracle));
+	memset(o, 0, sizeof(FakeSource));
 	o->n = n;
 	o->call_ms = 1;
 }
@@ -162,8 +162,8 @@ oracle_init(Oracle *o, int n)
 static void
 test_all_good_one_call(void **state)
 {
-	Oracle		o;
-	Run			run;
+	FakeSource	o;
+	PlanRun		run;
 	bool		suspect[MAX_KEYS] = {false};
 	BisectPlan *plan;
 	int			i;
@@ -181,8 +181,8 @@ test_all_good_one_call(void **state)
 static void
 test_one_bad_key_fails_alone(void **state)
 {
-	Oracle		o;
-	Run			run;
+	FakeSource	o;
+	PlanRun		run;
 	bool		suspect[MAX_KEYS] = {false};
 	BisectPlan *plan;
 	int			i;
@@ -227,8 +227,8 @@ test_random_batches(void **state)
 	(void) state;
 	for (round = 0; round < 400; round++)
 	{
-		Oracle		o;
-		Run			run;
+		FakeSource	o;
+		PlanRun		run;
 		bool		suspect[MAX_KEYS] = {false};
 		BisectPlan *plan;
 		int			n;
@@ -268,8 +268,8 @@ test_random_batches(void **state)
 static void
 test_all_bad(void **state)
 {
-	Oracle		o;
-	Run			run;
+	FakeSource	o;
+	PlanRun		run;
 	bool		suspect[MAX_KEYS] = {false};
 	BisectPlan *plan;
 	int			i;
@@ -289,8 +289,8 @@ test_all_bad(void **state)
 static void
 test_failed_all_not_split(void **state)
 {
-	Oracle		o;
-	Run			run;
+	FakeSource	o;
+	PlanRun		run;
 	bool		suspect[MAX_KEYS] = {false};
 	BisectPlan *plan;
 	int			i;
@@ -361,8 +361,8 @@ test_unresolved_asked_again(void **state)
 static void
 test_split_budget(void **state)
 {
-	Oracle		o;
-	Run			run;
+	FakeSource	o;
+	PlanRun		run;
 	bool		suspect[MAX_KEYS] = {false};
 	BisectSettings settings = {100, 1000};
 	BisectPlan *plan;
@@ -400,8 +400,8 @@ test_split_budget(void **state)
 static void
 test_suspects_alone_after_clean(void **state)
 {
-	Oracle		o;
-	Run			run;
+	FakeSource	o;
+	PlanRun		run;
 	bool		suspect[MAX_KEYS] = {false};
 	BisectPlan *plan;
 
@@ -435,8 +435,8 @@ test_suspects_alone_after_clean(void **state)
 static void
 test_suspect_slice(void **state)
 {
-	Oracle		o;
-	Run			run;
+	FakeSource	o;
+	PlanRun		run;
 	bool		suspect[MAX_KEYS] = {false};
 	BisectSettings settings = {0, 10};
 	BisectPlan *plan;
@@ -696,7 +696,7 @@ test_defer_fetch(void **state)
 	/* first retry now; then put back by 1 s */
 	assert_int_equal(sched_ready_batch(s, 0, 10, 0, &batch), 1);
 	assert_true(e->dispatched);
-	sched_invalidate(s, "k", 1, 0);	/* asks for another fetch after it */
+	sched_invalidate(s, "k", 1, 0); /* asks for another fetch after it */
 	assert_true(e->refetch_after);
 	sched_defer_fetch(s, e, 1000);
 	assert_false(e->dispatched);
