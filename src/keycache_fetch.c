@@ -17,7 +17,11 @@
  * It runs through SPI inside an internal subtransaction, under a statement
  * timeout of projcache.fetch_timeout, so that whatever it does wrong (an
  * ERROR, a timeout, a result that breaks the contract) becomes an answer of
- * PC_ANSWER_ERROR for the keys concerned, and the worker lives on.
+ * PC_ANSWER_ERROR for the keys concerned, and the worker lives on.  The
+ * caller also learns whether the keys may have caused a failure, and which
+ * keys a broken result left without an answer (rows are matched to keys by
+ * keycache_bisect.c), so that it can ask again for fewer at a time until a
+ * bad key fails alone.
  *
  * It is user code in a long-lived superuser session, so it gets exactly
  * the rights of its role (projcache.fetch_role, else the function's owner)

@@ -11,8 +11,10 @@
  *		the ring overflowed) and begin fetches, invalidations, evictions;
  *	 2. run due evictions, then due refreshes;
  *	 3. when a batch of due fetches is ready, call the fetch function once
- *		for it (keycache_fetch.c) and publish the answers to the shared key map,
- *		waking readers through the keys' condition variables;
+ *		for it (keycache_fetch.c), or more often if a call fails, until the
+ *		keys that fail are alone in their calls (keycache_bisect.h), and
+ *		publish the answers to the shared key map, waking readers through
+ *		the keys' condition variables;
  *	 4. sleep on its latch until the next due time.
  *
  * It is the only process that deletes from the key map.  Private state is
@@ -1052,7 +1054,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 							   "fetch function failed for %d keys",
 							   together, together),
 				 errdetail("%s", together_error),
-				 errhint("The keys that fail were not isolated within projcache.fetch_timeout (%d ms): they are retried together.",
+				 errhint("The keys that fail were not found within projcache.fetch_timeout (%d ms); these are retried together.",
 						 pc_fetch_timeout_ms)));
 	bisect_end(plan);
 	notify_changes(items, old_states, applied, n);
