@@ -52,6 +52,7 @@ struct BisectPlan
 	int		   *order;			/* key indices: clean keys, then suspects */
 	int		   *scratch;		/* for reordering a range */
 	BisectFate *fate;
+	bool	   *alone;			/* its last call was of it alone */
 	int			nclean;
 
 	/* clean ranges waiting for a call: a FIFO ring of n + 1 */
@@ -120,6 +121,7 @@ bisect_begin(int n, const bool *suspect, SchedTime suspect_resume_at,
 	plan->order = alloc0(alloc_fn, n * sizeof(int));
 	plan->scratch = alloc0(alloc_fn, n * sizeof(int));
 	plan->fate = alloc0(alloc_fn, n * sizeof(BisectFate));
+	plan->alone = alloc0(alloc_fn, n * sizeof(bool));
 	plan->queue = alloc0(alloc_fn, (n + 1) * sizeof(BisectRange));
 	for (i = 0; i < n; i++)
 		if (!suspect[i])
@@ -255,6 +257,8 @@ bisect_done(BisectPlan *plan, SchedTime now, BisectCall result,
 
 	BISECT_ASSERT(plan->in_call);
 	plan->in_call = false;
+	for (i = r.start; i < r.start + r.len; i++)
+		plan->alone[plan->order[i]] = r.len == 1;
 
 	if (plan->call_is_suspect)
 	{
@@ -302,6 +306,17 @@ bisect_fate(const BisectPlan *plan, int key)
 	return plan->fate[key];
 }
 
+bool
+bisect_suspect(const BisectPlan *plan, int key, bool error_answer)
+{
+	BISECT_ASSERT(key >= 0 && key < plan->n);
+	BISECT_ASSERT(plan->fate[key] != BISECT_WAITING &&
+				  plan->fate[key] != BISECT_POSTPONED);
+	BISECT_ASSERT(plan->fate[key] != BISECT_FAILED_ALONE ||
+				  (plan->alone[key] && error_answer));
+	return plan->alone[key] && error_answer;
+}
+
 int
 bisect_calls(const BisectPlan *plan)
 {
@@ -320,6 +335,7 @@ bisect_end(BisectPlan *plan)
 	plan->free_fn(plan->order);
 	plan->free_fn(plan->scratch);
 	plan->free_fn(plan->fate);
+	plan->free_fn(plan->alone);
 	plan->free_fn(plan->queue);
 	plan->free_fn(plan);
 }

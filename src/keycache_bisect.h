@@ -115,6 +115,16 @@ extern void bisect_done(BisectPlan *plan, SchedTime now, BisectCall result,
 
 extern BisectFate bisect_fate(const BisectPlan *plan, int key);
 
+/*
+ * Is a key whose fate is sealed a suspect from now on?  Yes if its answer
+ * is an error (error_answer) from a call of its own: it failed alone, or
+ * its answer broke the contract in a way it took a call of its own to
+ * tell.  An error from a call shared with others, or no error, clears the
+ * mark.  (A postponed suspect keeps its mark: ask only about sealed fates.)
+ */
+extern bool bisect_suspect(const BisectPlan *plan, int key,
+						   bool error_answer);
+
 /* Calls made so far. */
 extern int	bisect_calls(const BisectPlan *plan);
 

@@ -887,20 +887,18 @@ bisect_call_of(PcFetchOutcome outcome)
 }
 
 /*
- * A key's fate is sealed: record its answer, or the error of its last
- * call.  A key whose answer is an error in a call of its own (alone) is a
- * suspect from then on, until it is answered: it failed alone, or its
- * answer broke the contract in a way that took a call of its own to tell.
- * True if the answer broke the contract in a way only apply_answer() can
- * see.
+ * Key i's fate is sealed: mark it a suspect or not (bisect_suspect()), and
+ * record its answer, or the error of its last call.  True if the answer
+ * broke the contract in a way only apply_answer() can see.
  */
 static bool
-finish_key(SchedEntry *e, PcFetchItem *item, BisectFate fate, bool alone,
+finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
 		   int64 now)
 {
-	Assert(fate == BISECT_ANSWERED || item->answer == PC_ANSWER_ERROR);
-	Assert(fate != BISECT_FAILED_ALONE || alone);
-	sched_set_suspect(e, alone && item->answer == PC_ANSWER_ERROR);
+	Assert(bisect_fate(plan, i) == BISECT_ANSWERED ||
+		   item->answer == PC_ANSWER_ERROR);
+	sched_set_suspect(e, bisect_suspect(plan, i,
+										item->answer == PC_ANSWER_ERROR));
 	return apply_answer(e, item, now);
 }
 
@@ -1008,11 +1006,10 @@ run_batch(SchedEntry **batch, int n, int64 now)
 		for (j = 0; j < k; j++)
 		{
 			int			key = keys[j];
-			BisectFate	fate = bisect_fate(plan, key);
 
-			if (fate == BISECT_WAITING)
+			if (bisect_fate(plan, key) == BISECT_WAITING)
 				continue;
-			breach |= finish_key(batch[key], &items[key], fate, k == 1, now);
+			breach |= finish_key(plan, key, batch[key], &items[key], now);
 			applied[key] = true;
 		}
 		if (breach && !counted)
@@ -1045,7 +1042,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 		Assert(fate == BISECT_FAILED_TOGETHER);
 		together++;
 		together_error = items[i].error;
-		(void) finish_key(batch[i], &items[i], fate, false, now);
+		(void) finish_key(plan, i, batch[i], &items[i], now);
 		applied[i] = true;
 	}
 	if (together > 0)

@@ -264,6 +264,54 @@ test_random_batches(void **state)
 	}
 }
 
+/*
+ * Who is a suspect afterwards: a key whose error came from a call of its
+ * own, not one whose error came from a call shared with others.
+ */
+static void
+test_who_is_suspect(void **state)
+{
+	FakeSource	o;
+	PlanRun		run;
+	bool		suspect[MAX_KEYS] = {false};
+	BisectPlan *plan;
+	int			i;
+
+	(void) state;
+	oracle_init(&o, 8);
+	o.bad[3] = true;
+	plan = run_plan(&o, suspect, 0, 0, &no_limits, &run);
+	assert_true(bisect_suspect(plan, 3, true));
+	for (i = 0; i < 8; i++)
+		if (i != 3)
+		{
+			/* an answer, or an error of its own in a shared call */
+			assert_false(bisect_suspect(plan, i, false));
+			if (i != 2)
+				assert_false(bisect_suspect(plan, i, true));
+		}
+	/* 2 was answered in a call of its own (3's sibling): an error there */
+	assert_true(bisect_suspect(plan, 2, true));
+	bisect_end(plan);
+
+	/* failed together: not a suspect */
+	oracle_init(&o, 4);
+	o.fails_all = true;
+	plan = run_plan(&o, suspect, 0, 0, &no_limits, &run);
+	for (i = 0; i < 4; i++)
+		assert_false(bisect_suspect(plan, i, true));
+	bisect_end(plan);
+
+	/* a suspect answered: no longer one; failing again: still one */
+	oracle_init(&o, 2);
+	suspect[0] = suspect[1] = true;
+	o.bad[1] = true;
+	plan = run_plan(&o, suspect, 0, 0, &no_limits, &run);
+	assert_false(bisect_suspect(plan, 0, false));
+	assert_true(bisect_suspect(plan, 1, true));
+	bisect_end(plan);
+}
+
 /* Every key bad: solo calls cost n, halving costs at most 2n - 1. */
 static void
 test_all_bad(void **state)
@@ -743,6 +791,7 @@ main(void)
 		cmocka_unit_test(test_all_good_one_call),
 		cmocka_unit_test(test_one_bad_key_fails_alone),
 		cmocka_unit_test(test_random_batches),
+		cmocka_unit_test(test_who_is_suspect),
 		cmocka_unit_test(test_all_bad),
 		cmocka_unit_test(test_failed_all_not_split),
 		cmocka_unit_test(test_unresolved_asked_again),
