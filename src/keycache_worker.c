@@ -87,7 +87,7 @@ static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static int64 dump_resume_ms = 0;	/* the dump's next slice, not before */
 static char *ring_buf = NULL;
 static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
-									 * pc_now_ms() (keycache_bisect.h) */
+									 * pc_real_now_ms() (keycache_bisect.h) */
 
 /* ----------------------------------------------------------------
  * Settings and the shared map
@@ -932,6 +932,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 	int			k;
 	int			together = 0;
 	const char *together_error = NULL;
+	int64		rest;
 	MemoryContext oldcxt;
 	int			i;
 
@@ -976,13 +977,14 @@ run_batch(SchedEntry **batch, int n, int64 now)
 	/*
 	 * Splitting stops after as long as one call may take; suspects get a
 	 * quarter of a batch interval per batch, so that the next batch of clean
-	 * keys hardly waits for them.
+	 * keys hardly waits for them.  The plan runs on the real clock: these are
+	 * times the worker spends, which debug_advance_clock() does not change.
 	 */
 	settings.split_budget_ms = pc_fetch_timeout_ms;
 	settings.suspect_slice_ms = Max(pc_batch_interval_ms / 4, 1);
 	plan = bisect_begin(n, suspect, suspect_resume_ms, &settings,
 						batch_cxt_alloc, batch_cxt_free);
-	while (bisect_next(plan, pc_now_ms(), &keys, &k))
+	while (bisect_next(plan, pc_real_now_ms(), &keys, &k))
 	{
 		PcFetchOutcome outcome;
 		bool		counted = false;
@@ -999,7 +1001,8 @@ run_batch(SchedEntry **batch, int n, int64 now)
 			/* pc_fetch_batch() counted the call if it gave any key an error */
 			counted |= call_items[j].answer == PC_ANSWER_ERROR;
 		}
-		bisect_done(plan, pc_now_ms(), bisect_call_of(outcome), unresolved);
+		bisect_done(plan, pc_real_now_ms(), bisect_call_of(outcome),
+					unresolved);
 
 		/* The same keys, maybe reordered: apply those now settled. */
 		now = pc_now_ms();
@@ -1022,6 +1025,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 	 */
 	now = pc_now_ms();
 	suspect_resume_ms = bisect_suspect_resume(plan);
+	rest = Max(suspect_resume_ms - pc_real_now_ms(), 0);
 	for (i = 0; i < n; i++)
 	{
 		BisectFate	fate = bisect_fate(plan, i);
@@ -1034,8 +1038,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 			int64		step = sched_backoff_delay(batch[i]->attempts + 1,
 												   pc_max_retry_backoff_ms);
 
-			sched_defer_fetch(sched, batch[i],
-							  Max(suspect_resume_ms, now + step));
+			sched_defer_fetch(sched, batch[i], now + Max(rest, step));
 			mirror_entry(batch[i]);
 			continue;
 		}
