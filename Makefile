@@ -16,6 +16,7 @@ OBJS = \
 	src/keycache_map.o \
 	src/keycache_ring.o \
 	src/keycache_fetch.o \
+	src/keycache_bisect.o \
 	src/keycache_worker.o \
 	src/keycache_launcher.o \
 	src/keycache_sql.o \
@@ -80,13 +81,16 @@ $(OBJS): $(wildcard src/*.h)
 UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -DSCHED_UNIT_TEST -I$(srcdir)/src
 test/unit/test_scheduler: test/unit/test_scheduler.c src/scheduler.c src/scheduler.h
 	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_scheduler.c src/scheduler.c -lcmocka -lm
+test/unit/test_bisect: test/unit/test_bisect.c src/keycache_bisect.c src/keycache_bisect.h src/scheduler.c src/scheduler.h
+	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_bisect.c src/keycache_bisect.c src/scheduler.c -lcmocka -lm
 
 .PHONY: unittest
-unittest: test/unit/test_scheduler
+unittest: test/unit/test_scheduler test/unit/test_bisect
 	test/unit/test_scheduler
+	test/unit/test_bisect
 
 clean: clean-unit
 .PHONY: clean-unit
 clean-unit:
-	rm -f test/unit/test_scheduler
+	rm -f test/unit/test_scheduler test/unit/test_bisect
 	rm -rf tmp_check_iso output_iso

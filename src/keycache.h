@@ -243,9 +243,24 @@ typedef struct PcFetchItem
 	int32		stale_for_ms;
 	char	   *period_error;	/* palloc'd: why a period given was not used,
 								 * or NULL */
-	bool		seen;			/* a row for this key was returned */
+	bool		unresolved;		/* no answer can be told for it: the result
+								 * broke the contract in a way that no single
+								 * key owns (keycache_bisect.h) */
 } PcFetchItem;
 
-extern void pc_fetch_batch(PcFetchItem *items, int nitems);
+/* What one call of the fetch function came to. */
+typedef enum PcFetchOutcome
+{
+	PC_FETCH_ANSWERED,			/* each key has its answer, maybe an error of
+								 * its own */
+	PC_FETCH_UNRESOLVED,		/* the keys marked unresolved have none */
+	PC_FETCH_FAILED,			/* an ERROR of the function, which the keys
+								 * may have caused */
+	PC_FETCH_FAILED_ALL			/* a failure none of them caused: a timeout, a
+								 * cancel, no such function, ... */
+} PcFetchOutcome;
+
+extern PcFetchOutcome pc_fetch_batch(PcFetchItem *items, int nitems,
+									 bool quiet);
 
 #endif							/* PROJCACHE_KEYCACHE_H */

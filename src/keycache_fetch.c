@@ -17,7 +17,11 @@
  * It runs through SPI inside an internal subtransaction, under a statement
  * timeout of projcache.fetch_timeout, so that whatever it does wrong (an
  * ERROR, a timeout, a result that breaks the contract) becomes an answer of
- * PC_ANSWER_ERROR for the keys concerned, and the worker lives on.
+ * PC_ANSWER_ERROR for the keys concerned, and the worker lives on.  The
+ * caller also learns whether the keys may have caused a failure, and which
+ * keys a broken result left without an answer (rows are matched to keys by
+ * keycache_bisect.c), so that it can ask again for fewer at a time until a
+ * bad key fails alone.
  *
  * It is user code in a long-lived superuser session, so it gets exactly
  * the rights of its role (projcache.fetch_role, else the function's owner)
@@ -63,6 +67,7 @@
 #include "utils/timeout.h"
 
 #include "keycache.h"
+#include "keycache_bisect.h"
 #include "user_switch.h"
 
 /* Batch-wide failure: every key of the batch gets the error. */
@@ -80,6 +85,7 @@ fail_batch(PcFetchItem *items, int nitems, const char *message)
 		items[i].max_age_ms = PC_PERIOD_DEFAULT;
 		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
 		items[i].period_error = NULL;
+		items[i].unresolved = false;
 	}
 }
 
@@ -109,46 +115,6 @@ period_columns_init(PeriodColumn *cols)
 		cols[i].attnum = 0;
 		cols[i].problem = NULL;
 	}
-}
-
-static int
-item_index_cmp(const void *a, const void *b, void *arg)
-{
-	PcFetchItem *items = (PcFetchItem *) arg;
-	const PcFetchItem *ia = &items[*(const int *) a];
-	const PcFetchItem *ib = &items[*(const int *) b];
-
-	if (ia->keylen != ib->keylen)
-		return ia->keylen < ib->keylen ? -1 : 1;
-	return memcmp(ia->key, ib->key, ia->keylen);
-}
-
-/* Find the item asked for under this key; -1 if none. */
-static int
-find_item(PcFetchItem *items, int *order, int nitems, const char *key,
-		  uint32 len)
-{
-	int			lo = 0,
-				hi = nitems - 1;
-
-	while (lo <= hi)
-	{
-		int			mid = (lo + hi) / 2;
-		PcFetchItem *it = &items[order[mid]];
-		int			c;
-
-		if (it->keylen != len)
-			c = it->keylen < len ? -1 : 1;
-		else
-			c = memcmp(it->key, key, len);
-		if (c == 0)
-			return order[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid - 1;
-	}
-	return -1;
 }
 
 /*
@@ -334,24 +300,129 @@ read_periods(HeapTuple tuple, TupleDesc desc, const PeriodColumn *cols,
 		it->period_error = why[0] != NULL ? why[0] : why[1];
 }
 
+/* Memory for the row matcher: the SPI call's context. */
+static void *
+match_alloc(size_t size)
+{
+	return palloc(size);
+}
+
+static void
+match_free(void *ptr)
+{
+	pfree(ptr);
+}
+
+/* Make the key's answer an error, whatever it was. */
+static void
+set_error(PcFetchItem *it, MemoryContext resultcxt, const char *message)
+{
+	it->answer = PC_ANSWER_ERROR;
+	it->error = MemoryContextStrdup(resultcxt, message);
+	it->config = NULL;
+	it->new_revision = NULL;
+	it->max_age_ms = PC_PERIOD_DEFAULT;
+	it->stale_for_ms = PC_PERIOD_DEFAULT;
+	it->period_error = NULL;
+}
+
+/*
+ * A breach pinned on one key (keycache_bisect.h): the key gets the error,
+ * and keeps the first one it got.  Returns 1 if it is the key's first.
+ */
+static int
+key_breach(PcFetchItem *it, MemoryContext resultcxt, const char *message)
+{
+	if (it->answer == PC_ANSWER_ERROR)
+		return 0;
+	set_error(it, resultcxt, message);
+	return 1;
+}
+
+/*
+ * A key's answer from its row.  Returns 1 if the row broke the contract
+ * (the key then has an error of its own).
+ */
+static int
+read_answer(HeapTuple tuple, TupleDesc desc, const PeriodColumn *cols,
+			PcFetchItem *it, MemoryContext resultcxt)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(resultcxt);
+	bool		isnull;
+	Datum		d;
+	char	   *state;
+	int			breach = 0;
+
+	d = SPI_getbinval(tuple, desc, 2, &isnull);
+	state = isnull ? NULL : TextDatumGetCString(d);
+	d = SPI_getbinval(tuple, desc, 3, &isnull);
+	it->new_revision = isnull ? NULL : TextDatumGetCString(d);
+	d = SPI_getbinval(tuple, desc, 4, &isnull);
+	it->config = isnull ? NULL :
+		pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d));
+	read_periods(tuple, desc, cols, it);
+
+	if (state == NULL)
+		it->error = pstrdup("fetch function returned a NULL state");
+	else if (strcmp(state, "enabled") == 0)
+	{
+		it->answer = PC_ANSWER_ENABLED;
+		if (it->config == NULL)
+			it->error = pstrdup("fetch function returned state \"enabled\" with a NULL config");
+	}
+	else if (strcmp(state, "disabled") == 0)
+		it->answer = PC_ANSWER_DISABLED;
+	else if (strcmp(state, "pending") == 0)
+		it->answer = PC_ANSWER_PENDING;
+	else if (strcmp(state, "not_modified") == 0)
+		it->answer = PC_ANSWER_NOT_MODIFIED;
+	else
+		it->error = psprintf("fetch function returned unknown state \"%s\"",
+							 state);
+
+	if (it->error != NULL)
+	{
+		it->answer = PC_ANSWER_ERROR;
+		it->config = NULL;
+		it->new_revision = NULL;
+		breach = 1;
+	}
+	/* Periods go with a value (or not_modified) only. */
+	if (it->answer == PC_ANSWER_ERROR || it->answer == PC_ANSWER_PENDING)
+	{
+		it->max_age_ms = PC_PERIOD_DEFAULT;
+		it->stale_for_ms = PC_PERIOD_DEFAULT;
+		it->period_error = NULL;
+	}
+	MemoryContextSwitchTo(oldcxt);
+	return breach;
+}
+
 /*
  * Run the SPI call and turn its rows into answers.  Runs inside the
  * subtransaction; any ERROR propagates to pc_fetch_batch().  Returns the
- * number of rows that broke the contract.
+ * number of keys whose rows broke the contract; *unresolved is set to the
+ * number of keys left without an answer (see BisectMatch in
+ * keycache_bisect.h), which are marked so.  *in_function says whether the
+ * function is running, for an ERROR.
  */
 static int
 run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
-		  int nitems, MemoryContext resultcxt)
+		  int nitems, MemoryContext resultcxt, int *unresolved,
+		  bool *in_function)
 {
 	Datum	   *keys = palloc(nitems * sizeof(Datum));
 	Datum	   *revs = palloc(nitems * sizeof(Datum));
 	bool	   *revnulls = palloc(nitems * sizeof(bool));
-	int		   *order = palloc(nitems * sizeof(int));
+	const char **keyptrs = palloc(nitems * sizeof(char *));
+	size_t	   *keylens = palloc(nitems * sizeof(size_t));
 	int			dims[1] = {nitems};
 	int			lbs[1] = {1};
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Datum		args[2];
 	char		argnulls[2] = {' ', ' '};
+	BisectMatch *match;
+	char	   *why = NULL;		/* the first breach no single key owns */
 	int			ret;
 	uint64		row;
 	int			breaches = 0;
@@ -364,16 +435,20 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 		revnulls[i] = items[i].revision == NULL;
 		revs[i] = revnulls[i] ? (Datum) 0 :
 			CStringGetTextDatum(items[i].revision);
-		order[i] = i;
+		keyptrs[i] = items[i].key;
+		keylens[i] = items[i].keylen;
 	}
 	args[0] = PointerGetDatum(construct_array(keys, nitems, TEXTOID, -1, false,
 											  TYPALIGN_INT));
 	args[1] = PointerGetDatum(construct_md_array(revs, revnulls, 1, dims, lbs,
 												 TEXTOID, -1, false,
 												 TYPALIGN_INT));
-	qsort_arg(order, nitems, sizeof(int), item_index_cmp, items);
+	match = bisect_match_begin(nitems, keyptrs, keylens, match_alloc,
+							   match_free);
 
+	*in_function = true;
 	ret = SPI_execute_with_args(query, 2, argtypes, args, argnulls, false, 0);
+	*in_function = false;
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args returned %s",
 			 SPI_result_code_string(ret));
@@ -391,82 +466,62 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		Datum		d;
-		text	   *keytext;
-		char	   *state;
+		text	   *keytext = NULL;
+		char	   *message = NULL;
 		int			idx;
-		PcFetchItem *it;
-		MemoryContext oldcxt;
 
 		d = SPI_getbinval(tuple, desc, 1, &isnull);
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("fetch function returned a row with a NULL key")));
-		keytext = DatumGetTextPP(d);
-		idx = find_item(items, order, nitems, VARDATA_ANY(keytext),
-						VARSIZE_ANY_EXHDR(keytext));
-		if (idx < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("fetch function returned key \"%s\", which was not asked for",
-							text_to_cstring(keytext))));
-		it = &items[idx];
-
-		oldcxt = MemoryContextSwitchTo(resultcxt);
-		if (it->seen)
+		if (!isnull)
+			keytext = DatumGetTextPP(d);
+		switch (bisect_match_row(match,
+								 keytext ? VARDATA_ANY(keytext) : NULL,
+								 keytext ? VARSIZE_ANY_EXHDR(keytext) : 0,
+								 &idx))
 		{
-			it->answer = PC_ANSWER_ERROR;
-			it->error = psprintf("fetch function returned key \"%s\" more than once",
-								 text_to_cstring(keytext));
-			MemoryContextSwitchTo(oldcxt);
-			breaches++;
-			continue;
+			case BISECT_ROW_ANSWER:
+				breaches += read_answer(tuple, desc, cols, &items[idx],
+										resultcxt);
+				break;
+			case BISECT_ROW_DUPLICATE:
+				message = psprintf("fetch function returned key \"%s\" more than once",
+								   text_to_cstring(keytext));
+				breaches += key_breach(&items[idx], resultcxt, message);
+				break;
+			case BISECT_ROW_SPELLING:
+				message = psprintf("fetch function returned key \"%s\", which was not asked for (\"%s\" was, which differs only in case)",
+								   text_to_cstring(keytext),
+								   pnstrdup(items[idx].key, items[idx].keylen));
+				breaches += key_breach(&items[idx], resultcxt, message);
+				break;
+			case BISECT_ROW_AMBIGUOUS:
+			case BISECT_ROW_UNOWNED:
+				if (why != NULL)
+					break;
+				if (keytext == NULL)
+					why = "fetch function returned a row with a NULL key";
+				else if (idx >= 0)
+					why = psprintf("fetch function returned key \"%s\" more than once",
+								   text_to_cstring(keytext));
+				else
+					why = psprintf("fetch function returned key \"%s\", which was not asked for",
+								   text_to_cstring(keytext));
+				break;
 		}
-		it->seen = true;
-
-		d = SPI_getbinval(tuple, desc, 2, &isnull);
-		state = isnull ? NULL : TextDatumGetCString(d);
-		d = SPI_getbinval(tuple, desc, 3, &isnull);
-		it->new_revision = isnull ? NULL : TextDatumGetCString(d);
-		d = SPI_getbinval(tuple, desc, 4, &isnull);
-		it->config = isnull ? NULL :
-			pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d));
-		read_periods(tuple, desc, cols, it);
-
-		if (state == NULL)
-			it->error = pstrdup("fetch function returned a NULL state");
-		else if (strcmp(state, "enabled") == 0)
-		{
-			it->answer = PC_ANSWER_ENABLED;
-			if (it->config == NULL)
-				it->error = pstrdup("fetch function returned state \"enabled\" with a NULL config");
-		}
-		else if (strcmp(state, "disabled") == 0)
-			it->answer = PC_ANSWER_DISABLED;
-		else if (strcmp(state, "pending") == 0)
-			it->answer = PC_ANSWER_PENDING;
-		else if (strcmp(state, "not_modified") == 0)
-			it->answer = PC_ANSWER_NOT_MODIFIED;
-		else
-			it->error = psprintf("fetch function returned unknown state \"%s\"",
-								 state);
-
-		if (it->error != NULL)
-		{
-			it->answer = PC_ANSWER_ERROR;
-			it->config = NULL;
-			it->new_revision = NULL;
-			breaches++;
-		}
-		/* Periods go with a value (or not_modified) only. */
-		if (it->answer == PC_ANSWER_ERROR || it->answer == PC_ANSWER_PENDING)
-		{
-			it->max_age_ms = PC_PERIOD_DEFAULT;
-			it->stale_for_ms = PC_PERIOD_DEFAULT;
-			it->period_error = NULL;
-		}
-		MemoryContextSwitchTo(oldcxt);
+		if (message != NULL)
+			pfree(message);
 	}
+
+	*unresolved = 0;
+	for (i = 0; i < nitems; i++)
+	{
+		if (!bisect_match_unresolved(match, i))
+			continue;
+		Assert(why != NULL);
+		set_error(&items[i], resultcxt, why);
+		items[i].unresolved = true;
+		(*unresolved)++;
+	}
+	bisect_match_end(match);
 	return breaches;
 }
 
@@ -494,12 +549,40 @@ reset_session_state(void)
 }
 
 /*
- * A call that failed: warn, and make the error every key's answer.  A
- * cancel that came with the deadline is our timeout.
+ * May the keys of the call have caused this failure, so that asking for
+ * fewer at a time may find those that fail (keycache_bisect.h)?  Not if it
+ * happened outside the function's own run (finding it, checking its
+ * result's columns, committing), nor for a timeout or cancel, a failed
+ * connection, a lack of resources or a system error (SQLSTATE classes 57,
+ * 08, 53 and 58): those come from the source or the server, not from a
+ * key, and more calls would only add load to a source failing for all.
+ */
+static bool
+keys_may_have_caused(const ErrorData *edata, bool in_function)
+{
+	if (!in_function)
+		return false;
+	switch (ERRCODE_TO_CATEGORY(edata->sqlerrcode))
+	{
+		case ERRCODE_CONNECTION_EXCEPTION:
+		case ERRCODE_INSUFFICIENT_RESOURCES:
+		case ERRCODE_OPERATOR_INTERVENTION:
+		case ERRCODE_SYSTEM_ERROR:
+			return false;
+		default:
+			return true;
+	}
+}
+
+/*
+ * A call that failed: log it, and make the error every key's answer.  A
+ * cancel that came with the deadline is our timeout.  A failure the
+ * worker will narrow down by asking again (split) is only a DEBUG1 line:
+ * the keys that fail in the end get their own WARNING.
  */
 static void
 report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
-			   int64 started_ms)
+			   int64 started_ms, bool split, bool quiet)
 {
 	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
 		pc_fetch_timeout_ms > 0 &&
@@ -509,12 +592,19 @@ report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
 		edata->message = psprintf("fetch function ran longer than projcache.fetch_timeout (%d ms)",
 								  pc_fetch_timeout_ms);
 	}
-	ereport(WARNING,
-			(errcode(edata->sqlerrcode),
-			 errmsg_plural("fetch function failed for %d key",
-						   "fetch function failed for %d keys",
-						   nitems, nitems),
-			 errdetail("%s", edata->message)));
+	if (split)
+		ereport(DEBUG1,
+				(errcode(edata->sqlerrcode),
+				 errmsg("fetch function failed for %d keys, which are asked for again fewer at a time",
+						nitems),
+				 errdetail("%s", edata->message)));
+	else
+		ereport(quiet ? DEBUG1 : WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg_plural("fetch function failed for %d key",
+							   "fetch function failed for %d keys",
+							   nitems, nitems),
+				 errdetail("%s", edata->message)));
 	fail_batch(items, nitems, edata->message);
 }
 
@@ -526,7 +616,10 @@ typedef struct FetchCall
 	MemoryContext callercxt;	/* where the answers go */
 	PcUserSwitch sw;			/* out: the switch to the fetch role */
 	Oid			roleid;			/* out: the role it ran as */
-	int			breaches;		/* out: rows that broke the contract */
+	int			breaches;		/* out: keys whose rows broke the contract */
+	int			unresolved;		/* out: keys left without an answer */
+	bool		in_function;	/* out: the function (or its deferred
+								 * triggers) was running */
 } FetchCall;
 
 static void
@@ -546,10 +639,13 @@ call_fetch_function(void *arg)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	call->breaches = run_fetch(query, cols, call->items, call->nitems,
-							   call->callercxt);
+							   call->callercxt, &call->unresolved,
+							   &call->in_function);
 	SPI_finish();
 	/* Deferred triggers now, not at commit (see pc_fetch_batch). */
+	call->in_function = true;
 	AfterTriggerFireDeferred();
+	call->in_function = false;
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	/* The settings go now; the user stays until the commit (see below). */
 	AtEOXact_GUC(false, call->sw.save_nestlevel);
@@ -559,7 +655,11 @@ call_fetch_function(void *arg)
  * Ask the fetch function for a batch of keys and fill in each item's
  * answer.  Keys the function does not return are disabled.  Never raises
  * an ERROR for what the function does; results are allocated in the
- * caller's memory context.
+ * caller's memory context.  Says what the call came to: answers for every
+ * key, or some left unresolved, or a failure the keys may have caused (the
+ * worker then asks for fewer at a time, keycache_bisect.h), or one they
+ * cannot have.  quiet logs a failure at DEBUG1 instead of WARNING (a key
+ * that failed alone before, and was warned about then).
  *
  * The worker's session is a superuser's and lives on, so the call is
  * fenced in:
@@ -577,13 +677,14 @@ call_fetch_function(void *arg)
  *
  * A call counts as one fetch error, however many rows broke the contract.
  */
-void
-pc_fetch_batch(PcFetchItem *items, int nitems)
+PcFetchOutcome
+pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	int64		started_ms;
 	FetchCall	call;
 	ErrorData  *volatile edata = NULL;
+	PcFetchOutcome outcome;
 	int			i;
 
 	for (i = 0; i < nitems; i++)
@@ -595,7 +696,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 		items[i].max_age_ms = PC_PERIOD_DEFAULT;
 		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
 		items[i].period_error = NULL;
-		items[i].seen = false;
+		items[i].unresolved = false;
 	}
 
 	pc_count(PC_CTR_FETCH_CALLS, 1);
@@ -605,7 +706,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	{
 		fail_batch(items, nitems, "projcache.fetch_function is not set");
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
-		return;
+		return PC_FETCH_FAILED_ALL;
 	}
 
 	/* Whom to go back to, even if the call fails before its switch. */
@@ -622,6 +723,8 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	call.callercxt = callercxt;
 	call.roleid = InvalidOid;
 	call.breaches = 0;
+	call.unresolved = 0;
+	call.in_function = false;
 	/* Its error must outlive the transaction: copy it into ours. */
 	MemoryContextSwitchTo(callercxt);
 	edata = pc_run_in_subxact(call_fetch_function, &call);
@@ -631,6 +734,9 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 	/* Only an abort restores the user: the commit is the role's too. */
 	Assert(edata != NULL || GetUserId() == call.roleid);
 	PopActiveSnapshot();
+	/* A failure from here on is the commit's. */
+	if (edata == NULL)
+		call.in_function = false;
 
 	PG_TRY();
 	{
@@ -654,11 +760,33 @@ pc_fetch_batch(PcFetchItem *items, int nitems)
 
 	if (edata != NULL)
 	{
-		report_failure(items, nitems, edata, started_ms);
+		outcome = keys_may_have_caused(edata, call.in_function) ?
+			PC_FETCH_FAILED : PC_FETCH_FAILED_ALL;
+		report_failure(items, nitems, edata, started_ms,
+					   outcome == PC_FETCH_FAILED && nitems > 1, quiet);
 		FreeErrorData(edata);
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
 	}
-	else if (call.breaches > 0)
+	else if (call.unresolved > 0)
+	{
+		outcome = PC_FETCH_UNRESOLVED;
+		for (i = 0; i < nitems && !items[i].unresolved; i++)
+			;
+		Assert(i < nitems);
+		ereport(nitems > 1 || quiet ? DEBUG1 : WARNING,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg_plural("fetch function's result broke the contract for %d key",
+							   "fetch function's result broke the contract for %d keys",
+							   call.unresolved, call.unresolved),
+				 errdetail("%s", items[i].error)));
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
+	}
+	else
+	{
+		outcome = PC_FETCH_ANSWERED;
+		if (call.breaches > 0)
+			pc_count(PC_CTR_FETCH_ERRORS, 1);
+	}
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return outcome;
 }

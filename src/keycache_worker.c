@@ -11,8 +11,10 @@
  *		the ring overflowed) and begin fetches, invalidations, evictions;
  *	 2. run due evictions, then due refreshes;
  *	 3. when a batch of due fetches is ready, call the fetch function once
- *		for it (keycache_fetch.c) and publish the answers to the shared key map,
- *		waking readers through the keys' condition variables;
+ *		for it (keycache_fetch.c), or more often if a call fails, until the
+ *		keys that fail are alone in their calls (keycache_bisect.h), and
+ *		publish the answers to the shared key map, waking readers through
+ *		the keys' condition variables;
  *	 4. sleep on its latch until the next due time.
  *
  * It is the only process that deletes from the key map.  Private state is
@@ -42,6 +44,7 @@
 #include "utils/memutils.h"
 
 #include "keycache.h"
+#include "keycache_bisect.h"
 #include "scheduler.h"
 #include "snapshot.h"
 #include "user_switch.h"
@@ -83,6 +86,8 @@ static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static int64 dump_resume_ms = 0;	/* the dump's next slice, not before */
 static char *ring_buf = NULL;
+static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
+									 * pc_real_now_ms() (keycache_bisect.h) */
 
 /* ----------------------------------------------------------------
  * Settings and the shared map
@@ -837,7 +842,8 @@ value_changed(PcFetchItem *item, uint8 old_state)
  * notify (the queue is full) is logged, never the worker's end.
  */
 static void
-notify_changes(PcFetchItem *items, uint8 *old_states, int n)
+notify_changes(PcFetchItem *items, uint8 *old_states, const bool *applied,
+			   int n)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile int changed = 0;	/* read in PG_CATCH */
@@ -847,7 +853,7 @@ notify_changes(PcFetchItem *items, uint8 *old_states, int n)
 		RecoveryInProgress())
 		return;
 	for (i = 0; i < n; i++)
-		if (value_changed(&items[i], old_states[i]))
+		if (applied[i] && value_changed(&items[i], old_states[i]))
 			changed++;
 	if (changed == 0)
 		return;
@@ -856,7 +862,7 @@ notify_changes(PcFetchItem *items, uint8 *old_states, int n)
 	{
 		StartTransactionCommand();
 		for (i = 0; i < n; i++)
-			if (value_changed(&items[i], old_states[i]))
+			if (applied[i] && value_changed(&items[i], old_states[i]))
 				Async_Notify(pc_notify_channel,
 							 pnstrdup(items[i].key, items[i].keylen));
 		CommitTransactionCommand();
@@ -878,27 +884,94 @@ notify_changes(PcFetchItem *items, uint8 *old_states, int n)
 	MemoryContextSwitchTo(cxt);
 }
 
+static void *
+batch_cxt_alloc(size_t size)
+{
+	return MemoryContextAllocHuge(batch_cxt, size);
+}
+
+static void
+batch_cxt_free(void *ptr)
+{
+	pfree(ptr);
+}
+
+static BisectCall
+bisect_call_of(PcFetchOutcome outcome)
+{
+	switch (outcome)
+	{
+		case PC_FETCH_ANSWERED:
+			return BISECT_CALL_ANSWERED;
+		case PC_FETCH_UNRESOLVED:
+			return BISECT_CALL_UNRESOLVED;
+		case PC_FETCH_FAILED:
+			return BISECT_CALL_FAILED;
+		case PC_FETCH_FAILED_ALL:
+			break;
+	}
+	return BISECT_CALL_FAILED_ALL;
+}
+
+/*
+ * Key i's fate is sealed: mark it a suspect or not (bisect_suspect()), and
+ * record its answer, or the error of its last call.  True if the answer
+ * broke the contract in a way only apply_answer() can see.
+ */
+static bool
+finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
+		   int64 now)
+{
+	Assert(bisect_fate(plan, i) == BISECT_ANSWERED ||
+		   item->answer == PC_ANSWER_ERROR);
+	sched_set_suspect(e, bisect_suspect(plan, i,
+										item->answer == PC_ANSWER_ERROR));
+	return apply_answer(e, item, now);
+}
+
 /*
  * Fetch one batch: hand the fetch function each key with the revision the
  * map holds (so it may answer not_modified), then apply every answer to
- * the scheduler and the shared map.  A call counts as one fetch error at
- * most, whether the call failed or some rows broke the contract.
+ * the scheduler and the shared map.
+ *
+ * A bad key fails alone (keycache_bisect.h): the batch is a plan of calls.
+ * Its clean keys go in one call, split in halves as long as a call fails
+ * in a way a key may have caused; each key's answer is applied as soon as
+ * its call settles it, so that its readers wake.  Suspects (keys that
+ * failed alone before) then get a call each, while their slice lasts; the
+ * rest are put back, unasked, until suspects may have the worker again.
+ *
+ * Each call counts as one fetch error at most, whether it failed or some
+ * rows broke the contract.
  */
 static void
 run_batch(SchedEntry **batch, int n, int64 now)
 {
 	PcFetchItem *items;
+	PcFetchItem *call_items;
 	uint8	   *old_states;
+	bool	   *suspect;
+	bool	   *applied;
+	bool	   *unresolved;
+	BisectSettings settings;
+	BisectPlan *plan;
+	const int  *keys;
+	int			k;
+	int			together = 0;
+	const char *together_error = NULL;
+	int64		rest;
 	MemoryContext oldcxt;
-	bool		counted = false;
-	bool		breach = false;
 	int			i;
 
 	MemoryContextReset(batch_cxt);
 	oldcxt = MemoryContextSwitchTo(batch_cxt);
 
 	items = palloc0(n * sizeof(PcFetchItem));
+	call_items = palloc0(n * sizeof(PcFetchItem));
 	old_states = palloc(n * sizeof(uint8));
+	suspect = palloc(n * sizeof(bool));
+	applied = palloc0(n * sizeof(bool));
+	unresolved = palloc0(n * sizeof(bool));
 	for (i = 0; i < n; i++)
 	{
 		PcKey		search = pc_search_key(batch[i]->key, batch[i]->keylen);
@@ -908,6 +981,7 @@ run_batch(SchedEntry **batch, int n, int64 now)
 		items[i].key = batch[i]->key;
 		items[i].keylen = batch[i]->keylen;
 		items[i].revision = NULL;
+		suspect[i] = batch[i]->suspect;
 
 		/* Pass the current revision, so the upstream can say not_modified. */
 		old_states[i] = PC_STATE_PENDING;
@@ -927,20 +1001,90 @@ run_batch(SchedEntry **batch, int n, int64 now)
 			pc_report_oom("the keys the scheduler needs");
 	}
 
-	pc_fetch_batch(items, n);
+	/*
+	 * Splitting stops after as long as one call may take; suspects get a
+	 * quarter of a batch interval per batch, so that the next batch of clean
+	 * keys hardly waits for them.  The plan runs on the real clock: these are
+	 * times the worker spends, which debug_advance_clock() does not change.
+	 */
+	settings.split_budget_ms = pc_fetch_timeout_ms;
+	settings.suspect_slice_ms = Max(pc_batch_interval_ms / 4, 1);
+	plan = bisect_begin(n, suspect, suspect_resume_ms, &settings,
+						batch_cxt_alloc, batch_cxt_free);
+	while (bisect_next(plan, pc_real_now_ms(), &keys, &k))
+	{
+		PcFetchOutcome outcome;
+		bool		counted = false;
+		bool		breach = false;
+		int			j;
+
+		for (j = 0; j < k; j++)
+			call_items[j] = items[keys[j]];
+		outcome = pc_fetch_batch(call_items, k, k == 1 && suspect[keys[0]]);
+		for (j = 0; j < k; j++)
+		{
+			items[keys[j]] = call_items[j];
+			unresolved[j] = call_items[j].unresolved;
+			/* pc_fetch_batch() counted the call if it gave any key an error */
+			counted |= call_items[j].answer == PC_ANSWER_ERROR;
+		}
+		bisect_done(plan, pc_real_now_ms(), bisect_call_of(outcome),
+					unresolved);
+
+		/* The same keys, maybe reordered: apply those now settled. */
+		now = pc_now_ms();
+		for (j = 0; j < k; j++)
+		{
+			int			key = keys[j];
+
+			if (bisect_fate(plan, key) == BISECT_WAITING)
+				continue;
+			breach |= finish_key(plan, key, batch[key], &items[key], now);
+			applied[key] = true;
+		}
+		if (breach && !counted)
+			pc_count(PC_CTR_FETCH_ERRORS, 1);
+	}
 
 	/*
-	 * A call counts as one fetch error at most: pc_fetch_batch() counted it
-	 * if it gave any key an error.
+	 * The keys the plan settled without a call: those left unsplit when the
+	 * budget ran out, and suspects put back.
 	 */
-	for (i = 0; i < n; i++)
-		counted |= items[i].answer == PC_ANSWER_ERROR;
 	now = pc_now_ms();
+	suspect_resume_ms = bisect_suspect_resume(plan);
+	rest = Max(suspect_resume_ms - pc_real_now_ms(), 0);
 	for (i = 0; i < n; i++)
-		breach |= apply_answer(batch[i], &items[i], now);
-	if (breach && !counted)
-		pc_count(PC_CTR_FETCH_ERRORS, 1);
-	notify_changes(items, old_states, n);
+	{
+		BisectFate	fate = bisect_fate(plan, i);
+
+		if (applied[i])
+			continue;
+		if (fate == BISECT_POSTPONED)
+		{
+			/* by one more step of its backoff, and until suspects may go */
+			int64		step = sched_backoff_delay(batch[i]->attempts + 1,
+												   pc_max_retry_backoff_ms);
+
+			sched_defer_fetch(sched, batch[i], now + Max(rest, step));
+			mirror_entry(batch[i]);
+			continue;
+		}
+		Assert(fate == BISECT_FAILED_TOGETHER);
+		together++;
+		together_error = items[i].error;
+		(void) finish_key(plan, i, batch[i], &items[i], now);
+		applied[i] = true;
+	}
+	if (together > 0)
+		ereport(WARNING,
+				(errmsg_plural("fetch function failed for %d key",
+							   "fetch function failed for %d keys",
+							   together, together),
+				 errdetail("%s", together_error),
+				 errhint("The keys that fail were not found within projcache.fetch_timeout (%d ms); these are retried together.",
+						 pc_fetch_timeout_ms)));
+	bisect_end(plan);
+	notify_changes(items, old_states, applied, n);
 
 	MemoryContextSwitchTo(oldcxt);
 }

@@ -1170,3 +1170,26 @@ sched_resume_backoff(Sched *s, SchedEntry *e, int attempts, SchedTime now)
 	e->fetch_when = now + delay;
 	queue_schedule(s, q, e, now + delay);
 }
+
+/* ----------------------------------------------------------------
+ * Keys that failed alone (keycache_bisect.h)
+ * ----------------------------------------------------------------
+ */
+
+void
+sched_set_suspect(SchedEntry *e, bool suspect)
+{
+	e->suspect = suspect;
+}
+
+void
+sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when)
+{
+	SCHED_ASSERT(e->state == SCHED_IN_PROGRESS && e->dispatched);
+	e->dispatched = false;
+	/* the fetch an invalidation during the dispatch asked for is this one */
+	e->refetch_after = false;
+	e->has_fetch_when = true;
+	e->fetch_when = when;
+	queue_schedule(s, due_queue_for(e), e, when);
+}

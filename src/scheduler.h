@@ -177,6 +177,12 @@ typedef struct SchedEntry
 	bool		demanded;
 
 	/*
+	 * Its last fetch failed in a call of its own, and it has not been
+	 * answered since: it is fetched alone (keycache_bisect.h).
+	 */
+	bool		suspect;
+
+	/*
 	 * Eviction under memory pressure (S3-FIFO, see sched_memory_victim): the
 	 * FIFO the key is in, small or main, and its place there; the newest key
 	 * of each is its head, the oldest its tail.
@@ -366,5 +372,14 @@ extern SchedEntry *sched_restore_complete(Sched *s, const char *key,
 
 extern void sched_resume_backoff(Sched *s, SchedEntry *e, int attempts,
 								 SchedTime now);
+
+/*
+ * A bad key fails alone (keycache_bisect.h): the worker marks the keys that
+ * failed in a call of their own, and may put a dispatched fetch back
+ * unmade (a suspect without room in this batch): it waits in its queue
+ * until when, as if backing off, with no attempt counted.
+ */
+extern void sched_set_suspect(SchedEntry *e, bool suspect);
+extern void sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when);
 
 #endif							/* PROJCACHE_SCHEDULER_H */
