@@ -56,9 +56,13 @@
 #if PG_VERSION_NUM >= 160000
 #define pc_type_aclcheck(type, role, mode) \
 	object_aclcheck(TypeRelationId, (type), (role), (mode))
+#define pc_proc_aclcheck(proc, role, mode) \
+	object_aclcheck(ProcedureRelationId, (proc), (role), (mode))
 #else
 #define pc_type_aclcheck(type, role, mode) \
 	pg_type_aclcheck((type), (role), (mode))
+#define pc_proc_aclcheck(proc, role, mode) \
+	pg_proc_aclcheck((proc), (role), (mode))
 #endif
 
 /*
@@ -95,9 +99,13 @@ pc_dshash_copy_keys_with_memcpy(dshash_parameters *params)
 #if PG_VERSION_NUM >= 160000
 #define pc_exec_check_permissions(stmt, ereport) \
 	ExecCheckPermissions((stmt)->rtable, (stmt)->permInfos, (ereport))
+#define pc_query_check_permissions(query, ereport) \
+	ExecCheckPermissions((query)->rtable, (query)->rteperminfos, (ereport))
 #else
 #define pc_exec_check_permissions(stmt, ereport) \
 	ExecCheckRTPerms((stmt)->rtable, (ereport))
+#define pc_query_check_permissions(query, ereport) \
+	ExecCheckRTPerms((query)->rtable, (ereport))
 #endif
 
 /*

@@ -70,10 +70,12 @@
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "storage/dsm.h"
@@ -83,6 +85,7 @@
 #include "storage/spin.h"
 #include "tcop/dest.h"
 #include "tcop/tcopprot.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -564,14 +567,79 @@ start_without_running(PlannedStmt *stmt, const char *sql)
 	FreeQueryDesc(qd);
 }
 
+/* EXECUTE on a function an expression calls, as the current user? */
+static bool
+execute_denied(Oid func_id, void *context)
+{
+	return pc_proc_aclcheck(func_id, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK;
+}
+
+/*
+ * Does a rewritten query, at any depth (subqueries, CTEs, sublinks, the
+ * views it reads, which the rewriter expanded with their owners'
+ * rights), need a privilege the current user lacks?  This runs before
+ * planning, because the planner evaluates immutable functions (the
+ * owner's own among them) before the executor would check the range
+ * table: a function that fails there would hide lost rights.
+ */
+static bool
+privilege_missing_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		Query	   *query = (Query *) node;
+
+		if (!pc_query_check_permissions(query, false))
+			return true;
+		return query_tree_walker(query, privilege_missing_walker, context, 0);
+	}
+	if (check_functions_in_node(node, execute_denied, context))
+		return true;
+	return expression_tree_walker(node, privilege_missing_walker, context);
+}
+
+/*
+ * Parse, analyze and rewrite sql as the current user and walk what it
+ * needs (privilege_missing_walker), without planning it.
+ */
+static bool
+statement_lacks_privileges(const char *sql)
+{
+	ListCell   *lc;
+
+	foreach(lc, pg_parse_query(sql))
+	{
+		List	   *queries;
+		ListCell   *lq;
+
+		queries =
+			pg_analyze_and_rewrite_fixedparams(lfirst_node(RawStmt, lc),
+											   sql, NULL, 0, NULL);
+		foreach(lq, queries)
+		{
+			Query	   *query = lfirst_node(Query, lq);
+
+			if (query->commandType != CMD_UTILITY &&
+				privilege_missing_walker((Node *) query, NULL))
+				return true;
+		}
+	}
+	return false;
+}
+
 /*
  * After a load that failed without a privilege error of this server: does
- * the owner still hold the privileges the statement needs?  It is parsed
- * and planned as the owner, its range table checked and the executor
- * started (start_without_running).  A local privilege error while doing so
- * also says no.  Any other error (an object that cannot be found, a remote
- * server's refusal while planning) says nothing about rights: the source
- * is failing.
+ * the owner still hold the privileges the snapshot needs?  As the owner,
+ * the registered query and then the statement the load ran (which reads
+ * the snapshot's view, whose rule its owner may have replaced) are parsed
+ * and rewritten, and what they need is checked before planning
+ * (statement_lacks_privileges); then the statement is planned, its range
+ * table checked and the executor started (start_without_running).  A
+ * local privilege error while doing so also says no.  Any other error (an
+ * object that cannot be found, a remote server's refusal while planning)
+ * says nothing about rights: the source is failing.
  */
 static bool
 owner_lost_rights(LoadTask *task, const char *sql)
@@ -587,7 +655,10 @@ owner_lost_rights(LoadTask *task, const char *sql)
 		ListCell   *lc;
 
 		become_owner(task, &sw);
-		foreach(lc, pg_parse_query(sql))
+		if (statement_lacks_privileges(task_query(task)) ||
+			statement_lacks_privileges(sql))
+			lost = true;
+		foreach(lc, lost ? NIL : pg_parse_query(sql))
 		{
 			List	   *queries;
 			ListCell   *lp;
