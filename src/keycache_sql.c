@@ -7,13 +7,15 @@
  * A read takes the key's dshash partition lock in shared mode, copies what
  * it needs, and releases it.  A fresh hit does nothing else: no request,
  * no latch.  Unknown, stale and expired keys leave a request bit on the
- * entry and tell the worker (keycache_map.c, keycache_ring.c); the reader never
- * waits for a fetch unless asked to, and then on the key's condition
- * variable.  A new key counts for the role that created it, and a fetch
- * asked for waits for the asking role's turn: both are the current role
- * outside SECURITY DEFINER functions (GetOuterUserId), so that a function
- * reading keys for its callers spends their share, not its owner's.  Nothing of ours that can ERROR runs under a partition lock:
+ * entry and tell the worker (keycache_map.c, keycache_ring.c); the reader
+ * never waits for a fetch unless asked to, and then on the key's condition
+ * variable.  Nothing of ours that can ERROR runs under a partition lock:
  * copies use MCXT_ALLOC_NO_OOM and failures are reported after the release.
+ *
+ * A new key counts for the role that created it, and a fetch asked for
+ * waits for the asking role's turn: both are the current role outside
+ * SECURITY DEFINER functions (GetOuterUserId), so that a function reading
+ * keys for its callers spends their share, not its owner's.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -224,8 +226,9 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		if (entry == NULL)
 		{
 			/*
-			 * No room, in memory or in the role's projcache.max_keys_per_role:
-			 * read as a pending key; the worker makes room.
+			 * No room, in memory or in the role's
+			 * projcache.max_keys_per_role: read as a pending key; the worker
+			 * makes room.
 			 */
 			memset(r, 0, sizeof(PcRead));
 			r->state = PC_STATE_PENDING;

@@ -108,6 +108,7 @@ pc_shmem_request(void)
 {
 	RequestAddinShmemSpace(pc_shmem_size());
 	RequestAddinShmemSpace(pc_load_shmem_size());
+
 	/*
 	 * ring lock, snapshot map lock, one lock per snapshot slot, WAL list,
 	 * role slots

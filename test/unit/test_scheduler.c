@@ -2251,7 +2251,7 @@ typedef struct TurnCase
 	int			batch_size;
 	bool		demanded;		/* their keys read twice, or once */
 	bool		legit_demanded; /* the other role's key, waited for */
-} TurnCase;
+}			TurnCase;
 
 /*
  * Several roles each ask for many new keys, then another role for one.
@@ -2284,7 +2284,7 @@ test_fair_turns_table(void **state)
 	(void) state;
 	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 	{
-		const TurnCase *tc = &cases[c];
+		const		TurnCase *tc = &cases[c];
 		Sched	   *s = sched_create(&config, malloc, free);
 		int		   *next = calloc(tc->roles, sizeof(int));
 		int			total = tc->roles * tc->flood + 1;
@@ -2476,7 +2476,7 @@ typedef struct OnceBoundCase
 	int			flood;			/* keys read once, of the flooding role */
 	int			legit;			/* of another role, asked for first */
 	size_t		limit;
-} OnceBoundCase;
+}			OnceBoundCase;
 
 /*
  * Past the bound of due keys read once, the role with the most waiting
@@ -2499,7 +2499,7 @@ test_fair_once_bound_table(void **state)
 	(void) state;
 	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 	{
-		const OnceBoundCase *oc = &cases[c];
+		const		OnceBoundCase *oc = &cases[c];
 		Sched	   *s = sched_create(&config, malloc, free);
 		char		key[KEY_MAX];
 		int			flood_left = oc->flood;
