@@ -35,10 +35,9 @@ OBJS = \
 	src/wal_records.o
 
 EXTENSION = projcache
-DATA = projcache--1.0.sql projcache--1.0--1.0.1.sql projcache--1.0.1--1.1.sql \
-	projcache--1.1--1.1.1.sql projcache--1.1.1.sql \
-	projcache--1.0--1.1.1.sql projcache--1.0.1--1.1.1.sql \
-	projcache--1.1.1--1.2.sql projcache--1.2.sql
+# Every install and update script: released ones never change, new ones
+# join by their names.
+DATA = $(sort $(wildcard projcache--*.sql))
 PGFILEDESC = "projcache - shared-memory caches for configuration"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

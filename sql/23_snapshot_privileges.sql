@@ -24,7 +24,7 @@ GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.grant_snapshot(text, regrole),
 	projcache.revoke_snapshot(text, regrole),
 	projcache.snapshot(text), projcache.snapshot(text, anyelement),
-	projcache.refresh_snapshot(text), projcache.snapshots()
+	projcache.refresh_snapshot(text), projcache.snapshots(), projcache.snapshots_1_2_1()
 	TO regress_snap_owner, regress_snap_reader, regress_snap_other;
 GRANT SELECT ON projcache.snapshots
 	TO regress_snap_owner, regress_snap_reader, regress_snap_other;

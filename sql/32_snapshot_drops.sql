@@ -12,7 +12,7 @@ CREATE SCHEMA drops AUTHORIZATION regress_drop_owner;
 GRANT USAGE ON SCHEMA projcache TO regress_drop_owner, regress_drop_other;
 GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.snapshot(text),
-	projcache.snapshots() TO regress_drop_owner, regress_drop_other;
+	projcache.snapshots(), projcache.snapshots_1_2_1() TO regress_drop_owner, regress_drop_other;
 GRANT SELECT ON projcache.snapshots TO regress_drop_owner, regress_drop_other;
 GRANT USAGE ON FOREIGN SERVER projcache TO regress_drop_owner;
 
@@ -55,7 +55,7 @@ DROP OWNED BY regress_drop_owner CASCADE;
 REVOKE ALL ON SCHEMA projcache FROM regress_drop_owner;
 REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.snapshot(text),
-	projcache.snapshots() FROM regress_drop_owner;
+	projcache.snapshots(), projcache.snapshots_1_2_1() FROM regress_drop_owner;
 REVOKE ALL ON projcache.snapshots FROM regress_drop_owner;
 REVOKE ALL ON FOREIGN SERVER projcache FROM regress_drop_owner;
 DROP ROLE regress_drop_owner;
@@ -79,7 +79,7 @@ SELECT count(*) FROM projcache.snapshot_registry WHERE name = 'by_view';
 REVOKE ALL ON SCHEMA projcache FROM regress_drop_other;
 REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.snapshot(text),
-	projcache.snapshots() FROM regress_drop_other;
+	projcache.snapshots(), projcache.snapshots_1_2_1() FROM regress_drop_other;
 REVOKE ALL ON projcache.snapshots FROM regress_drop_other;
 DROP ROLE regress_drop_other;
 

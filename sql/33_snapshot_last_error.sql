@@ -11,7 +11,7 @@ GRANT USAGE ON SCHEMA projcache TO regress_le_owner, regress_le_reader,
 	regress_le_other, regress_le_monitor;
 GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.grant_snapshot(text, regrole),
-	projcache.refresh_snapshot(text), projcache.snapshots()
+	projcache.refresh_snapshot(text), projcache.snapshots(), projcache.snapshots_1_2_1()
 	TO regress_le_owner, regress_le_reader, regress_le_other, regress_le_monitor;
 GRANT SELECT ON projcache.snapshots
 	TO regress_le_owner, regress_le_reader, regress_le_other, regress_le_monitor;
@@ -57,7 +57,7 @@ REVOKE ALL ON SCHEMA projcache FROM regress_le_owner, regress_le_reader,
 	regress_le_other, regress_le_monitor;
 REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.grant_snapshot(text, regrole),
-	projcache.refresh_snapshot(text), projcache.snapshots()
+	projcache.refresh_snapshot(text), projcache.snapshots(), projcache.snapshots_1_2_1()
 	FROM regress_le_owner, regress_le_reader, regress_le_other, regress_le_monitor;
 REVOKE ALL ON projcache.snapshots
 	FROM regress_le_owner, regress_le_reader, regress_le_other, regress_le_monitor;

@@ -17,7 +17,7 @@ CREATE SCHEMA red_other AUTHORIZATION regress_red_other;
 GRANT USAGE ON SCHEMA projcache TO regress_red_owner, regress_red_other;
 GRANT EXECUTE ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.snapshot(text),
-	projcache.grant_snapshot(text, regrole), projcache.snapshots()
+	projcache.grant_snapshot(text, regrole), projcache.snapshots(), projcache.snapshots_1_2_1()
 	TO regress_red_owner, regress_red_other;
 GRANT SELECT ON projcache.snapshots TO regress_red_owner, regress_red_other;
 GRANT USAGE ON FOREIGN SERVER projcache TO regress_red_owner, regress_red_other;
@@ -60,7 +60,7 @@ DROP FUNCTION red_view_of(text);
 REVOKE ALL ON SCHEMA projcache FROM regress_red_owner;
 REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.snapshot(text),
-	projcache.grant_snapshot(text, regrole), projcache.snapshots()
+	projcache.grant_snapshot(text, regrole), projcache.snapshots(), projcache.snapshots_1_2_1()
 	FROM regress_red_owner;
 REVOKE ALL ON projcache.snapshots FROM regress_red_owner;
 REVOKE ALL ON FOREIGN SERVER projcache FROM regress_red_owner;
@@ -86,7 +86,7 @@ DROP SCHEMA red_other CASCADE;
 REVOKE ALL ON SCHEMA projcache FROM regress_red_other;
 REVOKE ALL ON FUNCTION projcache.create_snapshot(text, text, interval, text),
 	projcache.drop_snapshot(text), projcache.snapshot(text),
-	projcache.grant_snapshot(text, regrole), projcache.snapshots()
+	projcache.grant_snapshot(text, regrole), projcache.snapshots(), projcache.snapshots_1_2_1()
 	FROM regress_red_other;
 REVOKE ALL ON projcache.snapshots FROM regress_red_other;
 REVOKE ALL ON FOREIGN SERVER projcache FROM regress_red_other;

@@ -20,8 +20,11 @@
 #include <unistd.h>
 
 #include "access/xlog.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "port/pg_crc32c.h"
 #include "storage/fd.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "dump_file.h"
@@ -36,7 +39,7 @@ typedef struct DumpHeader
 	uint32		magic;
 	uint32		version;
 	uint32		kind;
-	uint32		reserved;		/* 0 */
+	uint32		generation;		/* the writer's; 0 if none (as 1.2 wrote) */
 	uint64		system_identifier;
 	int64		written_at;		/* TimestampTz */
 	pg_crc32c	crc;			/* of the fields above */
@@ -61,6 +64,17 @@ struct PcDumpWriter
 	Size		used;
 };
 
+struct PcDumpLog
+{
+	char	   *path;
+	char	   *tmp_path;
+	int			fd;
+	bool		committed;		/* renamed to path */
+	bool		failed;
+	uint64		size;			/* bytes in the file */
+	StringInfoData record;		/* one record, written in one call */
+};
+
 struct PcDumpReader
 {
 	char	   *path;
@@ -68,6 +82,7 @@ struct PcDumpReader
 	off_t		size;
 	off_t		pos;
 	TimestampTz written_at;
+	uint32		generation;
 	uint64		records;
 	uint64		handed_out;
 	char	   *buf;			/* PC_DUMP_BUFFER bytes read ahead */
@@ -156,8 +171,29 @@ writer_put(PcDumpWriter *w, const void *data, Size len)
 	}
 }
 
+/* A header of this cluster, written now. */
+static void
+fill_header(DumpHeader *h, PcDumpKind kind, uint32 generation)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = PC_DUMP_MAGIC;
+	h->version = PC_DUMP_VERSION;
+	h->kind = (uint32) kind;
+	h->generation = generation;
+	h->system_identifier = GetSystemIdentifier();
+	h->written_at = GetCurrentTimestamp();
+	h->crc = header_crc(h);
+}
+
 PcDumpWriter *
 pc_dump_begin(const char *path, PcDumpKind kind)
+{
+	return pc_dump_begin_generation(path, kind, 0);
+}
+
+/* The same, with a generation in the header (pc_dump_generation). */
+PcDumpWriter *
+pc_dump_begin_generation(const char *path, PcDumpKind kind, uint32 generation)
 {
 	PcDumpWriter *w = palloc0(sizeof(PcDumpWriter));
 	DumpHeader	h;
@@ -174,13 +210,7 @@ pc_dump_begin(const char *path, PcDumpKind kind)
 		pc_dump_discard(w);
 		return NULL;
 	}
-	memset(&h, 0, sizeof(h));
-	h.magic = PC_DUMP_MAGIC;
-	h.version = PC_DUMP_VERSION;
-	h.kind = (uint32) kind;
-	h.system_identifier = GetSystemIdentifier();
-	h.written_at = GetCurrentTimestamp();
-	h.crc = header_crc(&h);
+	fill_header(&h, kind, generation);
 	writer_put(w, &h, sizeof(h));
 	return w;
 }
@@ -352,15 +382,36 @@ reader_record(PcDumpReader *r, char **payload, uint32 *len, uint64 *count,
 	return true;
 }
 
-PcDumpReader *
-pc_dump_open(const char *path, PcDumpKind kind)
+/* Read and check the header; NULL if it is sound, else why not. */
+static const char *
+read_header(PcDumpReader *r, DumpHeader *h, PcDumpKind kind)
+{
+	if (r->size == 0)
+		return "it is empty";
+	if (!reader_get(r, h, sizeof(*h)))
+		return "it is shorter than its header";
+	if (h->magic != PC_DUMP_MAGIC)
+		return "it is not a projcache dump file";
+	if (!EQ_CRC32C(h->crc, header_crc(h)))
+		return "the checksum of its header does not match";
+	if (h->version != PC_DUMP_VERSION)
+		return psprintf("its format version is %u, this projcache reads version %d",
+						h->version, PC_DUMP_VERSION);
+	if (h->kind != (uint32) kind)
+		return "it holds another cache";
+	if (h->system_identifier != GetSystemIdentifier())
+		return psprintf("it was written by another cluster (system identifier "
+						UINT64_FORMAT ", this one " UINT64_FORMAT ")",
+						h->system_identifier, GetSystemIdentifier());
+	return NULL;
+}
+
+/* Open path for reading, with a reader around it; NULL if it is missing. */
+static PcDumpReader *
+reader_open(const char *path)
 {
 	PcDumpReader *r;
 	struct stat st;
-	DumpHeader	h;
-	uint64		count = 0;
-	uint64		seen = 0;
-	const char *why = NULL;
 	int			fd;
 
 	fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
@@ -387,24 +438,22 @@ pc_dump_open(const char *path, PcDumpKind kind)
 		return NULL;
 	}
 	r->size = st.st_size;
+	return r;
+}
 
-	if (r->size == 0)
-		why = "it is empty";
-	else if (!reader_get(r, &h, sizeof(h)))
-		why = "it is shorter than its header";
-	else if (h.magic != PC_DUMP_MAGIC)
-		why = "it is not a projcache dump file";
-	else if (!EQ_CRC32C(h.crc, header_crc(&h)))
-		why = "the checksum of its header does not match";
-	else if (h.version != PC_DUMP_VERSION)
-		why = psprintf("its format version is %u, this projcache reads version %d",
-					   h.version, PC_DUMP_VERSION);
-	else if (h.kind != (uint32) kind)
-		why = "it holds another cache";
-	else if (h.system_identifier != GetSystemIdentifier())
-		why = psprintf("it was written by another cluster (system identifier "
-					   UINT64_FORMAT ", this one " UINT64_FORMAT ")",
-					   h.system_identifier, GetSystemIdentifier());
+PcDumpReader *
+pc_dump_open(const char *path, PcDumpKind kind)
+{
+	PcDumpReader *r;
+	DumpHeader	h;
+	uint64		count = 0;
+	uint64		seen = 0;
+	const char *why;
+
+	r = reader_open(path);
+	if (r == NULL)
+		return NULL;
+	why = read_header(r, &h, kind);
 
 	/* The whole file, before anything is handed out. */
 	while (why == NULL)
@@ -434,6 +483,7 @@ pc_dump_open(const char *path, PcDumpKind kind)
 		return NULL;
 	}
 	r->written_at = h.written_at;
+	r->generation = h.generation;
 	r->records = count;
 	r->pos = sizeof(DumpHeader);
 	return r;
@@ -443,6 +493,13 @@ TimestampTz
 pc_dump_written_at(const PcDumpReader *r)
 {
 	return r->written_at;
+}
+
+/* The generation its writer gave it (0 for a dump of 1.2). */
+uint32
+pc_dump_generation(const PcDumpReader *r)
+{
+	return r->generation;
 }
 
 uint64
@@ -478,4 +535,217 @@ pc_dump_close(PcDumpReader *r)
 	pfree(r->buf);
 	pfree(r->path);
 	pfree(r);
+}
+
+/* ----------------------------------------------------------------
+ * Logs
+ * ----------------------------------------------------------------
+ */
+
+static bool
+log_fail(PcDumpLog *log, const char *what)
+{
+	if (!log->failed)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not %s projcache dump file \"%s\": %m",
+						what, log->committed ? log->path : log->tmp_path)));
+	log->failed = true;
+	return false;
+}
+
+/* Write all of buf at the end of the log. */
+static bool
+log_write(PcDumpLog *log, const char *buf, Size len)
+{
+	while (len > 0)
+	{
+		ssize_t		n = write(log->fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+		{
+			if (n == 0)
+				errno = ENOSPC;
+			return log_fail(log, "write");
+		}
+		buf += n;
+		len -= n;
+		log->size += n;
+	}
+	return true;
+}
+
+PcDumpLog *
+pc_dump_log_begin(const char *path, PcDumpKind kind, uint32 generation)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	PcDumpLog  *log = palloc0(sizeof(PcDumpLog));
+	DumpHeader	h;
+
+	log->path = pstrdup(path);
+	log->tmp_path = psprintf("%s.tmp", path);
+	initStringInfo(&log->record);
+	MemoryContextSwitchTo(old);
+	log->fd = BasicOpenFilePerm(log->tmp_path,
+								O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY,
+								S_IRUSR | S_IWUSR);
+	if (log->fd < 0)
+	{
+		log_fail(log, "create");
+		pc_dump_log_close(log);
+		return NULL;
+	}
+	fill_header(&h, kind, generation);
+	if (!log_write(log, (const char *) &h, sizeof(h)))
+	{
+		pc_dump_log_close(log);
+		return NULL;
+	}
+	return log;
+}
+
+/* One record, in one write() call: a crash leaves it whole or cut off. */
+bool
+pc_dump_log_append(PcDumpLog *log, const void *payload, uint32 len)
+{
+	DumpRecordHeader rh;
+
+	Assert(len < PC_DUMP_TRAILER && len <= PC_DUMP_MAX_RECORD);
+	if (log->failed)
+		return false;
+	rh.len = len;
+	rh.crc = record_crc(len, payload, len);
+	resetStringInfo(&log->record);
+	appendBinaryStringInfo(&log->record, (const char *) &rh, sizeof(rh));
+	appendBinaryStringInfo(&log->record, payload, len);
+	return log_write(log, log->record.data, log->record.len);
+}
+
+bool
+pc_dump_log_commit(PcDumpLog *log)
+{
+	if (log->failed)
+		return false;
+	if (pg_fsync(log->fd) != 0)
+		return log_fail(log, "fsync");
+	/* durable_rename() fsyncs the directory too; fd goes on at path. */
+	if (durable_rename(log->tmp_path, log->path, LOG) != 0)
+	{
+		log->failed = true;
+		return false;
+	}
+	log->committed = true;
+	return true;
+}
+
+bool
+pc_dump_log_sync(PcDumpLog *log)
+{
+	if (log->failed)
+		return false;
+	if (pg_fdatasync(log->fd) != 0)
+		return log_fail(log, "fsync");
+	return true;
+}
+
+uint64
+pc_dump_log_size(const PcDumpLog *log)
+{
+	return log->size;
+}
+
+/* Close the log; one never committed leaves no file. */
+void
+pc_dump_log_close(PcDumpLog *log)
+{
+	if (log->fd >= 0)
+		close(log->fd);
+	if (!log->committed && unlink(log->tmp_path) != 0 && errno != ENOENT)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", log->tmp_path)));
+	pfree(log->record.data);
+	pfree(log->tmp_path);
+	pfree(log->path);
+	pfree(log);
+}
+
+/* Is the rest of the file from the reader's position zeros? */
+static bool
+reader_rest_is_zero(PcDumpReader *r)
+{
+	char		c;
+
+	while (r->pos < r->size)
+	{
+		if (!reader_get(r, &c, 1) || c != 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Read a log: hand each whole record to record(), in order.  A record cut
+ * off at the end of the file, or a last record that fails its checksum
+ * with nothing but zeros after it (what a crash while appending can leave
+ * behind), ends the log; any other damage refuses it.
+ */
+PcDumpLogStatus
+pc_dump_log_read(const char *path, PcDumpKind kind, uint32 *generation,
+				 void (*record) (const char *payload, uint32 len, void *arg),
+				 void *arg)
+{
+	PcDumpReader *r;
+	DumpHeader	h;
+	const char *why;
+
+	r = reader_open(path);
+	if (r == NULL)
+		return access(path, F_OK) == 0 ? PC_DUMP_LOG_DAMAGED :
+			PC_DUMP_LOG_MISSING;
+	why = read_header(r, &h, kind);
+	while (why == NULL && r->pos < r->size)
+	{
+		DumpRecordHeader rh;
+		off_t		at = r->pos;
+		char	   *payload;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!reader_get(r, &rh, sizeof(rh)) ||
+			(rh.len <= PC_DUMP_MAX_RECORD &&
+			 r->pos + (off_t) rh.len > r->size))
+			break;				/* cut off: the end */
+		if (rh.len > PC_DUMP_MAX_RECORD)
+			payload = NULL;
+		else
+		{
+			payload = palloc(Max(rh.len, 1));
+			if (!reader_get(r, payload, rh.len) ||
+				!EQ_CRC32C(rh.crc, record_crc(rh.len, payload, rh.len)))
+			{
+				pfree(payload);
+				payload = NULL;
+			}
+		}
+		if (payload == NULL)
+		{
+			if (!reader_rest_is_zero(r))
+				why = psprintf("the record at byte %lld is damaged",
+							   (long long) at);
+			break;
+		}
+		record(payload, rh.len, arg);
+		pfree(payload);
+	}
+	if (why != NULL)
+	{
+		reader_refuse(r, why);
+		pc_dump_close(r);
+		return PC_DUMP_LOG_DAMAGED;
+	}
+	*generation = h.generation;
+	pc_dump_close(r);
+	return PC_DUMP_LOG_OK;
 }

@@ -203,6 +203,9 @@ extern uint64 pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 												 int64 expires_at,
 												 int32 max_age_ms,
 												 int32 stale_for_ms));
+extern void pc_keys_tombstone(const char *key, uint32 len, bool sync);
+extern void pc_keys_tombstones_sync(void);
+extern void pc_keys_tombstones_resume(void);
 
 /* ----------------------------------------------------------------
  * The request ring (keycache_ring.c)

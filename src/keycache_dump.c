@@ -19,14 +19,42 @@
  * are copied); then each key's value is copied under its partition's lock
  * and written after the lock is released: no lock is held across I/O.
  *
+ * Tombstones.  A key that evict() removed or that turned disabled must not
+ * come back from a dump written before (after a crash, the last periodic
+ * dump is loaded).  Before the worker removes such a key from the map, or
+ * stores its disabled state, it appends the key to PC_KEYS_TOMB_FILE
+ * (pc_keys_tombstone), and a load leaves out the keys tombstoned since the
+ * dump began.  Which dump a tombstone amends is told by generations: each
+ * dump's header carries one, one more than the last; a tombstone carries
+ * the generation current when it was written, so it amends the dump of that
+ * generation and every older one.  A dump complete, the log is written
+ * anew with only the tombstones of its own generation (those written while
+ * it was being written).  Only keys that may be in a dump on disk, or in
+ * the one being written, get a tombstone: the worker keeps a Bloom filter
+ * of their keys.  The log never outgrows PC_TOMB_MAX_BYTES: past that, the
+ * dumps are given up (deleted) instead, and a crash before the next dump
+ * starts cold.  Evictions for memory or expiry get no tombstone: a key
+ * that the cache forgot may come back after a crash, stale.
+ *
+ * Durability: a record is one write() before the map changes, so a crash
+ * of the server's processes (which leaves the kernel's page cache) always
+ * finds it.  An eviction by evict() is also fsynced before the key goes;
+ * disabled keys are fsynced once per pass of the worker's loop
+ * (pc_keys_tombstones_sync), so an operating-system crash may bring back
+ * the disabled keys of the last batch, stale.
+ *
  * Copyright (c) 2026, projcache developers
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
+#include "lib/bloomfilter.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "storage/lwlock.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -50,10 +78,41 @@ typedef struct KeyRecord
 	int32		stale_for_ms;
 } KeyRecord;
 
+#define PC_KEYS_TOMB_FILE	"projcache_keys.tomb"
+
+/* Past this size, the log gives the dumps up rather than grow. */
+#define PC_TOMB_MAX_BYTES	((uint64) 16 * 1024 * 1024)
+
+/* A tombstone, as written: this header, then the key. */
+typedef struct TombRecord
+{
+	uint32		generation;		/* current when it was written */
+} TombRecord;
+
+/* Tombstones read back, for a load or to write the log anew. */
+typedef struct TombKey
+{
+	uint32		generation;
+	uint32		len;
+	char	   *key;
+} TombKey;
+
+typedef struct TombList
+{
+	TombKey    *items;
+	int			count;
+	int			capacity;
+	uint32		max_generation;
+	bool		bad;			/* a record of another layout */
+} TombList;
+
 struct PcKeyDump
 {
 	MemoryContext cxt;
 	PcDumpWriter *writer;
+	uint32		generation;
+	bloom_filter *listed;		/* the keys listed for it */
+	bool		spoiled;		/* its tombstones were given up */
 	char	  **keys;
 	uint32	   *lens;
 	int			count;
@@ -63,6 +122,18 @@ struct PcKeyDump
 	bool		oom;
 };
 
+/*
+ * The worker's tombstone state.  tomb_log is open while a dump on disk, or
+ * the one being written, may need amending; dumped_keys holds the keys of
+ * the dump on disk (NULL while dump_on_disk: not known, any key may be).
+ */
+static PcDumpLog *tomb_log = NULL;
+static uint32 tomb_generation = 0;
+static bool tomb_unsynced = false;
+static bool dump_on_disk = false;
+static bloom_filter *dumped_keys = NULL;
+static PcKeyDump *dump_running = NULL;
+
 /* Say what the last dump or load did (projcache.stats). */
 static void
 note_dump(uint64 keys)
@@ -71,6 +142,295 @@ note_dump(uint64 keys)
 	pc_shared->dump_written_at = GetCurrentTimestamp();
 	pc_shared->dump_keys = keys;
 	SpinLockRelease(&pc_shared->mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Tombstones
+ * ----------------------------------------------------------------
+ */
+
+/* A Bloom filter for n keys, in the worker's lifetime memory. */
+static bloom_filter *
+keys_filter(int64 n)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	bloom_filter *filter;
+
+	/* 16 bits a key (at most 256 MB): few false positives */
+	filter = bloom_create(Max(n, 1),
+						  (int) Min(Max(n, 1) * 2 / 1024 + 1, 256 * 1024),
+						  0);
+	MemoryContextSwitchTo(old);
+	return filter;
+}
+
+static bool
+filter_has(bloom_filter *filter, const char *key, uint32 len)
+{
+	return !bloom_lacks_element(filter, (unsigned char *) key, len);
+}
+
+/* May the key be in the dump on disk, or in the one being written? */
+static bool
+maybe_dumped(const char *key, uint32 len)
+{
+	if (dump_running != NULL && dump_running->listed != NULL &&
+		filter_has(dump_running->listed, key, len))
+		return true;
+	if (!dump_on_disk)
+		return false;
+	return dumped_keys == NULL || filter_has(dumped_keys, key, len);
+}
+
+static void
+remove_file(const char *path)
+{
+	if (unlink(path) != 0 && errno != ENOENT)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", path)));
+}
+
+/*
+ * Remove the key dump on disk, durably: a crash then starts cold rather
+ * than bring back what was tombstoned.
+ */
+static void
+remove_dump(void)
+{
+	if (access(PC_KEYS_DUMP_FILE, F_OK) == 0)
+		(void) durable_unlink(PC_KEYS_DUMP_FILE, LOG);
+	dump_on_disk = false;
+	if (dumped_keys != NULL)
+		bloom_free(dumped_keys);
+	dumped_keys = NULL;
+}
+
+/*
+ * The tombstones cannot be kept (the log is full or cannot be written):
+ * give up the dumps they amend, the one on disk and the one being written.
+ */
+static void
+tomb_give_up(const char *why)
+{
+	ereport(LOG,
+			(errmsg("projcache removed its key dump: %s", why),
+			 errdetail("A crash before the next dump starts the key cache cold; a dump at shutdown is written as usual.")));
+	remove_dump();
+	if (dump_running != NULL)
+		dump_running->spoiled = true;
+	if (tomb_log != NULL)
+		pc_dump_log_close(tomb_log);
+	tomb_log = NULL;
+	tomb_unsynced = false;
+	remove_file(PC_KEYS_TOMB_FILE);
+}
+
+static void
+collect_tombstone(const char *payload, uint32 len, void *arg)
+{
+	TombList   *list = arg;
+	TombRecord	rec;
+	TombKey    *item;
+
+	if (len <= sizeof(TombRecord) ||
+		len - sizeof(TombRecord) > PC_MAX_KEY_BYTES)
+	{
+		list->bad = true;
+		return;
+	}
+	memcpy(&rec, payload, sizeof(rec));
+	if (list->count == list->capacity)
+	{
+		list->capacity = Max(list->capacity * 2, 256);
+		list->items = list->items == NULL ?
+			palloc(list->capacity * sizeof(TombKey)) :
+			repalloc(list->items, list->capacity * sizeof(TombKey));
+	}
+	item = &list->items[list->count++];
+	item->generation = rec.generation;
+	item->len = len - sizeof(TombRecord);
+	item->key = pnstrdup(payload + sizeof(TombRecord), item->len);
+	list->max_generation = Max(list->max_generation, rec.generation);
+}
+
+/* Read the log: its status, and its header's generation in *base. */
+static PcDumpLogStatus
+read_tombstones(TombList *list, uint32 *base)
+{
+	PcDumpLogStatus status;
+
+	memset(list, 0, sizeof(*list));
+	*base = 0;
+	status = pc_dump_log_read(PC_KEYS_TOMB_FILE, PC_DUMP_TOMBSTONES, base,
+							  collect_tombstone, list);
+	if (status == PC_DUMP_LOG_OK && list->bad)
+	{
+		ereport(LOG,
+				(errmsg("projcache dump file \"%s\" ignored: a record of it is not a key",
+						PC_KEYS_TOMB_FILE)));
+		status = PC_DUMP_LOG_DAMAGED;
+	}
+	return status;
+}
+
+static bool
+append_tombstone(PcDumpLog *log, uint32 generation, const char *key,
+				 uint32 len, StringInfo buf)
+{
+	TombRecord	rec = {generation};
+
+	resetStringInfo(buf);
+	appendBinaryStringInfo(buf, (const char *) &rec, sizeof(rec));
+	appendBinaryStringInfo(buf, key, len);
+	return pc_dump_log_append(log, buf->data, buf->len);
+}
+
+/*
+ * Write the log anew: header generation base, and the tombstones of list
+ * from generation from on; it replaces the log open so far.  False (said
+ * at LOG) if it could not be written.
+ */
+static bool
+rewrite_tombstones(uint32 base, const TombList *list, uint32 from)
+{
+	PcDumpLog  *log = pc_dump_log_begin(PC_KEYS_TOMB_FILE,
+										PC_DUMP_TOMBSTONES, base);
+	StringInfoData buf;
+	bool		ok = log != NULL;
+	int			i;
+
+	initStringInfo(&buf);
+	for (i = 0; ok && list != NULL && i < list->count; i++)
+		if (list->items[i].generation >= from)
+			ok = append_tombstone(log, list->items[i].generation,
+								  list->items[i].key, list->items[i].len,
+								  &buf);
+	pfree(buf.data);
+	if (ok)
+		ok = pc_dump_log_commit(log);
+	if (!ok)
+	{
+		if (log != NULL)
+			pc_dump_log_close(log);
+		return false;
+	}
+	if (tomb_log != NULL)
+		pc_dump_log_close(tomb_log);
+	tomb_log = log;
+	tomb_unsynced = false;
+	return true;
+}
+
+static void
+free_tombstones(TombList *list)
+{
+	int			i;
+
+	for (i = 0; i < list->count; i++)
+		pfree(list->items[i].key);
+	if (list->items != NULL)
+		pfree(list->items);
+	memset(list, 0, sizeof(*list));
+}
+
+/*
+ * Before the worker removes a key for evict() (sync: fsynced at once) or
+ * stores it disabled (fsynced by pc_keys_tombstones_sync): record it, if a
+ * dump may hold it, so that no load brings it back.
+ */
+void
+pc_keys_tombstone(const char *key, uint32 len, bool sync)
+{
+	StringInfoData buf;
+	bool		ok;
+
+	if (tomb_log == NULL || !maybe_dumped(key, len))
+		return;
+	if (pc_dump_log_size(tomb_log) + sizeof(TombRecord) + len + 16 >
+		PC_TOMB_MAX_BYTES)
+	{
+		tomb_give_up(psprintf("its tombstone file \"%s\" reached %d MB",
+							  PC_KEYS_TOMB_FILE,
+							  (int) (PC_TOMB_MAX_BYTES / (1024 * 1024))));
+		return;
+	}
+	initStringInfo(&buf);
+	ok = append_tombstone(tomb_log, tomb_generation, key, len, &buf);
+	pfree(buf.data);
+	if (ok && sync)
+		ok = pc_dump_log_sync(tomb_log);
+	else if (ok)
+		tomb_unsynced = true;
+	if (!ok)
+		tomb_give_up(psprintf("its tombstone file \"%s\" could not be written",
+							  PC_KEYS_TOMB_FILE));
+}
+
+/* fsync the tombstones written since the last call, if any. */
+void
+pc_keys_tombstones_sync(void)
+{
+	if (!tomb_unsynced || tomb_log == NULL)
+		return;
+	tomb_unsynced = false;
+	if (!pc_dump_log_sync(tomb_log))
+		tomb_give_up(psprintf("its tombstone file \"%s\" could not be written",
+							  PC_KEYS_TOMB_FILE));
+}
+
+/*
+ * A scheduler started again while the server ran (the map is warm, no dump
+ * is loaded): go on with the tombstones its predecessor kept.  Which keys
+ * the dump on disk holds is not known here, so any key may be.
+ */
+void
+pc_keys_tombstones_resume(void)
+{
+	TombList	list;
+	uint32		base;
+
+	switch (read_tombstones(&list, &base))
+	{
+		case PC_DUMP_LOG_MISSING:
+			break;
+		case PC_DUMP_LOG_DAMAGED:
+			tomb_give_up(psprintf("its tombstone file \"%s\" is damaged",
+								  PC_KEYS_TOMB_FILE));
+			break;
+		case PC_DUMP_LOG_OK:
+			tomb_generation = Max(base, list.max_generation);
+			dump_on_disk = access(PC_KEYS_DUMP_FILE, F_OK) == 0;
+			if (!rewrite_tombstones(base, &list, 0))
+				tomb_give_up(psprintf("its tombstone file \"%s\" could not be written",
+									  PC_KEYS_TOMB_FILE));
+			break;
+	}
+	free_tombstones(&list);
+}
+
+static int
+tomb_key_cmp(const void *a, const void *b)
+{
+	const TombKey *x = a;
+	const TombKey *y = b;
+
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return memcmp(x->key, y->key, x->len);
+}
+
+static bool
+tombstoned(const TombList *list, const char *key, uint32 len)
+{
+	TombKey		search;
+
+	if (list->count == 0)
+		return false;
+	search.len = len;
+	search.key = unconstify(char *, key);
+	return bsearch(&search, list->items, list->count, sizeof(TombKey),
+				   tomb_key_cmp) != NULL;
 }
 
 /*
@@ -147,9 +507,37 @@ pc_keys_dump_begin(void)
 	d->cxt = cxt;
 	d->started_ms = pc_real_now_ms();
 	initStringInfo(&d->record);
+
+	/*
+	 * A dump on disk that no tombstone log amends (a server run with dumps
+	 * off left it, or its tombstones were given up) goes first: a crash while
+	 * this one is written must not load it.
+	 */
+	if (tomb_log == NULL)
+	{
+		remove_dump();
+		if (!rewrite_tombstones(tomb_generation, NULL, 0))
+		{
+			MemoryContextSwitchTo(old);
+			MemoryContextDelete(cxt);
+			return NULL;
+		}
+	}
+	/* Tombstones from now on amend this dump too. */
+	d->generation = ++tomb_generation;
+
 	list_keys(d);
 	if (!d->oom)
-		d->writer = pc_dump_begin(PC_KEYS_DUMP_FILE, PC_DUMP_KEYS);
+	{
+		int			i;
+
+		d->listed = keys_filter(d->count);
+		for (i = 0; i < d->count; i++)
+			bloom_add_element(d->listed, (unsigned char *) d->keys[i],
+							  d->lens[i]);
+		d->writer = pc_dump_begin_generation(PC_KEYS_DUMP_FILE, PC_DUMP_KEYS,
+											 d->generation);
+	}
 	MemoryContextSwitchTo(old);
 	if (d->oom)
 		ereport(LOG,
@@ -157,9 +545,12 @@ pc_keys_dump_begin(void)
 				 errmsg("projcache key dump skipped: out of memory listing the keys")));
 	if (d->writer == NULL)
 	{
+		if (d->listed != NULL)
+			bloom_free(d->listed);
 		MemoryContextDelete(cxt);
 		return NULL;
 	}
+	dump_running = d;
 	return d;
 }
 
@@ -230,7 +621,7 @@ pc_keys_dump_step(PcKeyDump *d, int64 deadline_ms)
 	MemoryContext old = MemoryContextSwitchTo(d->cxt);
 	int64		now = pc_now_ms();
 
-	while (d->next < d->count && !d->oom)
+	while (d->next < d->count && !d->oom && !d->spoiled)
 	{
 		int			i = d->next++;
 
@@ -242,7 +633,7 @@ pc_keys_dump_step(PcKeyDump *d, int64 deadline_ms)
 			break;
 	}
 	MemoryContextSwitchTo(old);
-	return d->next >= d->count || d->oom;
+	return d->next >= d->count || d->oom || d->spoiled;
 }
 
 /* Finish (or, with discard, give up) a dump; frees it. */
@@ -251,19 +642,42 @@ pc_keys_dump_end(PcKeyDump *d, bool discard)
 {
 	uint64		written;
 
+	Assert(dump_running == d);
+	dump_running = NULL;
 	if (d->oom)
 		ereport(LOG,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("projcache key dump given up: out of memory copying a value")));
-	if (discard || d->oom || d->next < d->count)
+	if (discard || d->oom || d->spoiled || d->next < d->count)
 		pc_dump_discard(d->writer);
 	else if (pc_dump_finish(d->writer, &written))
 	{
+		TombList	list;
+		uint32		base;
+
 		note_dump(written);
 		ereport(DEBUG1,
 				(errmsg_internal("projcache dumped " UINT64_FORMAT " keys in " INT64_FORMAT " ms",
 								 written, pc_real_now_ms() - d->started_ms)));
+		/* Its keys are the ones on disk now. */
+		if (dumped_keys != NULL)
+			bloom_free(dumped_keys);
+		dumped_keys = d->listed;
+		d->listed = NULL;
+		dump_on_disk = true;
+
+		/*
+		 * Only the tombstones written while it was written amend it.  Until
+		 * the log is written anew, the old one (with them) still does.
+		 */
+		if (read_tombstones(&list, &base) != PC_DUMP_LOG_OK ||
+			!rewrite_tombstones(d->generation, &list, d->generation))
+			tomb_give_up(psprintf("its tombstone file \"%s\" could not be written anew",
+								  PC_KEYS_TOMB_FILE));
+		free_tombstones(&list);
 	}
+	if (d->listed != NULL)
+		bloom_free(d->listed);
 	MemoryContextDelete(d->cxt);
 }
 
@@ -324,7 +738,12 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 	uint64		loaded = 0;
 	uint64		too_old = 0;
 	uint64		bad = 0;
+	uint64		removed = 0;
 	bool		full = false;
+	TombList	tombs;
+	uint32		base;
+	uint32		generation;
+	PcDumpLogStatus tomb_status;
 	int64		now = pc_now_ms();
 	int64		since_dump_ms;
 	long		secs;
@@ -333,7 +752,49 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 
 	r = pc_dump_open(PC_KEYS_DUMP_FILE, PC_DUMP_KEYS);
 	if (r == NULL)
+	{
+		/* nothing for tombstones to amend */
+		remove_file(PC_KEYS_TOMB_FILE);
 		return 0;
+	}
+
+	/*
+	 * The tombstones written since it began (of its generation or later).
+	 * Without them, the dump could bring back what was evicted: a dump of 1.2
+	 * (generation 0) had none, any later one has its log.
+	 */
+	generation = pc_dump_generation(r);
+	tomb_status = read_tombstones(&tombs, &base);
+	if (tomb_status == PC_DUMP_LOG_DAMAGED ||
+		(tomb_status == PC_DUMP_LOG_MISSING && generation > 0))
+	{
+		pc_dump_close(r);
+		free_tombstones(&tombs);
+		tomb_give_up(tomb_status == PC_DUMP_LOG_DAMAGED ?
+					 psprintf("its tombstone file \"%s\" is damaged",
+							  PC_KEYS_TOMB_FILE) :
+					 psprintf("its tombstone file \"%s\" is missing",
+							  PC_KEYS_TOMB_FILE));
+		return 0;
+	}
+	{
+		int			i;
+		int			kept = 0;
+
+		for (i = 0; i < tombs.count; i++)
+		{
+			if (tombs.items[i].generation >= generation)
+				tombs.items[kept++] = tombs.items[i];
+			else
+				pfree(tombs.items[i].key);
+		}
+		tombs.count = kept;
+		if (kept > 0)
+			qsort(tombs.items, kept, sizeof(TombKey), tomb_key_cmp);
+	}
+	dump_on_disk = true;
+	dumped_keys = keys_filter((int64) pc_dump_count(r));
+
 	TimestampDifference(pc_dump_written_at(r), GetCurrentTimestamp(),
 						&secs, &usecs);
 	since_dump_ms = (int64) secs * 1000 + usecs / 1000;
@@ -360,6 +821,14 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			pfree(payload);
 			continue;
 		}
+		key = payload + sizeof(KeyRecord);
+		bloom_add_element(dumped_keys, (unsigned char *) key, rec.keylen);
+		if (tombstoned(&tombs, key, rec.keylen))
+		{
+			removed++;
+			pfree(payload);
+			continue;
+		}
 		age = rec.age_ms + since_dump_ms;
 		/* past the end of its own periods, under the settings now */
 		lifetime = sched_period(rec.max_age_ms, pc_expiry_ms) +
@@ -376,7 +845,6 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			pfree(payload);
 			break;
 		}
-		key = payload + sizeof(KeyRecord);
 		data = key + rec.keylen;
 		if (rec.revision_len >= 0)
 			revision = pnstrdup(data, rec.revision_len);
@@ -432,6 +900,20 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 		pfree(payload);
 	}
 
+	/* Keys it holds that the filter missed: any key may be in it. */
+	if (full || bad > 0)
+	{
+		bloom_free(dumped_keys);
+		dumped_keys = NULL;
+	}
+
+	/* The tombstones go on amending it, in a log begun anew. */
+	tomb_generation = Max(generation, tombs.max_generation);
+	if (!rewrite_tombstones(generation, &tombs, generation))
+		tomb_give_up(psprintf("its tombstone file \"%s\" could not be written anew",
+							  PC_KEYS_TOMB_FILE));
+	free_tombstones(&tombs);
+
 	SpinLockAcquire(&pc_shared->mutex);
 	pc_shared->loaded_keys = loaded;
 	pc_shared->loaded_dump_age_ms = since_dump_ms;
@@ -439,10 +921,10 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 	ereport(LOG,
 			(errmsg("projcache loaded " UINT64_FORMAT " keys from \"%s\", written %.1f s ago",
 					loaded, PC_KEYS_DUMP_FILE, (double) since_dump_ms / 1000.0),
-			 (too_old > 0 || bad > 0 || full) ?
+			 (too_old > 0 || bad > 0 || removed > 0 || full) ?
 			 errdetail("Left out: " UINT64_FORMAT " past expiry + grace_period or their own periods, "
-					   UINT64_FORMAT " not readable%s.",
-					   too_old, bad,
+					   UINT64_FORMAT " not readable, " UINT64_FORMAT " evicted or disabled since the dump%s.",
+					   too_old, bad, removed,
 					   full ?
 					   "; loading stopped with memory nearly full" : "") : 0));
 	pc_dump_close(r);

@@ -211,6 +211,9 @@ delete_shared(const char *key, uint32 len, PcCounter cause)
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 
+	/* What evict() removed stays removed after a crash. */
+	if (cause == PC_CTR_REQUESTED_EVICTIONS)
+		pc_keys_tombstone(key, len, true);
 	entry = pc_entry_find(&search, true);
 	if (entry != NULL)
 	{
@@ -219,6 +222,27 @@ delete_shared(const char *key, uint32 len, PcCounter cause)
 		pc_count(cause, 1);
 		ConditionVariableBroadcast(pc_key_cv(key, len));
 	}
+}
+
+/*
+ * A key about to be stored disabled must not come back from a dump with
+ * the value it had: a tombstone first, unless it was disabled already.
+ */
+static void
+tombstone_unless_disabled(const char *key, uint32 len)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	bool		disabled = false;
+
+	entry = pc_entry_find(&search, false);
+	if (entry != NULL)
+	{
+		disabled = entry->state == PC_STATE_DISABLED;
+		pc_entry_release(entry);
+	}
+	if (!disabled)
+		pc_keys_tombstone(key, len, false);
 }
 
 /*
@@ -795,6 +819,9 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		new_error = pc_store_message(msg, &new_error_size);
 	}
 
+	if (item->answer == PC_ANSWER_DISABLED)
+		tombstone_unless_disabled(key, len);
+
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
 	/* Only this process deletes entries, and not while their fetch runs. */
@@ -1132,6 +1159,8 @@ load_dump_once(void)
 		(void) pc_keys_load_dump(restore_loaded_key);
 		pc_snapshots_adopt_dump();
 	}
+	else if (!first)
+		pc_keys_tombstones_resume();
 }
 
 /* The dump's next slice waits as long as the one begun at start took. */
@@ -1293,6 +1322,8 @@ pc_worker_main(Datum main_arg)
 		 */
 		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();
+		/* the disabled keys' tombstones of the last pass */
+		pc_keys_tombstones_sync();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;

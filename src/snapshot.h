@@ -28,6 +28,7 @@ typedef struct PcSnapInfo
 	int64		bytes;
 	int64		loaded_at_ms;
 	bool		marked_stale;	/* by WAL redo, until the next load */
+	bool		restored;		/* from the dump; no load tried since */
 	bool		attempted;
 	int64		last_attempt_ms;
 	int64		refresh_errors;
@@ -63,6 +64,7 @@ extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms,
 						 int64 *rows);
 extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
 							 bool *loaded);
+extern bool pc_snap_awaits_load(PcSnapRef ref);
 
 /* A snapshot's last attempt time when no attempt was made yet. */
 #define PC_NEVER	PG_INT64_MIN
@@ -88,8 +90,13 @@ extern void pc_snap_mark_stale(Oid dbid, const char *name);
 extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
 							int64 rows, int64 now, uint64 stale_marks,
 							char **refusal);
+extern bool pc_snap_publish_restored(PcSnapRef ref, const char *blob,
+									 Size size, int64 rows, int64 loaded_at,
+									 char **refusal);
 extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
-									int64 now, bool drop_rows);
+									int64 now, bool rights_checked);
+extern bool pc_snap_record_lost_rights(PcSnapRef ref, const char *message,
+									   int64 now);
 extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
 							 int64 reg_stamp, PcSnapInfo *info);
 
@@ -99,7 +106,8 @@ extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
  */
 typedef enum PcLoadStatus
 {
-	PC_LOAD_NONE,				/* the worker did not report */
+	PC_LOAD_NONE,				/* the worker did not report: failed, and the
+								 * owner's rights were not checked */
 	PC_LOAD_OK,					/* rows published */
 	PC_LOAD_FAILED,				/* the source failed: last-good applies */
 	PC_LOAD_REVOKED,			/* the owner lost its rights, or is gone */
@@ -171,6 +179,7 @@ typedef struct PcSnapDumped
 	int64		rows;
 	int64		age_ms;			/* since its rows were loaded */
 	uint64		size;			/* bytes of rows (and key index) */
+	bool		buried;			/* no rows: dropped for lost rights */
 } PcSnapDumped;
 
 extern bool pc_snap_take_dump_check(PcSnapRef ref);
@@ -184,6 +193,7 @@ extern void pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap,
  */
 #define PC_SNAPSHOTS_DUMP_FILE	"projcache_snapshots.dump"
 #define PC_SNAPSHOTS_RESTORE_FILE	"projcache_snapshots.restore"
+#define PC_SNAPSHOTS_TOMBSTONE_FILE	"projcache_snapshots.tombstones"
 
 extern void pc_snapshots_dump(void);
 extern void pc_snapshots_adopt_dump(void);
@@ -281,5 +291,6 @@ extern void pc_snap_current_rows(SnapReg *reg, char **blob, Size *size,
 
 /* Rows from the dump for a slot that has none (snapshot_dump.c). */
 extern bool pc_snapshot_restore(SnapReg *reg, PcSnapRef ref);
+extern void pc_snapshot_bury(SnapReg *reg);
 
 #endif							/* PROJCACHE_SNAPSHOT_H */

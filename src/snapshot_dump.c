@@ -1,28 +1,59 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot_dump.c
- *	  The snapshots' last good rows, kept across a restart.
+ *	  The snapshots' last good rows, kept across a restart, and the
+ *	  tombstones of rows dropped for lost rights.
  *
  * Whenever the scheduler dumps the key map (keycache_dump.c), it writes
  * every loaded snapshot's rows, key index included, with the registration
  * they belong to (database, name, registry id and creation stamp) and
  * their age, to PC_SNAPSHOTS_DUMP_FILE.
  *
- * Nothing is loaded at start: the first read of a snapshot whose slot has
- * no rows looks for rows of that very registration, once per slot, in
- * PC_SNAPSHOTS_RESTORE_FILE, the dump the scheduler found when it first
- * started (pc_snapshots_adopt_dump).  So rows are found only for
- * registrations that still exist with the same identity, by a reader that
- * passed the checks of any read, in its own database.  They are published
- * as they were loaded then (their age kept, so stale), and the usual rules
- * follow: a refresh is tried, and if the source fails, they are the last
- * good rows.
+ * Nothing is loaded at start: the first read (or refresh_snapshot()) of a
+ * snapshot whose slot has no rows looks for rows of that very
+ * registration, once per slot, in PC_SNAPSHOTS_RESTORE_FILE, the dump the
+ * scheduler found when it first started (pc_snapshots_adopt_dump).  So
+ * rows are found only for registrations that still exist with the same
+ * identity, by a reader that passed the checks of any read, in its own
+ * database.  They come back stale, with the time they were loaded then.
+ *
+ * Restored rows are not served before a load as the owner was tried
+ * (snapshot_store.c keeps them apart; snapshot_sql.c loads at once).  The
+ * owner may have lost the rights to read them while the server was down,
+ * or after the dump was written, and only a load answers that question
+ * for everything a load needs: tables, columns, the functions the query
+ * calls and those they call in turn, schemas, policies, another snapshot's
+ * grant.  A check of the owner's rights made on a read instead would have
+ * to repeat all of that, and anything it missed would serve the rows to
+ * readers; the load is the check, so nothing can be missed.  If the load
+ * succeeds its rows replace the restored ones; if the source fails (and
+ * the owner's rights are intact) the restored rows are the last good ones;
+ * if the owner lost its rights they are dropped.
  *
  * Rows not read yet must outlive the next dumps, or a dump written before
  * the first read would lose them: each dump carries over the records of
  * the restore file whose registration has no rows loaded, for at most
  * PC_SNAPSHOT_CARRIES restarts (a registration dropped while the server
- * was down is never read again).
+ * was down is never read again), with their age grown by the time between
+ * the two files.
+ *
+ * Rows dropped because the owner lost its rights must not come back by any
+ * of these ways, after a clean restart or a crash.  The slot is buried
+ * (snapshot_store.c): no dump holds or carries its registration's rows,
+ * and the restore file is not looked at for them again.  And the reader
+ * that dropped them appends a tombstone to PC_SNAPSHOTS_TOMBSTONE_FILE at
+ * once, fsynced, before its error is raised: rows of that registration in
+ * a dump or restore file written before the tombstone are neither restored
+ * nor carried, so the periodic dump that a crash leaves behind does not
+ * bring them back either.  A tombstone is needed until a dump written after
+ * it is on disk: the scheduler prunes the file after each dump, and at
+ * start keeps only what is newer than the restore file.  A slot writes a
+ * tombstone only if its rows may be on disk since its last one (dumped
+ * since, or from an earlier server lifetime), so a role that loses and
+ * regains its rights in a loop cannot grow the file.  (Should writing a
+ * tombstone fail, at LOG, or one appended while the file is pruned be
+ * lost, the restored rows are still not served before a load, which drops
+ * them again.)
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -30,10 +61,13 @@
  */
 #include "postgres.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "port/pg_crc32c.h"
 #include "storage/fd.h"
 #include "storage/spin.h"
 #include "utils/timestamp.h"
@@ -61,9 +95,33 @@ typedef struct SnapRecord
 typedef struct DumpCtx
 {
 	PcDumpWriter *writer;
+	TimestampTz written_at;		/* (about) the new file's write time */
 	StringInfoData buf;
-	List	   *written;		/* SnapRecord * of the live snapshots */
+	List	   *written;		/* SnapRecord * of the live and the buried
+								 * snapshots: none of theirs is carried */
 } DumpCtx;
+
+/*
+ * A tombstone, as appended to PC_SNAPSHOTS_TOMBSTONE_FILE: rows of this
+ * registration in a file written before buried_at are not restored nor
+ * carried.
+ */
+typedef struct SnapTombstone
+{
+	uint32		magic;
+	pg_crc32c	crc;			/* of the rest */
+	Oid			dbid;
+	uint32		pad;
+	int64		reg_id;
+	int64		reg_stamp;
+	TimestampTz buried_at;
+	char		name[NAMEDATALEN];
+} SnapTombstone;
+
+#define PC_TOMBSTONE_MAGIC		0x50435442	/* "PCTB" */
+
+/* More than this is not read (the scheduler prunes the file at start). */
+#define PC_TOMBSTONES_MAX_BYTES	((Size) 16 * 1024 * 1024)
 
 /* Does the record name the same registration? */
 static bool
@@ -72,6 +130,231 @@ same_registration(const SnapRecord *a, const SnapRecord *b)
 	return a->dbid == b->dbid && a->reg_id == b->reg_id &&
 		a->reg_stamp == b->reg_stamp && strcmp(a->name, b->name) == 0;
 }
+
+/* ----------------------------------------------------------------
+ * Tombstones
+ * ----------------------------------------------------------------
+ */
+
+static pg_crc32c
+tombstone_crc(const SnapTombstone *t)
+{
+	pg_crc32c	crc;
+	Size		skip = offsetof(SnapTombstone, dbid);
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, (const char *) t + skip, sizeof(SnapTombstone) - skip);
+	FIN_CRC32C(crc);
+	return crc;
+}
+
+/*
+ * The rows of reg are dropped for lost rights: append its tombstone, and
+ * fsync it, so that no file written before now gives them back, even after
+ * a crash.  Failures are said at LOG: the rows are still not served before
+ * a load (see the top of this file).
+ */
+void
+pc_snapshot_bury(SnapReg *reg)
+{
+	SnapTombstone t;
+	struct stat st;
+	bool		existed;
+	int			fd;
+
+	if (pc_dump_interval_s < 0)
+		return;
+	memset(&t, 0, sizeof(t));
+	t.magic = PC_TOMBSTONE_MAGIC;
+	t.dbid = MyDatabaseId;
+	t.reg_id = reg->id;
+	t.reg_stamp = reg->stamp;
+	t.buried_at = GetCurrentTimestamp();
+	strlcpy(t.name, reg->name, NAMEDATALEN);
+	t.crc = tombstone_crc(&t);
+
+	existed = stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) == 0;
+	fd = OpenTransientFilePerm(PC_SNAPSHOTS_TOMBSTONE_FILE,
+							   O_WRONLY | O_CREAT | O_APPEND | PG_BINARY,
+							   S_IRUSR | S_IWUSR);
+	if (fd < 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not open file \"%s\": %m",
+						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+		return;
+	}
+	errno = 0;
+	if (write(fd, &t, sizeof(t)) != sizeof(t))
+	{
+		if (errno == 0)
+			errno = ENOSPC;
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not write file \"%s\": %m",
+						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+	}
+	else if (pg_fsync(fd) != 0)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not fsync file \"%s\": %m",
+						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+	CloseTransientFile(fd);
+	if (!existed)
+		(void) fsync_fname_ext(".", true, false, LOG);
+}
+
+/*
+ * The tombstones on file (palloc'd SnapTombstone *).  Records are found by
+ * their magic and checksum, so a record torn by a crash is skipped and the
+ * ones after it are still found.
+ */
+static List *
+read_tombstones(void)
+{
+	List	   *result = NIL;
+	struct stat st;
+	char	   *buf;
+	Size		size;
+	Size		off = 0;
+	int			fd;
+	ssize_t		got;
+
+	if (stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) != 0 || st.st_size <= 0)
+		return NIL;
+	size = Min((Size) st.st_size, PC_TOMBSTONES_MAX_BYTES);
+	fd = OpenTransientFile(PC_SNAPSHOTS_TOMBSTONE_FILE, O_RDONLY | PG_BINARY);
+	if (fd < 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not open file \"%s\": %m",
+						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+		return NIL;
+	}
+	buf = palloc(size);
+	got = read(fd, buf, size);
+	CloseTransientFile(fd);
+	if (got < 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not read file \"%s\": %m",
+						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+		got = 0;
+	}
+	while (off + sizeof(SnapTombstone) <= (Size) got)
+	{
+		SnapTombstone t;
+
+		memcpy(&t, buf + off, sizeof(t));
+		if (t.magic == PC_TOMBSTONE_MAGIC && t.crc == tombstone_crc(&t))
+		{
+			SnapTombstone *copy = palloc(sizeof(SnapTombstone));
+
+			t.name[NAMEDATALEN - 1] = '\0';
+			memcpy(copy, &t, sizeof(t));
+			result = lappend(result, copy);
+			off += sizeof(t);
+		}
+		else
+			off++;
+	}
+	pfree(buf);
+	return result;
+}
+
+/*
+ * Is rec, from a file written at written_at, of a registration buried
+ * since?
+ */
+static bool
+buried_since(List *tombstones, const SnapRecord *rec, TimestampTz written_at)
+{
+	ListCell   *lc;
+
+	foreach(lc, tombstones)
+	{
+		SnapTombstone *t = (SnapTombstone *) lfirst(lc);
+
+		if (t->dbid == rec->dbid && t->reg_id == rec->reg_id &&
+			t->reg_stamp == rec->reg_stamp &&
+			strcmp(t->name, rec->name) == 0 && t->buried_at >= written_at)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Keep only the tombstones buried at or after needed_since: the older ones
+ * are known to every file that can still be restored from (see the
+ * callers).  The file is rewritten under a temporary name and renamed; a
+ * tombstone appended meanwhile is lost from it (its slot stays buried in
+ * memory, and rows are not served before a load anyway).
+ */
+static void
+prune_tombstones(TimestampTz needed_since)
+{
+	const char *tmp = PC_SNAPSHOTS_TOMBSTONE_FILE ".tmp";
+	struct stat st;
+	List	   *tombstones;
+	List	   *kept = NIL;
+	ListCell   *lc;
+	int			fd;
+	bool		ok = true;
+
+	if (stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) != 0)
+		return;
+	tombstones = read_tombstones();
+	foreach(lc, tombstones)
+	{
+		if (((SnapTombstone *) lfirst(lc))->buried_at >= needed_since)
+			kept = lappend(kept, lfirst(lc));
+	}
+	if (kept == NIL)
+		(void) durable_unlink(PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
+	else if (list_length(kept) < list_length(tombstones) ||
+			 (Size) st.st_size != list_length(kept) * sizeof(SnapTombstone))
+	{
+		fd = OpenTransientFilePerm(tmp,
+								   O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY,
+								   S_IRUSR | S_IWUSR);
+		if (fd < 0)
+			ok = false;
+		foreach(lc, kept)
+		{
+			errno = 0;
+			if (ok && write(fd, lfirst(lc), sizeof(SnapTombstone)) !=
+				sizeof(SnapTombstone))
+			{
+				if (errno == 0)
+					errno = ENOSPC;
+				ok = false;
+			}
+		}
+		if (ok && pg_fsync(fd) != 0)
+			ok = false;
+		if (fd >= 0)
+			CloseTransientFile(fd);
+		if (!ok)
+		{
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not write file \"%s\": %m", tmp)));
+			(void) unlink(tmp);
+		}
+		else
+			(void) durable_rename(tmp, PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
+	}
+	list_free(kept);
+	list_free_deep(tombstones);
+}
+
+/* ----------------------------------------------------------------
+ * The dump and the restore file
+ * ----------------------------------------------------------------
+ */
 
 static void
 write_snapshot(const PcSnapDumped *snap, const char *blob, void *arg)
@@ -91,26 +374,52 @@ write_snapshot(const PcSnapDumped *snap, const char *blob, void *arg)
 	rec.age_ms = snap->age_ms;
 	rec.size = snap->size;
 	strlcpy(rec.name, snap->name, NAMEDATALEN);
-	resetStringInfo(&ctx->buf);
-	appendBinaryStringInfo(&ctx->buf, (const char *) &rec, sizeof(rec));
-	appendBinaryStringInfo(&ctx->buf, blob, snap->size);
-	pc_dump_write(ctx->writer, ctx->buf.data, ctx->buf.len);
+	/* A buried snapshot: nothing written, and nothing of it carried. */
+	if (!snap->buried)
+	{
+		resetStringInfo(&ctx->buf);
+		appendBinaryStringInfo(&ctx->buf, (const char *) &rec, sizeof(rec));
+		appendBinaryStringInfo(&ctx->buf, blob, snap->size);
+		pc_dump_write(ctx->writer, ctx->buf.data, ctx->buf.len);
+	}
 	copy = palloc(sizeof(SnapRecord));
 	memcpy(copy, &rec, sizeof(rec));
 	ctx->written = lappend(ctx->written, copy);
 }
 
-/* Carry over the restore file's records of snapshots not read since. */
+/* Milliseconds from a to b (0 if b is not later). */
+static int64
+ms_between(TimestampTz a, TimestampTz b)
+{
+	long		secs;
+	int			usecs;
+
+	TimestampDifference(a, b, &secs, &usecs);
+	return (int64) secs * 1000 + usecs / 1000;
+}
+
+/*
+ * Carry over the restore file's records of snapshots not read since,
+ * unless buried.  A record's age is counted up to its file's write time:
+ * carried into a newer file, it grows by the time between the two, so
+ * that the rows keep the time they were loaded.
+ */
 static void
 carry_unread(DumpCtx *ctx)
 {
 	PcDumpReader *r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE,
 								   PC_DUMP_SNAPSHOTS);
+	List	   *tombstones;
+	TimestampTz restore_written_at;
+	int64		older_by_ms;
 	char	   *payload;
 	uint32		len;
 
 	if (r == NULL)
 		return;
+	tombstones = read_tombstones();
+	restore_written_at = pc_dump_written_at(r);
+	older_by_ms = ms_between(restore_written_at, ctx->written_at);
 	while (pc_dump_next(r, &payload, &len))
 	{
 		SnapRecord	rec;
@@ -126,29 +435,34 @@ carry_unread(DumpCtx *ctx)
 		rec.name[NAMEDATALEN - 1] = '\0';
 		foreach(lc, ctx->written)
 			live |= same_registration(&rec, lfirst(lc));
-		if (!live && rec.carried < PC_SNAPSHOT_CARRIES)
+		if (!live && rec.carried < PC_SNAPSHOT_CARRIES &&
+			!buried_since(tombstones, &rec, restore_written_at))
 		{
 			/* The restore file was adopted at start: one restart more. */
 			rec.carried++;
+			rec.age_ms = Max(rec.age_ms, 0) + older_by_ms;
 			memcpy(payload, &rec, sizeof(rec));
 			pc_dump_write(ctx->writer, payload, len);
 		}
 		pfree(payload);
 	}
 	pc_dump_close(r);
+	list_free_deep(tombstones);
 }
 
 /*
  * At the scheduler's first start after the server's: the last dump
  * becomes the file reads restore from (a damaged one is removed, said at
  * LOG once).  Without a new dump, the restore file of the last start
- * stays, so a crash before any dump loses nothing.
+ * stays, so a crash before any dump loses nothing.  Tombstones that file
+ * no longer needs are removed.
  */
 void
 pc_snapshots_adopt_dump(void)
 {
 	PcDumpReader *r;
 	struct stat st;
+	TimestampTz written_at = 0;
 
 	if (pc_dump_interval_s < 0)
 		return;
@@ -157,9 +471,18 @@ pc_snapshots_adopt_dump(void)
 							  LOG);
 	r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
 	if (r != NULL)
+	{
+		written_at = pc_dump_written_at(r);
 		pc_dump_close(r);
+	}
 	else if (stat(PC_SNAPSHOTS_RESTORE_FILE, &st) == 0)
 		(void) durable_unlink(PC_SNAPSHOTS_RESTORE_FILE, LOG);
+
+	/*
+	 * Tombstones older than the restore file were known to the scheduler that
+	 * wrote it; with no restore file, none is needed.
+	 */
+	prune_tombstones(r != NULL ? written_at : DT_NOEND);
 }
 
 /* Write the dump of every loaded snapshot (at LOG if it fails). */
@@ -173,18 +496,28 @@ pc_snapshots_dump(void)
 	ctx.writer = pc_dump_begin(PC_SNAPSHOTS_DUMP_FILE, PC_DUMP_SNAPSHOTS);
 	if (ctx.writer == NULL)
 		return;
+	ctx.written_at = GetCurrentTimestamp();
 	initStringInfo(&ctx.buf);
 	ctx.written = NIL;
 	pc_snap_dump_slots(write_snapshot, &ctx, pc_now_ms());
 	carry_unread(&ctx);
-	(void) pc_dump_finish(ctx.writer, NULL);
+
+	/*
+	 * Written, the dump is what a crash restores from: tombstones older than
+	 * it were known when it was (a slot is buried before its tombstone is
+	 * written, and the tombstones were read after written_at).  The restore
+	 * file, older, is kept from this server's slots by their burial.
+	 */
+	if (pc_dump_finish(ctx.writer, NULL))
+		prune_tombstones(ctx.written_at);
 	list_free_deep(ctx.written);
 	pfree(ctx.buf.data);
 }
 
 /*
  * The first read of a slot with no rows: publish the dumped rows of this
- * registration, if the dump has them.  True if it did.
+ * registration, if the dump has them and no tombstone buried them since,
+ * as restored rows (not served before a load was tried).  True if it did.
  */
 bool
 pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
@@ -193,8 +526,8 @@ pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
 	char	   *payload;
 	uint32		len;
 	bool		restored = false;
-	long		secs;
-	int			usecs;
+	bool		found = false;
+	TimestampTz written_at;
 	int64		since_dump_ms;
 
 	if (pc_dump_interval_s < 0 || !pc_snap_take_dump_check(ref))
@@ -202,11 +535,10 @@ pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
 	r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
 	if (r == NULL)
 		return false;
-	TimestampDifference(pc_dump_written_at(r), GetCurrentTimestamp(),
-						&secs, &usecs);
-	since_dump_ms = (int64) secs * 1000 + usecs / 1000;
+	written_at = pc_dump_written_at(r);
+	since_dump_ms = ms_between(written_at, GetCurrentTimestamp());
 
-	while (!restored && pc_dump_next(r, &payload, &len))
+	while (!found && pc_dump_next(r, &payload, &len))
 	{
 		SnapRecord	rec;
 
@@ -214,30 +546,35 @@ pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
 		{
 			memcpy(&rec, payload, sizeof(rec));
 			rec.name[NAMEDATALEN - 1] = '\0';
-			if (rec.dbid == MyDatabaseId && rec.reg_id == reg->id &&
+			found = rec.dbid == MyDatabaseId && rec.reg_id == reg->id &&
 				rec.reg_stamp == reg->stamp &&
 				strcmp(rec.name, reg->name) == 0 &&
-				rec.size == len - sizeof(SnapRecord) && rec.rows >= 0)
-			{
-				char	   *refusal = NULL;
-				int64		loaded_at =
-					pc_now_ms() - rec.age_ms - since_dump_ms;
+				rec.size == len - sizeof(SnapRecord) && rec.rows >= 0;
+		}
+		if (found)
+		{
+			List	   *tombstones = read_tombstones();
+			char	   *refusal = NULL;
+			int64		loaded_at =
+				pc_now_ms() - Max(rec.age_ms, 0) - since_dump_ms;
 
-				if (pc_snap_publish(ref, payload + sizeof(SnapRecord), rec.size,
-									rec.rows, loaded_at,
-									pc_snap_stale_marks(ref), &refusal))
-				{
-					restored = true;
-					SpinLockAcquire(&pc_shared->mutex);
-					pc_shared->loaded_snapshots++;
-					SpinLockRelease(&pc_shared->mutex);
-				}
-				else
-					ereport(LOG,
-							(errmsg("projcache left the dumped rows of snapshot \"%s\" out",
-									reg->name),
-							 errdetail("%s", refusal)));
+			if (buried_since(tombstones, &rec, written_at))
+				restored = false;
+			else if (pc_snap_publish_restored(ref, payload + sizeof(SnapRecord),
+											  rec.size, rec.rows, loaded_at,
+											  &refusal))
+			{
+				restored = true;
+				SpinLockAcquire(&pc_shared->mutex);
+				pc_shared->loaded_snapshots++;
+				SpinLockRelease(&pc_shared->mutex);
 			}
+			else if (refusal != NULL)
+				ereport(LOG,
+						(errmsg("projcache left the dumped rows of snapshot \"%s\" out",
+								reg->name),
+						 errdetail("%s", refusal)));
+			list_free_deep(tombstones);
 		}
 		pfree(payload);
 	}

@@ -46,11 +46,17 @@
  * its query cannot succeed.
  *
  * When a load fails, the worker tells a failing source apart from lost
- * rights by checking the owner's privileges on what the query reads
- * (planned as the owner, range-table permissions checked as the executor
- * would), not by the SQLSTATE: a remote server's 42501 passed on by dblink
- * is a source failure and last-good applies to it, while a local REVOKE
- * from the owner ends the serving of the cached rows.
+ * rights, since last-good applies to the first only.  Lost rights are a
+ * privilege error (42501) raised here, by this server, whatever raised it:
+ * a table's, a column's, a schema's, a function's the query calls directly
+ * or through other functions, another snapshot's grant.  A remote
+ * server's 42501, passed on by dblink or postgres_fdw, is the source's
+ * (dblink_res_error and pgfdw_report_error raise it).  And since a load
+ * may fail for another reason before it reaches what the owner lost, the
+ * worker then also checks the owner's rights on the whole statement as
+ * the owner: parsed, planned, range-table permissions checked and the
+ * executor started (which checks EXECUTE on every function in the plan),
+ * as EXPLAIN would, without running it.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -159,6 +165,10 @@ typedef struct LoadTask
 	/* set by the worker */
 	PcLoadStatus status;
 	int			sqlerrcode;
+	bool		local_privilege;	/* failed with a 42501 of this server */
+	bool		rights_checked; /* the query ran as the owner to its end, or
+								 * the owner's rights were checked after it
+								 * failed: a failure is the source's */
 	bool		timed_out;		/* ended by the timeout it armed */
 	int			timeout_ms;		/* that timeout */
 	char		error[LOAD_ERROR_BYTES];
@@ -508,6 +518,8 @@ run_load(LoadTask *task, const char *sql)
 	}
 	SPI_finish();
 	pc_unbecome(&sw);
+	/* The owner's rights are intact: a refusal below is about memory. */
+	task->rights_checked = true;
 
 	if (!pc_snap_publish(task->ref, rows.data, rows.len, nrows, pc_now_ms(),
 						 task->stale_marks, &refusal))
@@ -517,11 +529,49 @@ run_load(LoadTask *task, const char *sql)
 }
 
 /*
- * After a failed load: does the owner still hold the privileges the query
- * needs?  The statement is planned as the owner and its range table checked
- * as the executor would.  A local privilege error while doing so also says
- * no.  Any other error (an object that cannot be found) says nothing about
- * rights: the source is failing.
+ * Is this error a privilege this server refused (lost rights), rather than
+ * one a remote server refused and dblink or postgres_fdw passed on (a
+ * failing source)?  Anything else raising 42501 here, a function of the
+ * owner's included, counts as lost rights: that errs on the side of not
+ * serving rows.
+ */
+static bool
+is_local_privilege_error(const ErrorData *edata)
+{
+	if (edata->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE)
+		return false;
+	if (edata->funcname != NULL &&
+		(strcmp(edata->funcname, "dblink_res_error") == 0 ||
+		 strcmp(edata->funcname, "pgfdw_report_error") == 0))
+		return false;
+	return true;
+}
+
+/*
+ * Start the executor on a planned statement as EXPLAIN does, without
+ * running it: this checks the range table's permissions and EXECUTE on
+ * every function the plan calls, and raises their errors.
+ */
+static void
+start_without_running(PlannedStmt *stmt, const char *sql)
+{
+	QueryDesc  *qd = CreateQueryDesc(stmt, sql, GetActiveSnapshot(),
+									 InvalidSnapshot, None_Receiver, NULL,
+									 NULL, 0);
+
+	ExecutorStart(qd, EXEC_FLAG_EXPLAIN_ONLY);
+	ExecutorEnd(qd);
+	FreeQueryDesc(qd);
+}
+
+/*
+ * After a load that failed without a privilege error of this server: does
+ * the owner still hold the privileges the statement needs?  It is parsed
+ * and planned as the owner, its range table checked and the executor
+ * started (start_without_running).  A local privilege error while doing so
+ * also says no.  Any other error (an object that cannot be found, a remote
+ * server's refusal while planning) says nothing about rights: the source
+ * is failing.
  */
 static bool
 owner_lost_rights(LoadTask *task, const char *sql)
@@ -549,9 +599,12 @@ owner_lost_rights(LoadTask *task, const char *sql)
 			{
 				PlannedStmt *stmt = lfirst_node(PlannedStmt, lp);
 
-				if (stmt->commandType != CMD_UTILITY &&
-					!pc_exec_check_permissions(stmt, false))
+				if (stmt->commandType == CMD_UTILITY)
+					continue;
+				if (!pc_exec_check_permissions(stmt, false))
 					lost = true;
+				else
+					start_without_running(stmt, sql);
 			}
 		}
 	}
@@ -562,7 +615,7 @@ owner_lost_rights(LoadTask *task, const char *sql)
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
+		if (is_local_privilege_error(edata))
 			lost = true;
 		FreeErrorData(edata);
 	}
@@ -664,6 +717,7 @@ pc_snapshot_load_main(Datum main_arg)
 			edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
 			!get_timeout_active(STATEMENT_TIMEOUT);
 		task->timeout_ms = timeout_ms;
+		task->local_privilege = is_local_privilege_error(edata);
 		task_report(task, PC_LOAD_FAILED, edata->sqlerrcode, edata->message);
 		FreeErrorData(edata);
 	}
@@ -675,9 +729,12 @@ pc_snapshot_load_main(Datum main_arg)
 	MemoryContextSwitchTo(cxt);
 
 	if (task->status == PC_LOAD_FAILED && sql != NULL && !task->timed_out &&
-		task->sqlerrcode != ERRCODE_OUT_OF_MEMORY &&
-		owner_lost_rights(task, sql))
-		task->status = PC_LOAD_REVOKED;
+		!task->rights_checked)
+	{
+		if (task->local_privilege || owner_lost_rights(task, sql))
+			task->status = PC_LOAD_REVOKED;
+		task->rights_checked = true;
+	}
 
 	pgstat_report_activity(STATE_IDLE, NULL);
 	dsm_detach(seg);
@@ -773,7 +830,9 @@ wait_for_worker(BackgroundWorkerHandle *handle)
 /*
  * Load a snapshot in a worker and wait for it.  Returns how it went, with
  * *error (and *sqlerrcode) set unless it succeeded; PC_LOAD_BUSY when no
- * load worker could be had (53400), which says nothing about the source.
+ * load worker could be had (53400), which says nothing about the source;
+ * PC_LOAD_NONE when the worker exited without a report (it failed, and
+ * whether the owner's rights are intact is not known).
  * A cancel or timeout of this backend, or of the load (statement_timeout),
  * terminates the worker and is raised as usual; so is a load requested
  * where it must not start (refuse_nested_load).
@@ -883,12 +942,15 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 	*error = NULL;
 	if (result == PC_LOAD_NONE)
 	{
-		result = PC_LOAD_FAILED;
+		/* failed, and the owner's rights unchecked: see PcLoadStatus */
 		*sqlerrcode = ERRCODE_INTERNAL_ERROR;
 		*error = pstrdup("the snapshot load worker exited before reporting; see the server log");
 	}
 	else if (result != PC_LOAD_OK)
 		*error = pstrdup(task->error);
+	/* It failed and exited before checking the owner's rights. */
+	if (result == PC_LOAD_FAILED && !task->rights_checked)
+		result = PC_LOAD_NONE;
 	dsm_detach(seg);
 	return result;
 }

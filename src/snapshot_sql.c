@@ -118,12 +118,21 @@ load_and_publish(SnapReg *reg, PcSnapRef ref, char **error, int *sqlerrcode)
 
 /*
  * The owner lost what the query needs (or the snapshot lost its view): the
- * cached rows are dropped and readers get this error.
+ * cached rows are dropped at once, and neither the next dump nor the files
+ * written before may give them back (a tombstone, snapshot_dump.c).
  */
+static void
+drop_for_lost_rights(SnapReg *reg, PcSnapRef ref, const char *error)
+{
+	if (pc_snap_record_lost_rights(ref, error, pc_now_ms()))
+		pc_snapshot_bury(reg);
+}
+
+/* The same, and readers get this error. */
 static void
 report_revoked(SnapReg *reg, PcSnapRef ref, const char *error, int sqlerrcode)
 {
-	(void) pc_snap_record_failure(ref, error, pc_now_ms(), true);
+	drop_for_lost_rights(reg, ref, error);
 	ereport(ERROR,
 			(errcode(sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ||
 					 sqlerrcode == ERRCODE_UNDEFINED_OBJECT ||
@@ -198,6 +207,37 @@ report_dropped(SnapReg *reg)
 }
 
 /*
+ * The slot holds rows restored from the dump, and this read did not try
+ * the load that must come before they are served: status says why (NONE:
+ * no load was tried here, or its worker did not report).
+ */
+static void
+report_awaiting_load(SnapReg *reg, PcLoadStatus status, const char *error)
+{
+	if (status == PC_LOAD_BUSY)
+		report_no_load_worker(reg, error);
+	if (error != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("snapshot \"%s\" unavailable; its load failed", reg->name),
+				 errdetail("%s", error),
+				 errhint("Its rows from before the restart are served once a load as its owner has been tried.")));
+	if (!may_load())
+		ereport(ERROR,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("snapshot \"%s\" unavailable; it is not loaded yet",
+						reg->name),
+				 errdetail("Its rows from before the restart are served once a load as its owner has been tried, and a transaction that has written data does not load snapshots."),
+				 errhint("Read the snapshot before writing, or outside this transaction.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+			 errmsg("snapshot \"%s\" unavailable; it is being loaded",
+					reg->name),
+			 errdetail("Its rows from before the restart are served once a load as its owner has been tried, and another session is trying it."),
+			 errhint("Retry once that load has finished.")));
+}
+
+/*
  * Free the slots of this database whose registration is gone (dropped by
  * hand, or lost with a restored registry), so that running short of slots
  * is never permanent.  Slots of registrations never committed cannot
@@ -252,7 +292,11 @@ acquire_slot(SnapReg *reg)
  * path within the TTL; after a first success, one refresher (the lease
  * holder) while everyone else is served the last good rows, which stay
  * after a failing refresh but not after lost rights; before any success,
- * one cold load per TTL window, and PC001 for the others.
+ * one cold load per TTL window, and PC001 for the others.  Rows restored
+ * from the dump are stale and are served only once a load as the owner
+ * was tried (snapshot_dump.c says why): the read that restores them, or
+ * the next one to get the lease, loads at once, and the others get PC001
+ * meanwhile.
  */
 void
 pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
@@ -304,15 +348,25 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 			pc_snap_lease_drop(ref);
 			if (status == PC_LOAD_REVOKED)
 				report_revoked(reg, ref, error, sqlerrcode);
-			if (status == PC_LOAD_FAILED)
-				warn_refresh_failed(reg, error,
-									pc_snap_record_failure(ref, error,
-														   pc_now_ms(), false));
-			if (status == PC_LOAD_BUSY)
+			/* (NONE with an error: the worker did not report) */
+			if (status == PC_LOAD_FAILED ||
+				(status == PC_LOAD_NONE && error != NULL))
+			{
+				bool		checked = status == PC_LOAD_FAILED;
+				int64		age = pc_snap_record_failure(ref, error,
+														 pc_now_ms(), checked);
+
+				/* (none served: restored rows whose load did not report) */
+				if (age >= 0)
+					warn_refresh_failed(reg, error, age);
+			}
+			if (status == PC_LOAD_BUSY && !pc_snap_awaits_load(ref))
 				warn_no_load_worker(reg, error);
 		}
 		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 			return;
+		if (pc_snap_awaits_load(ref))
+			report_awaiting_load(reg, status, error);
 		report_dropped(reg);
 	}
 
@@ -368,10 +422,18 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		pc_snap_cold_unclaim(ref, now, prev_attempt);
 		report_no_load_worker(reg, error);
 	}
-	/* No rows to drop yet: lost rights fail like the source, with PC001. */
+
+	/*
+	 * No rows to drop yet: lost rights fail like the source, with PC001, and
+	 * bury the registration's dumped rows.
+	 */
+	if (status == PC_LOAD_REVOKED)
+		drop_for_lost_rights(reg, ref, error);
+	else if (status != PC_LOAD_OK)
+		(void) pc_snap_record_failure(ref, error, pc_now_ms(),
+									  status == PC_LOAD_FAILED);
 	if (status != PC_LOAD_OK)
 	{
-		(void) pc_snap_record_failure(ref, error, pc_now_ms(), false);
 		ereport(ERROR,
 				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
 				 errmsg("snapshot \"%s\" unavailable; its first load failed",
@@ -511,6 +573,7 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 	PcSnapRef	ref;
 	char	   *error = NULL;
 	int			sqlerrcode = 0;
+	PcLoadStatus status;
 
 	pc_require_loaded();
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
@@ -525,7 +588,15 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 	/* The standbys load it again on their next read, whatever happens here. */
 	pc_wal_log_refresh(MyDatabaseId, reg->name);
 	ref = acquire_slot(reg);
-	switch (load_and_publish(reg, ref, &error, &sqlerrcode))
+
+	/*
+	 * Rows from before a restart, as a read would find them: the last good
+	 * ones should the source fail, and buried with the others if the owner
+	 * lost its rights.
+	 */
+	(void) pc_snapshot_restore(reg, ref);
+	status = load_and_publish(reg, ref, &error, &sqlerrcode);
+	switch (status)
 	{
 		case PC_LOAD_OK:
 			PG_RETURN_BOOL(true);
@@ -539,7 +610,8 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 			break;
 	}
 	warn_refresh_failed(reg, error,
-						pc_snap_record_failure(ref, error, pc_now_ms(), false));
+						pc_snap_record_failure(ref, error, pc_now_ms(),
+											   status == PC_LOAD_FAILED));
 	PG_RETURN_BOOL(false);
 }
 
@@ -835,7 +907,8 @@ projcache_snapshots(PG_FUNCTION_ARGS)
 			status = "failing";
 		else if (!has_slot || !info.loaded)
 			status = "cold";
-		else if (!info.marked_stale && now - info.loaded_at_ms < r->ttl_ms)
+		else if (!info.marked_stale && !info.restored &&
+				 now - info.loaded_at_ms < r->ttl_ms)
 			status = "fresh";
 		else
 			status = "stale";

@@ -100,6 +100,14 @@ typedef struct PcSnapSlot
 	uint64		stale_marks;	/* times it was so marked, ever */
 	bool		dump_checked;	/* the dump was looked at for its rows
 								 * (snapshot_dump.c) */
+	bool		restored;		/* the rows came from the dump and no load as
+								 * the owner was tried since: not served */
+	bool		buried;			/* rows dropped for lost rights: the dump
+								 * keeps none of this registration's, and
+								 * restores none (until rows are loaded) */
+	bool		tombstone_due;	/* a file may hold its rows, written after its
+								 * last tombstone (or in an earlier server
+								 * lifetime): burying it writes one */
 } PcSnapSlot;
 
 static PcSnapSlot *
@@ -228,6 +236,9 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	s->marked_stale = false;
 	s->stale_marks = 0;
 	s->dump_checked = false;
+	s->restored = false;
+	s->buried = false;
+	s->tombstone_due = true;
 	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
 	pg_atomic_write_u32(&s->lease_pid, 0);
@@ -724,7 +735,9 @@ choose_copy(int index, uint64 generation)
 
 /*
  * Copy the rows out, if the slot holds a snapshot (and, with only_fresh,
- * one fetched within ttl_ms).  The copy is made under the slot's shared
+ * one fetched within ttl_ms) that may be served: rows restored from the
+ * dump are not, until a load as the owner was tried (pc_snap_awaits_load).
+ * The copy is made under the slot's shared
  * lock with an allocation that cannot raise an ERROR; the caller returns
  * rows from it holding no lock.  *blob stays valid until the next call,
  * or, if the caller pins it (pc_snap_pin_copy), until it is unpinned: a
@@ -742,6 +755,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 
 	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
+		!s->restored &&
 		(!only_fresh || (!s->marked_stale && now - s->fetched_at_ms < ttl_ms)))
 	{
 		LocalCopy  *lc = choose_copy(ref.index, ref.generation);
@@ -900,7 +914,10 @@ pc_snap_trim_local_copy(void)
  * ----------------------------------------------------------------
  */
 
-/* Is the snapshot loaded, and fetched within ttl_ms? */
+/*
+ * Is the snapshot loaded (restored rows count), and fetched within ttl_ms
+ * (restored rows never are)?
+ */
 bool
 pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
 {
@@ -909,9 +926,28 @@ pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
 
 	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
 	*loaded = s->generation == ref.generation && DsaPointerIsValid(s->data);
-	fresh = *loaded && !s->marked_stale && now - s->fetched_at_ms < ttl_ms;
+	fresh = *loaded && !s->restored && !s->marked_stale &&
+		now - s->fetched_at_ms < ttl_ms;
 	LWLockRelease(slot_lock(ref.index));
 	return fresh;
+}
+
+/*
+ * Does the slot hold rows restored from the dump that no load as the owner
+ * has vouched for yet?  They are not served until one was tried: only a
+ * load knows whether the owner may still read them.
+ */
+bool
+pc_snap_awaits_load(PcSnapRef ref)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	bool		awaits;
+
+	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	awaits = s->generation == ref.generation && DsaPointerIsValid(s->data) &&
+		s->restored;
+	LWLockRelease(slot_lock(ref.index));
+	return awaits;
 }
 
 /*
@@ -1138,19 +1174,22 @@ charge(PcSnapRef ref, Oid owner, bool exempt, Size footprint,
 }
 
 /*
- * Publish freshly loaded rows.  The chunk is allocated and filled before
- * the lock is taken; the swap itself is a few stores.  Returns false, with
- * nothing changed and *refusal saying why, if the rows do not fit: in
- * projcache.snapshot_memory, in their owner's share of it, or in the
- * area's free pages.  Until the swap the new rows exist beside the old
- * ones, so a refresh needs room for both.  stale_marks is
- * pc_snap_stale_marks() from before the load's query: if redo marked the
- * slot since, the query may have missed what the mark stands for, so the
- * new rows stay stale.  Runs in a transaction (it looks the owner up).
+ * Swap rows into slot ref: freshly loaded ones, or (restored) ones from the
+ * dump, which fill only a slot that has none and is not buried, and which
+ * are not served until a load as the owner was tried.  The chunk is
+ * allocated and filled before the lock is taken; the swap itself is a few
+ * stores.  Returns false, with nothing changed and *refusal saying why, if
+ * the rows do not fit: in projcache.snapshot_memory, in their owner's
+ * share of it, or in the area's free pages.  Until the swap the new rows
+ * exist beside the old ones, so a refresh needs room for both.
+ * *published says whether they were swapped in (not if the slot was
+ * reassigned meanwhile, or, for restored rows, filled or buried).  Runs in
+ * a transaction (it looks the owner up).
  */
-bool
-pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
-				int64 now, uint64 stale_marks, char **refusal)
+static bool
+publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
+			 int64 now, uint64 stale_marks, bool restored, char **refusal,
+			 bool *published)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 	Size		bytes = Max(size, 1);
@@ -1164,10 +1203,10 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 	Size		old_bytes = 0;
 	dsa_pointer old_error = InvalidDsaPointer;
 	Size		old_error_bytes = 0;
-	bool		published = false;
 
 	Assert(IsTransactionState());
 	*refusal = NULL;
+	*published = false;
 	do
 	{
 		owner = slot_owner(ref);
@@ -1213,7 +1252,8 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 	memcpy(dsa_get_address(pc_area(), dp), blob, size);
 
 	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
-	if (s->generation == ref.generation)
+	if (s->generation == ref.generation &&
+		(!restored || (!s->buried && !DsaPointerIsValid(s->data))))
 	{
 		old_data = s->data;
 		old_bytes = s->data_bytes;
@@ -1230,14 +1270,18 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		s->last_error = InvalidDsaPointer;
 		s->last_error_bytes = 0;
 		s->error_unstored = false;
+		s->restored = restored;
+		/* Rows the owner could load: its rights are back. */
+		if (!restored)
+			s->buried = false;
 		pg_atomic_write_u64(&s->last_attempt_ms, (uint64) now);
-		published = true;
+		*published = true;
 	}
 	LWLockRelease(slot_lock(ref.index));
 
-	if (!published)
+	if (!*published)
 	{
-		/* dropped meanwhile: discard ours */
+		/* dropped, filled or buried meanwhile: discard ours */
 		free_rows(dp, bytes);
 		uncharge(ref, footprint);
 	}
@@ -1251,15 +1295,51 @@ pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
 }
 
 /*
- * A load failed: count it, keep its message, and note the attempt so a
- * failing source is queried at most once per TTL.  Returns the age in ms
- * of the snapshot still served (-1 if none).  With drop_rows (the owner
- * lost the rights the query needs), the cached rows are let go of too:
- * last-good is for a failing source, not for lost rights.
+ * Publish freshly loaded rows (see publish_rows).  stale_marks is
+ * pc_snap_stale_marks() from before the load's query: if redo marked the
+ * slot since, the query may have missed what the mark stands for, so the
+ * new rows stay stale.
  */
-int64
-pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
-					   bool drop_rows)
+bool
+pc_snap_publish(PcSnapRef ref, const char *blob, Size size, int64 rows,
+				int64 now, uint64 stale_marks, char **refusal)
+{
+	bool		published;
+
+	return publish_rows(ref, blob, size, rows, now, stale_marks, false,
+						refusal, &published);
+}
+
+/*
+ * Publish rows restored from the dump, loaded at loaded_at (their true
+ * age), into a slot that has none: true if they were.  They are stale and
+ * are not served until a load as the owner was tried.  False with
+ * *refusal set if they do not fit; false with *refusal NULL if the slot
+ * got rows meanwhile, or was buried.
+ */
+bool
+pc_snap_publish_restored(PcSnapRef ref, const char *blob, Size size,
+						 int64 rows, int64 loaded_at, char **refusal)
+{
+	bool		published;
+
+	(void) publish_rows(ref, blob, size, rows, loaded_at,
+						pc_snap_stale_marks(ref), true, refusal, &published);
+	return published;
+}
+
+/*
+ * Note a failed attempt in the slot, under its exclusive lock: count it,
+ * keep its message, and note the attempt so a failing source is queried at
+ * most once per TTL.  With lost_rights the rows are dropped and the slot
+ * buried; *tombstone says whether a tombstone is due.  Otherwise, rows
+ * restored from the dump become the last good ones if the load was one as
+ * the owner that found its rights intact (rights_checked).  Returns the age
+ * in ms of the rows still served (-1 if none).
+ */
+static int64
+note_failure(PcSnapRef ref, const char *message, int64 now,
+			 bool lost_rights, bool rights_checked, bool *tombstone)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 	Size		bytes;
@@ -1270,12 +1350,13 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
 	Size		old_data_bytes = 0;
 	int64		age = -1;
 
+	*tombstone = false;
 	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
 	{
 		s->refresh_errors++;
 		s->last_failed = true;
-		if (drop_rows && DsaPointerIsValid(s->data))
+		if (lost_rights)
 		{
 			old_data = s->data;
 			old_data_bytes = s->data_bytes;
@@ -1285,8 +1366,16 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
 			s->version++;
 			s->loaded_at_ms = 0;
 			s->fetched_at_ms = 0;
+			s->restored = false;
+			/* nor may the dump give them back */
+			s->dump_checked = true;
+			s->buried = true;
+			*tombstone = s->tombstone_due;
+			s->tombstone_due = false;
 		}
-		if (DsaPointerIsValid(s->data))
+		else if (rights_checked)
+			s->restored = false;
+		if (DsaPointerIsValid(s->data) && !s->restored)
 		{
 			/* last good rows serve for a TTL before the next attempt */
 			s->fetched_at_ms = now;
@@ -1311,6 +1400,43 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
 		uncharge(ref, pc_dsa_footprint(old_data_bytes));
 	}
 	return age;
+}
+
+/*
+ * A load failed with the source, not the owner's rights, to blame: the
+ * cached rows are the last good ones.  rights_checked says the load worker
+ * ran the query as the owner and checked its rights after the failure;
+ * rows restored from the dump become servable only then.  Returns the age
+ * in ms of the rows still served, or -1 if none are.
+ */
+int64
+pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
+					   bool rights_checked)
+{
+	bool		tombstone;
+
+	return note_failure(ref, message, now, false, rights_checked,
+						&tombstone);
+}
+
+/*
+ * The owner lost the rights its query needs: the cached rows are let go
+ * of at once (last-good is for a failing source, not for lost rights), and
+ * the slot is buried: no dump keeps or carries this registration's rows,
+ * and the dump is not looked at for them again, until a load succeeds.
+ * True if a file may hold its rows that was written after the slot's last
+ * tombstone, or in an earlier server lifetime: the caller then writes the
+ * tombstone that outlives a crash (pc_snapshot_bury).  So a role that
+ * loses and regains its rights over and over writes at most one tombstone
+ * per dump of its rows.
+ */
+bool
+pc_snap_record_lost_rights(PcSnapRef ref, const char *message, int64 now)
+{
+	bool		tombstone;
+
+	(void) note_failure(ref, message, now, true, true, &tombstone);
+	return tombstone;
 }
 
 /* ----------------------------------------------------------------
@@ -1344,6 +1470,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	info->bytes = info->loaded ? s->data_bytes : 0;
 	info->loaded_at_ms = s->loaded_at_ms;
 	info->marked_stale = s->marked_stale;
+	info->restored = info->loaded && s->restored;
 	last_attempt = (int64) pg_atomic_read_u64(&s->last_attempt_ms);
 	info->attempted = last_attempt != PC_NEVER;
 	info->last_attempt_ms = last_attempt;
@@ -1373,7 +1500,8 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 
 /*
  * Should the dump be looked at for this slot's rows?  Once per slot and
- * generation, and only while it has none: true for the first caller.
+ * generation, and only while it has none and is not buried: true for the
+ * first caller.
  */
 bool
 pc_snap_take_dump_check(PcSnapRef ref)
@@ -1385,7 +1513,7 @@ pc_snap_take_dump_check(PcSnapRef ref)
 	if (s->generation == ref.generation && !s->dump_checked)
 	{
 		s->dump_checked = true;
-		take = !DsaPointerIsValid(s->data);
+		take = !DsaPointerIsValid(s->data) && !s->buried;
 	}
 	LWLockRelease(slot_lock(ref.index));
 	return take;
@@ -1395,6 +1523,10 @@ pc_snap_take_dump_check(PcSnapRef ref)
  * Hand each loaded snapshot to emit(): which registration it caches, its
  * rows' age, and a copy of its rows (made under the slot's lock, with an
  * allocation that fails quietly: a slot that cannot be copied is left out).
+ * A buried slot is handed over too, with no rows (blob NULL), so that the
+ * dump carries none of its registration's.  A slot whose rows are dumped
+ * is due a tombstone should it be buried later (noted before the copy, so
+ * that a burial in between writes one).
  */
 void
 pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
@@ -1424,6 +1556,10 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 		if (!OidIsValid(snap.dbid))
 			continue;
 
+		LWLockAcquire(slot_lock(i), LW_EXCLUSIVE);
+		if (s->generation == generation && DsaPointerIsValid(s->data))
+			s->tombstone_due = true;
+		LWLockRelease(slot_lock(i));
 		LWLockAcquire(slot_lock(i), LW_SHARED);
 		if (s->generation == generation && DsaPointerIsValid(s->data))
 		{
@@ -1438,11 +1574,12 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 				snap.age_ms = Max(now - s->loaded_at_ms, 0);
 			}
 		}
+		else if (s->generation == generation && s->buried)
+			snap.buried = true;
 		LWLockRelease(slot_lock(i));
-		if (blob != NULL)
-		{
+		if (blob != NULL || snap.buried)
 			emit(&snap, blob, arg);
+		if (blob != NULL)
 			pfree(blob);
-		}
 	}
 }

@@ -57,7 +57,7 @@ sub check_after_crash
 	is( $node->safe_psql(
 			'postgres',
 			"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-		'1.2',
+		'1.2.1',
 		"$what: the extension is still installed");
 	is($node->safe_psql('postgres', 'SHOW projcache.fetch_function'),
 		'public.fetch', "$what: the fetch function setting survived");

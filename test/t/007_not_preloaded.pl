@@ -132,7 +132,7 @@ is($rc, 0, 'with shared_preload_libraries, CREATE EXTENSION projcache works')
 is( $node->safe_psql(
 		'postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.2',
+	'1.2.1',
 	'the extension is installed');
 
 my $pid = wait_for_worker($node);

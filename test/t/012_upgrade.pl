@@ -1,8 +1,9 @@
 # Copyright (c) 2026, projcache developers
 #
 # Upgrading from 1.0: CREATE EXTENSION projcache VERSION '1.0', then
-# ALTER EXTENSION projcache UPDATE (1.0 -> 1.1.1 -> 1.2, through the direct
-# update to 1.1.1, which does what 1.0 -> 1.0.1 -> 1.1 -> 1.1.1 does).
+# ALTER EXTENSION projcache UPDATE (1.0 -> 1.1.1 -> 1.2 -> 1.2.1, through
+# the direct update to 1.1.1, which does what 1.0 -> 1.0.1 -> 1.1 -> 1.1.1
+# does).
 #
 # - The newest library serves a database whose SQL is still 1.0: a snapshot
 #   registered and read there loads.
@@ -25,9 +26,17 @@
 #   version line included; also each member's definition (functions,
 #   views, the registry's columns, defaults, constraints and indexes) and
 #   description, and the configuration tables pg_dump dumps.
-# - The other ways to 1.2 give the same: through the direct update from
-#   1.0.1, from 1.1, from 1.1.1, and the single steps 1.0 -> 1.0.1 -> 1.1 ->
-#   1.1.1 -> 1.2.
+# - The other ways to 1.2.1 give the same: through the direct update from
+#   1.0.1, from 1.1, from 1.1.1, from 1.2, and the single steps 1.0 ->
+#   1.0.1 -> 1.1 -> 1.1.1 -> 1.2 -> 1.2.1.
+# - From 1.2.1 on the views read functions of versioned names
+#   (entries_1_2_1(), ...), and the update keeps the unversioned ones: views
+#   that a non-owner role made in 1.2 on projcache.entries() and on the
+#   entries view (and on stats(), snapshots(), lookup()) do not block the
+#   update to 1.2.1 and work after it, as the role's reads of the
+#   extension's views do (the grants on a function behind a view are
+#   copied to its new name).  A fresh install has the unversioned
+#   functions too; the DBA grants on the new names what the update copies.
 
 use strict;
 use warnings;
@@ -85,6 +94,16 @@ SET ROLE ops;
 GRANT EXECUTE ON FUNCTION projcache.stats() TO monitor;
 RESET ROLE;
 GRANT SELECT ON projcache.stats TO pg_monitor;
+};
+
+# On a fresh 1.2.1, the same grants on the functions the views read: what
+# the update copies there from the unversioned functions.
+my $common_versioned = q{
+GRANT EXECUTE ON FUNCTION projcache.stats_1_2_1(), projcache.entries_1_2_1() TO app;
+GRANT EXECUTE ON FUNCTION projcache.stats_1_2_1() TO ops WITH GRANT OPTION;
+SET ROLE ops;
+GRANT EXECUTE ON FUNCTION projcache.stats_1_2_1() TO monitor;
+RESET ROLE;
 };
 
 # ---------------------------------------------------------------------------
@@ -161,7 +180,7 @@ like($err, qr/snapshot "gone" could not be bound to a view/,
 	'the registration that cannot be bound is reported');
 is($node->safe_psql('old_db',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.2', 'old_db is at 1.2');
+	'1.2.1', 'old_db is at 1.2.1');
 
 # ---------------------------------------------------------------------------
 # What the server had cached, and the registrations, survive the update.
@@ -179,7 +198,7 @@ is( $node->safe_psql(
 		"SELECT string_agg(k || '=' || projcache.get(k)::text, ',' ORDER BY k)"
 		  . " FROM unnest(ARRAY[$keylist]) AS k"),
 	'upg-1={"id": 1},upg-2={"id": 2},upg-3={"id": 3}',
-	'get() of the 1.2 SQL reads them');
+	'get() of the 1.2.1 SQL reads them');
 is( $node->safe_psql('old_db', $counters_query),
 	join('|',
 		$fetch_calls_before, $fetch_requests_before, $fetched_keys_before,
@@ -280,6 +299,7 @@ like($dump, qr/GRANT SELECT ON TABLE projcache\.entries TO app;/,
 # ---------------------------------------------------------------------------
 $node->safe_psql('fresh_db', 'CREATE EXTENSION projcache');
 $node->safe_psql('fresh_db', $common);
+$node->safe_psql('fresh_db', $common_versioned);
 $node->safe_psql(
 	'fresh_db', q{
 SET ROLE snap_owner;
@@ -436,8 +456,8 @@ for my $db ('old_db', 'fresh_db')
 	$dx{$db} = $stdout;
 }
 # (18's \dx has a "Default version" column too)
-like($dx{old_db}, qr/^ projcache \| 1\.2 +\|(?: 1\.2 +\|)? projcache \|/m,
-	'\dx shows old_db at 1.2');
+like($dx{old_db}, qr/^ projcache \| 1\.2\.1 +\|(?: 1\.2\.1 +\|)? projcache \|/m,
+	'\dx shows old_db at 1.2.1');
 like($dx{old_db}, qr/Objects in extension "projcache"/,
 	'\dx+ lists the members');
 is($dx{old_db}, $dx{fresh_db}, '\dx and \dx+ projcache equal a fresh install\'s');
@@ -453,17 +473,18 @@ like($err, qr/permission denied for function stats/,
 	'the grant ops made keeps ops as its grantor: revoking its option cascades to it');
 
 # ---------------------------------------------------------------------------
-# The other ways to 1.2 end in the same place: the direct updates from
-# 1.0.1 and from 1.1 to 1.1.1, then 1.2, the update from 1.1.1, and the
-# whole chain of single steps from 1.0.
+# The other ways to 1.2.1 end in the same place: the direct updates from
+# 1.0.1 and from 1.1 to 1.1.1, then 1.2 and 1.2.1, the updates from 1.1.1
+# and from 1.2, and the whole chain of single steps from 1.0.
 # Each is compared with the fresh install on what the DBA's grants and a
 # registration leave.
 # ---------------------------------------------------------------------------
 my %paths = (
-	'from_101' => [ '1.0.1', [ '1.1.1', '1.2' ] ],
-	'from_11' => [ '1.1', [ '1.1.1', '1.2' ] ],
-	'from_111' => [ '1.1.1', [ '1.2' ] ],
-	'chain' => [ '1.0', [ '1.0.1', '1.1', '1.1.1', '1.2' ] ]);
+	'from_101' => [ '1.0.1', [ '1.1.1', '1.2', '1.2.1' ] ],
+	'from_11' => [ '1.1', [ '1.1.1', '1.2', '1.2.1' ] ],
+	'from_111' => [ '1.1.1', [ '1.2', '1.2.1' ] ],
+	'from_12' => [ '1.2', [ '1.2.1' ] ],
+	'chain' => [ '1.0', [ '1.0.1', '1.1', '1.1.1', '1.2', '1.2.1' ] ]);
 for my $db (sort keys %paths)
 {
 	my ($from, $steps) = @{ $paths{$db} };
@@ -485,6 +506,96 @@ SELECT projcache.create_snapshot('grants',
 			$node->safe_psql('fresh_db', $compare{$what}),
 			"$way: $what equal a fresh install's");
 	}
+}
+
+# ---------------------------------------------------------------------------
+# Objects of a non-owner role on the extension's functions and views do not
+# block the update from 1.2, and work after it.  (1.1.1 -> 1.2 dropped
+# entries() and stats(): such a view made it fail.)
+# ---------------------------------------------------------------------------
+my $user_views = q{
+SET ROLE viewer;
+CREATE VIEW public.my_entries AS SELECT key FROM projcache.entries();
+CREATE VIEW public.my_entries_view AS SELECT key, state FROM projcache.entries;
+CREATE VIEW public.my_stats AS SELECT hits FROM projcache.stats();
+CREATE VIEW public.my_snapshots AS SELECT name, status FROM projcache.snapshots();
+CREATE VIEW public.my_snapshots_view AS SELECT name FROM projcache.snapshots;
+CREATE VIEW public.my_lookup AS SELECT state FROM projcache.lookup('upg-1');
+CREATE FUNCTION public.my_count() RETURNS bigint LANGUAGE sql
+	BEGIN ATOMIC SELECT count(*) FROM projcache.entries(); END;
+RESET ROLE;
+};
+my $user_reads = q{
+SET ROLE viewer;
+SELECT count(*) > 0 FROM public.my_entries WHERE key LIKE 'upg-%';
+SELECT count(*) > 0 FROM public.my_entries_view WHERE key LIKE 'upg-%';
+SELECT count(*) FROM public.my_stats;
+SELECT count(*) FROM public.my_snapshots_view WHERE name = 'grants';
+SELECT count(*) FROM public.my_snapshots WHERE name = 'grants';
+SELECT state FROM public.my_lookup;
+SELECT public.my_count() > 0;
+SELECT count(*) > 0 FROM projcache.entries WHERE key LIKE 'upg-%';
+SELECT count(*) FROM projcache.stats;
+SELECT count(*) FROM projcache.snapshots WHERE name = 'grants';
+};
+my $user_reads_out = "t\nt\n1\n1\n1\nenabled\nt\nt\n1\n1";
+
+$node->safe_psql('postgres', 'CREATE ROLE viewer');
+for my $from ('1.1.1', '1.2')
+{
+	my $db = 'views_' . ($from =~ s/\./_/gr);
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, "CREATE EXTENSION projcache VERSION '$from'");
+	$node->safe_psql(
+		$db, q{
+CREATE TABLE public.grants (user_id int, audience text);
+GRANT SELECT ON public.grants TO viewer;
+GRANT USAGE ON SCHEMA projcache TO viewer;
+GRANT CREATE ON SCHEMA public TO viewer;
+GRANT EXECUTE ON FUNCTION projcache.entries(), projcache.stats(),
+	projcache.snapshots(), projcache.lookup(text, interval),
+	projcache.create_snapshot, projcache.snapshot(text) TO viewer;
+GRANT SELECT ON projcache.entries, projcache.stats, projcache.snapshots TO viewer;
+SET ROLE viewer;
+SELECT projcache.create_snapshot('grants', 'SELECT user_id, audience FROM public.grants', '1h');
+});
+	$node->safe_psql($db, $user_views);
+	is($node->safe_psql($db, $user_reads), $user_reads_out,
+		"$from: a non-owner role's views on the functions and views read");
+
+	my ($rc, $out, $err) =
+	  $node->psql($db, 'ALTER EXTENSION projcache UPDATE');
+	if ($from eq '1.1.1')
+	{
+		isnt($rc, 0, '1.1.1: such views block the update to 1.2 (it drops entries())');
+		like($err, qr/cannot drop (?:view|function) (?:projcache\.)?(?:entries|stats)(?:\(\))? because other objects depend on it/,
+			'1.1.1: the update says so');
+		next;
+	}
+	is($rc, 0, "$from: ALTER EXTENSION projcache UPDATE succeeds with them")
+	  or diag($err);
+	is( $node->safe_psql(
+			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
+		'1.2.1', "$from: updated to 1.2.1");
+	is($node->safe_psql($db, $user_reads), $user_reads_out,
+		"$from: after the update, the role's views and its reads of the extension's views work");
+	is( $node->safe_psql(
+			$db, q{
+SELECT string_agg(c.relname || ':' || p.proname, ',' ORDER BY c.relname)
+  FROM pg_rewrite r
+  JOIN pg_class c ON c.oid = r.ev_class
+  JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+  JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
+ WHERE c.relnamespace = 'projcache'::regnamespace}),
+		'entries:entries_1_2_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1',
+		"$from: the extension's views read the versioned functions");
+	is( $node->safe_psql(
+			$db, q{
+SELECT count(*) FROM pg_proc
+ WHERE pronamespace = 'projcache'::regnamespace
+   AND proname IN ('entries', 'stats', 'snapshots', 'entries_1_2_1', 'stats_1_2_1', 'snapshots_1_2_1')
+   AND aclcontains(proacl, makeaclitem(0, proowner, 'EXECUTE', false))}),
+		'0', "$from: none of those functions is PUBLIC's");
 }
 
 $node->stop;

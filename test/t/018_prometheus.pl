@@ -103,7 +103,7 @@ foreach my $db ('postgres', 'prom_app')
 	$node->safe_psql(
 		$db, q{
 GRANT USAGE ON SCHEMA projcache TO projcache_monitor;
-GRANT EXECUTE ON FUNCTION projcache.stats(), projcache.snapshots() TO projcache_monitor;
+GRANT EXECUTE ON FUNCTION projcache.stats_1_2_1(), projcache.snapshots_1_2_1() TO projcache_monitor;
 GRANT SELECT ON projcache.stats, projcache.snapshots TO projcache_monitor;
 });
 }

@@ -59,6 +59,12 @@ SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
  WHERE target = '1.2' AND path IS NOT NULL ORDER BY source}),
 	"1.0 -> 1.0--1.1.1--1.2\n1.0.1 -> 1.0.1--1.1.1--1.2\n1.1 -> 1.1--1.1.1--1.2\n1.1.1 -> 1.1.1--1.2",
 	'updates to 1.2 go through 1.1.1 the same way');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
+ WHERE target = '1.2.1' AND path IS NOT NULL ORDER BY source}),
+	"1.0 -> 1.0--1.1.1--1.2--1.2.1\n1.0.1 -> 1.0.1--1.1.1--1.2--1.2.1\n1.1 -> 1.1--1.1.1--1.2--1.2.1\n1.1.1 -> 1.1.1--1.2--1.2.1\n1.2 -> 1.2--1.2.1",
+	'updates to 1.2.1 go through 1.2');
 
 # A database where mallory may create schemas, and the sequence pwn()
 # counts its calls in.
@@ -256,7 +262,7 @@ my ($rc, $out, $err) =
   $node->psql('shared_update', 'ALTER EXTENSION projcache UPDATE');
 is($rc, 0, "(b') the update from 1.0 in a superuser's schema completes");
 unlike($err, qr/hostile code ran/, "(b') without running mallory's code");
-is(extversion('shared_update'), '1.2', "(b') projcache is at 1.2");
+is(extversion('shared_update'), '1.2.1', "(b') projcache is at 1.2.1");
 is($node->safe_psql('shared_update', $registry_default),
 	"nextval('projcache.snapshot_registry_id_seq'::regclass)|0",
 	"(b') the registry's id default is pg_catalog.nextval(regclass) again");
@@ -281,6 +287,63 @@ SELECT count(*) FROM pg_proc
 	"(b') mallory's default privilege gave PUBLIC none of the extension's functions");
 assert_nothing_ran('shared_install', "(b') install");
 
+# The update from 1.2 to 1.2.1 in such a schema: mallory plants, besides
+# the shapes above, a table named like its temporary table, a better
+# aclexplode(), and functions of the new versioned names with a default
+# argument (which would make the views' calls ambiguous, or capture them).
+for my $case ('shapes', 'versioned names')
+{
+	my $db = $case eq 'shapes' ? 'shared_update_12' : 'shared_update_12_names';
+	new_db($db);
+	$node->safe_psql($db,
+		'CREATE SCHEMA projcache; GRANT USAGE, CREATE ON SCHEMA projcache TO mallory');
+	$node->safe_psql($db, "CREATE EXTENSION projcache VERSION '1.2'");
+	as_mallory($db, $pwn . $oid_regprocedure . $others . $nextval . q{
+CREATE TABLE projcache.projcache_copied_acls (objid oid, acl aclitem[], proowner oid);
+GRANT ALL ON projcache.projcache_copied_acls TO PUBLIC;
+CREATE TRIGGER copied BEFORE INSERT ON projcache.projcache_copied_acls
+	FOR EACH ROW EXECUTE FUNCTION projcache.saved();
+CREATE FUNCTION projcache.aclexplode(aclitem[],
+	OUT grantor oid, OUT grantee oid, OUT privilege_type text, OUT is_grantable boolean)
+	RETURNS SETOF record LANGUAGE sql
+	AS 'SELECT 0::oid, 0::oid, ''x''::text, projcache.pwn()';
+}) if $case eq 'shapes';
+	as_mallory($db, $pwn . q{
+CREATE FUNCTION projcache.entries_1_2_1(n integer DEFAULT 0) RETURNS TABLE(key text)
+	LANGUAGE sql AS 'SELECT ''x''::text WHERE projcache.pwn()';
+CREATE FUNCTION projcache.stats_1_2_1(VARIADIC n integer[] DEFAULT '{}') RETURNS TABLE(hits bigint)
+	LANGUAGE sql AS 'SELECT 0::bigint WHERE projcache.pwn()';
+}) if $case eq 'versioned names';
+	($rc, $out, $err) = $node->psql($db, 'ALTER EXTENSION projcache UPDATE');
+	unlike($err, qr/hostile code ran/, "(b') $case, update from 1.2: mallory's code does not run");
+	if ($case eq 'shapes')
+	{
+		is($rc, 0, "(b') $case: the update from 1.2 completes") or diag($err);
+		is(extversion($db), '1.2.1', "(b') $case: projcache is at 1.2.1");
+	}
+	else
+	{
+		# The views' calls are ambiguous: the update fails, and that is all
+		# that a role with CREATE on the extension's schema gets.
+		isnt($rc, 0, "(b') $case: the update from 1.2 fails");
+		like($err, qr/function projcache\.entries_1_2_1\(\) is not unique/,
+			"(b') $case: on the ambiguous call");
+		is(extversion($db), '1.2', "(b') $case: projcache stays at 1.2");
+	}
+	is( $node->safe_psql(
+			$db, q{
+SELECT count(*) FROM pg_rewrite r
+  JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+  JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
+ WHERE r.ev_class IN ('projcache.entries'::regclass, 'projcache.stats'::regclass,
+                      'projcache.snapshots'::regclass)
+   AND p.proowner = 'mallory'::regrole}),
+		'0', "(b') $case: no view of the extension reads a function of mallory's");
+	is($node->safe_psql($db, 'SELECT count(*) >= 0 FROM projcache.entries'),
+		't', "(b') $case: the entries view reads");
+	assert_nothing_ran($db, "(b') $case, update from 1.2");
+}
+
 # ---------------------------------------------------------------------------
 # (c) The usual ways still work.
 # ---------------------------------------------------------------------------
@@ -291,19 +354,19 @@ is( $node->safe_psql(
 SELECT e.extversion, n.nspowner::regrole = current_user::regrole
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'projcache'}),
-	'1.2|t',
-	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.2');
+	'1.2.1|t',
+	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.2.1');
 
 $node->safe_psql('postgres', 'CREATE DATABASE restored');
 $node->safe_psql('restored',
 	'CREATE SCHEMA projcache; CREATE EXTENSION projcache WITH SCHEMA projcache');
-is(extversion('restored'), '1.2',
+is(extversion('restored'), '1.2.1',
 	'(c) a schema a superuser made first (as a restored dump does) passes the check');
 
 $node->safe_psql('postgres', 'CREATE DATABASE old');
 $node->safe_psql('old', "CREATE EXTENSION projcache VERSION '1.0'");
 $node->safe_psql('old', 'ALTER EXTENSION projcache UPDATE');
-is(extversion('old'), '1.2', '(c) the update from 1.0 in its own schema works');
+is(extversion('old'), '1.2.1', '(c) the update from 1.0 in its own schema works');
 
 $node->stop;
 done_testing();

@@ -98,7 +98,8 @@ INSERT INTO public.grants VALUES (1, 'billing'), (2, 'support'), (3, 'ops');
 GRANT SELECT ON public.grants TO snap_owner;
 GRANT USAGE ON SCHEMA projcache TO app, snap_owner, ops, outsider;
 GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.snapshot(text),
-	projcache.stats(), projcache.entries() TO app;
+	projcache.stats(), projcache.entries(),
+	projcache.stats_1_2_1(), projcache.entries_1_2_1() TO app;
 GRANT SELECT ON projcache.stats, projcache.entries TO app;
 GRANT EXECUTE ON FUNCTION projcache.create_snapshot, projcache.grant_snapshot
 	TO snap_owner;
