@@ -108,6 +108,9 @@ typedef struct PcEntry
 	bool		has_refresh:1;	/* refresh_at is set */
 	bool		error_unstored:1;	/* last fetch failed; no room for its
 									 * message */
+	uint8		owner;			/* the slot of pc_shared->role_slots that
+								 * counts this key, or PC_ROLE_NONE; set at
+								 * creation, never changed */
 	int32		max_age_ms;		/* the key's own periods from its last
 								 * successful fetch, or PC_PERIOD_DEFAULT */
 	int32		stale_for_ms;
@@ -168,6 +171,10 @@ extern void pc_entry_scan_begin(dshash_seq_status *status, bool exclusive);
 extern void pc_entry_scan_end(dshash_seq_status *status);
 extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
 										 bool *created);
+extern PcEntry *pc_keymap_find_or_create_for(const char *key, uint32 len,
+											 Oid role, bool *created);
+extern uint32 pc_keys_per_role_bound(void);
+extern Oid	pc_role_of_slot(int slot);
 extern void pc_keymap_delete(PcEntry *entry);
 extern dsa_pointer pc_value_make(const char *revision,
 								 const struct varlena *config);
@@ -206,7 +213,7 @@ extern void pc_keys_tombstones_resume(void);
  */
 extern Size pc_ring_size(void);
 extern void pc_ring_init(PcRequestRing *ring);
-extern bool pc_ring_push(const char *key, uint32 len);
+extern bool pc_ring_push(const char *key, uint32 len, Oid role);
 extern Size pc_ring_drain(char *buf, Size bufsize);
 
 

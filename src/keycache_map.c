@@ -21,6 +21,13 @@
  * accounting in pc_alloc() keeps the area from getting that full.  Only
  * the scheduler worker deletes entries; readers create pending ones.
  *
+ * Keys per role: a reader that creates a key counts it for its role (the
+ * current role outside SECURITY DEFINER functions) in a slot of
+ * pc_shared->role_slots, under role_lock and before the entry exists, and
+ * the worker takes it off when it deletes the entry; a role at
+ * projcache.max_keys_per_role creates no key (see shmem.h for the slots
+ * and their lock).
+ *
  * Copyright (c) 2026, projcache developers
  *
  *-------------------------------------------------------------------------
@@ -28,6 +35,7 @@
 #include "postgres.h"
 
 #include "common/hashfn.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/freepage.h"
 
@@ -398,6 +406,121 @@ pc_value_config(const PcValue *value, bool *oom)
 }
 
 /* ----------------------------------------------------------------
+ * Keys per role
+ * ----------------------------------------------------------------
+ */
+
+/* projcache.max_keys_per_role in force; 0 for no bound. */
+uint32
+pc_keys_per_role_bound(void)
+{
+	if (pc_max_keys_per_role < 0)
+		return (uint32) Max(1, pc_key_memory_bound() / PC_ENTRY_DSA_BYTES / 2);
+	return (uint32) pc_max_keys_per_role;
+}
+
+/* The role a slot counts keys for; InvalidOid for none or for many. */
+Oid
+pc_role_of_slot(int slot)
+{
+	Assert(slot >= 0 && slot < PC_ROLE_SLOTS);
+	if (slot == PC_ROLE_NONE || slot == PC_ROLE_OVERFLOW)
+		return InvalidOid;
+	return pc_shared->role_slots[slot].role;
+}
+
+/*
+ * The slot that counts role's keys, or -1 if it has none.  With claim (and
+ * role_lock held exclusively), one is given if it has none: in the order
+ * the role's hash says, the first never used or whose role has no keys
+ * left, else the overflow slot.  A role's slot comes before the first
+ * slot never used in that order, since slots are never given back to no
+ * role: the search stops there.
+ */
+static int
+role_slot_find(Oid role, bool claim)
+{
+	const int	nslots = PC_ROLE_OVERFLOW - 1;	/* slots 1 .. nslots */
+	int			start = (int) (murmurhash32((uint32) role) % nslots);
+	int			free_slot = -1;
+	int			i;
+
+	Assert(LWLockHeldByMe(pc_shared->role_lock));
+	Assert(!claim || LWLockHeldByMeInMode(pc_shared->role_lock, LW_EXCLUSIVE));
+	for (i = 0; i < nslots; i++)
+	{
+		int			n = 1 + (start + i) % nslots;
+		PcRoleSlot *slot = &pc_shared->role_slots[n];
+
+		if (slot->role == role)
+			return n;
+		if (free_slot < 0 &&
+			(slot->role == InvalidOid || pg_atomic_read_u32(&slot->keys) == 0))
+			free_slot = n;
+		if (slot->role == InvalidOid)
+			break;
+	}
+	if (!claim)
+		return -1;
+	if (free_slot < 0)
+		return PC_ROLE_OVERFLOW;
+	pc_shared->role_slots[free_slot].role = role;
+	return free_slot;
+}
+
+/*
+ * Count one more key for role, about to be created: returns its slot, or
+ * -1 if the role has reached projcache.max_keys_per_role (the worker is
+ * then asked to evict its oldest keys).  Superusers' keys, and keys of no
+ * role (the worker's), count for none.  The caller gives the key back with
+ * role_unreserve() unless it creates the entry, which then owns it.  May
+ * read the catalog: call before any lock is taken.
+ */
+static int
+role_reserve(Oid role)
+{
+	uint32		bound = pc_keys_per_role_bound();
+	PcRoleSlot *slot;
+	int			n;
+
+	if (!OidIsValid(role) || superuser_arg(role))
+		return PC_ROLE_NONE;
+	LWLockAcquire(pc_shared->role_lock, LW_SHARED);
+	n = role_slot_find(role, false);
+	if (n < 0)
+	{
+		LWLockRelease(pc_shared->role_lock);
+		LWLockAcquire(pc_shared->role_lock, LW_EXCLUSIVE);
+		n = role_slot_find(role, true);
+	}
+	slot = &pc_shared->role_slots[n];
+	/* Reserve first, so that concurrent creations cannot all pass. */
+	if (pg_atomic_add_fetch_u32(&slot->keys, 1) > bound && bound > 0)
+	{
+		pg_atomic_fetch_sub_u32(&slot->keys, 1);
+		n = -1;
+	}
+	LWLockRelease(pc_shared->role_lock);
+	if (n < 0)
+	{
+		pg_atomic_write_u32(&slot->room_wanted, 1);
+		pg_atomic_write_u32(&pc_shared->role_room_wanted, 1);
+		pc_wake_worker();
+	}
+	return n;
+}
+
+/* A key counted by role_reserve() was not created after all. */
+static void
+role_unreserve(int slot)
+{
+	if (slot == PC_ROLE_NONE)
+		return;
+	Assert(pg_atomic_read_u32(&pc_shared->role_slots[slot].keys) > 0);
+	pg_atomic_fetch_sub_u32(&pc_shared->role_slots[slot].keys, 1);
+}
+
+/* ----------------------------------------------------------------
  * Entries: finding, creating, scanning and deleting them
  * ----------------------------------------------------------------
  */
@@ -409,10 +532,22 @@ pc_value_config(const PcValue *value, bool *oom)
  * a short one into the entry, under it.  With no room for a new key in
  * the keys' part of projcache.max_memory, returns NULL: nothing is
  * created, and the worker is woken to make room (reads never fail for lack
- * of it).
+ * of it).  The key counts for no role: the worker's own entries.
  */
 PcEntry *
 pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
+{
+	return pc_keymap_find_or_create_for(key, len, InvalidOid, created);
+}
+
+/*
+ * The same, for a reader of role 'role': a key it creates counts for it,
+ * and a role that has reached projcache.max_keys_per_role creates none
+ * (NULL, as with no room; the worker is woken to evict its oldest keys).
+ */
+PcEntry *
+pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
+							 bool *created)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	volatile dsa_pointer dp = InvalidDsaPointer;	/* read in PG_CATCH */
@@ -421,6 +556,17 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	bool		in_entry = len <= PC_KEY_INLINE_BYTES;
 	bool		room;
 	bool		found;
+	int			owner;
+
+	/* The role's count first: it may read the catalog, under no lock. */
+	owner = role_reserve(role);
+	if (owner < 0)
+	{
+		/* Someone may have created it meanwhile: then it is no new key. */
+		entry = pc_entry_find(&search, true);
+		*created = false;
+		return entry;
+	}
 
 	/*
 	 * dshash allocates the entry itself, and raises an ERROR if that fails.
@@ -437,6 +583,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	if (!room)
 	{
 		/* Someone may have created it meanwhile: no need for room then. */
+		role_unreserve(owner);
 		entry = pc_entry_find(&search, true);
 		if (entry != NULL)
 		{
@@ -471,6 +618,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		ErrorData  *edata;
 
 		pc_free(dp, len);
+		role_unreserve(owner);
 		MemoryContextSwitchTo(callercxt);
 		edata = CopyErrorData();
 		if (edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
@@ -495,6 +643,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	{
 		/* Somebody else created it meanwhile. */
 		pc_free(dp, len);
+		role_unreserve(owner);
 	}
 	else
 	{
@@ -520,6 +669,7 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 		entry->awaiting_commit = false;
 		entry->has_refresh = false;
 		entry->error_unstored = false;
+		entry->owner = (uint8) owner;
 		entry->max_age_ms = PC_PERIOD_DEFAULT;
 		entry->stale_for_ms = PC_PERIOD_DEFAULT;
 		entry->attempts = 0;
@@ -594,7 +744,8 @@ pc_entry_scan_end(dshash_seq_status *status)
 
 /*
  * Unlink a locked entry (worker only; caller holds its lock) and release
- * it; then free its chunks, which no reader can reach any more.
+ * it; then free its chunks, which no reader can reach any more, and take
+ * the key off its role's count.
  */
 void
 pc_keymap_delete(PcEntry *entry)
@@ -604,6 +755,7 @@ pc_keymap_delete(PcEntry *entry)
 	dsa_pointer value = entry->value;
 	dsa_pointer error = entry->last_error;
 	Size		error_size = 0;
+	int			owner = entry->owner;
 
 	PC_ASSERT_ENTRY_LOCKED();
 	Assert(entry->key.form != PC_KEY_SEARCH);
@@ -618,6 +770,7 @@ pc_keymap_delete(PcEntry *entry)
 #endif
 	pg_atomic_fetch_sub_u64(&pc_shared->nentries, 1);
 	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
+	role_unreserve(owner);
 
 	pc_free(key, keylen);
 	pc_value_free(value);
@@ -645,11 +798,15 @@ pc_request_mark(PcEntry *entry, uint32 bits)
 	return (old & bits) != bits;
 }
 
-/* Tell the worker that the key has a request, and wake it. */
+/*
+ * Tell the worker that the key has a request, and wake it.  The request
+ * names the role that made it (the current role outside SECURITY DEFINER
+ * functions): a new key's fetch waits for that role's turn.
+ */
 void
 pc_request_send(const char *key, uint32 len)
 {
-	if (!pc_ring_push(key, len))
+	if (!pc_ring_push(key, len, GetOuterUserId()))
 	{
 		/* Ring full: the worker will scan the map for request bits. */
 		pg_atomic_write_u32(&pc_shared->ring_overflow, 1);

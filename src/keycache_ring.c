@@ -9,8 +9,10 @@
  * entries: when it is full the reader sets ring_overflow instead, and the
  * worker scans the key map for request bits.  So no request is lost.
  *
- * Records are a uint32 length followed by the key's bytes, padded to 4
- * bytes, written circularly.  ring_lock protects the positions and data.
+ * Records are a uint32 length, the Oid of the role that made the request
+ * (a new key's fetch waits for that role's turn, see scheduler.h), and the
+ * key's bytes, padded to 4 bytes, written circularly.  ring_lock protects
+ * the positions and data.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -21,7 +23,10 @@
 #include "keycache.h"
 
 #define PC_RING_BYTES		(256 * 1024)
-#define PC_RING_RECORD(len) (sizeof(uint32) + TYPEALIGN(4, (len)))
+#define PC_RING_HEADER		(sizeof(uint32) + sizeof(Oid))
+#define PC_RING_RECORD(len) (PC_RING_HEADER + TYPEALIGN(4, (len)))
+
+StaticAssertDecl(sizeof(Oid) == 4, "ring records stay 4-byte aligned");
 
 Size
 pc_ring_size(void)
@@ -66,9 +71,9 @@ ring_read(PcRequestRing *ring, uint64 pos, void *dst, Size n)
 		memcpy((char *) dst + first, ring->data, n - first);
 }
 
-/* Append a key; false if the ring has no room for it. */
+/* Append a key asked for by role; false if the ring has no room for it. */
 bool
-pc_ring_push(const char *key, uint32 len)
+pc_ring_push(const char *key, uint32 len, Oid role)
 {
 	PcRequestRing *ring = pc_ring();
 	Size		need = PC_RING_RECORD(len);
@@ -78,7 +83,9 @@ pc_ring_push(const char *key, uint32 len)
 	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need)
 	{
 		ring_write(ring, ring->write_pos, &len, sizeof(uint32));
-		ring_write(ring, ring->write_pos + sizeof(uint32), key, len);
+		ring_write(ring, ring->write_pos + sizeof(uint32), &role,
+				   sizeof(Oid));
+		ring_write(ring, ring->write_pos + PC_RING_HEADER, key, len);
 		ring->write_pos += need;
 		ok = true;
 	}
@@ -87,8 +94,8 @@ pc_ring_push(const char *key, uint32 len)
 }
 
 /*
- * Worker: move whole records, as many as fit, into buf (len, bytes, padded
- * as in the ring).  Returns the number of bytes copied.  A buffer of the
+ * Worker: move whole records, as many as fit, into buf (len, role, bytes,
+ * padded as in the ring).  Returns the number of bytes copied.  A buffer of the
  * ring's capacity always takes everything.
  */
 Size
@@ -110,7 +117,7 @@ pc_ring_drain(char *buf, Size bufsize)
 			break;
 		memcpy(buf + copied, &len, sizeof(uint32));
 		ring_read(ring, ring->read_pos + sizeof(uint32),
-				  buf + copied + sizeof(uint32), len);
+				  buf + copied + sizeof(uint32), sizeof(Oid) + len);
 		copied += rec;
 		ring->read_pos += rec;
 	}

@@ -7,10 +7,15 @@
  * A read takes the key's dshash partition lock in shared mode, copies what
  * it needs, and releases it.  A fresh hit does nothing else: no request,
  * no latch.  Unknown, stale and expired keys leave a request bit on the
- * entry and tell the worker (keycache_map.c, keycache_ring.c); the reader never
- * waits for a fetch unless asked to, and then on the key's condition
+ * entry and tell the worker (keycache_map.c, keycache_ring.c); the reader
+ * never waits for a fetch unless asked to, and then on the key's condition
  * variable.  Nothing of ours that can ERROR runs under a partition lock:
  * copies use MCXT_ALLOC_NO_OOM and failures are reported after the release.
+ *
+ * A new key counts for the role that created it, and a fetch asked for
+ * waits for the asking role's turn: both are the current role outside
+ * SECURITY DEFINER functions (GetOuterUserId), so that a function reading
+ * keys for its callers spends their share, not its owner's.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -216,10 +221,15 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	{
 		bool		created;
 
-		entry = pc_keymap_find_or_create(key, len, &created);
+		entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
+											 &created);
 		if (entry == NULL)
 		{
-			/* No room: read as a pending key; the worker makes room. */
+			/*
+			 * No room, in memory or in the role's
+			 * projcache.max_keys_per_role: read as a pending key; the worker
+			 * makes room.
+			 */
 			memset(r, 0, sizeof(PcRead));
 			r->state = PC_STATE_PENDING;
 			r->fetch_state = PC_FETCH_PENDING;
@@ -303,24 +313,24 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 /*
  * A reader is about to wait for a pending key: its fetch must not wait
  * behind keys read once (scheduler.h, "Fair fetching").  Marks the key read
- * again, as a second reader would.
+ * again, as a second reader would.  The worker is told even if another
+ * reader's demand is still on the key: this reader's role may be the one
+ * whose turn comes first.
  */
 static void
 demand_key(const char *key, uint32 len)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
-	bool		send;
 
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return;
 	if (pg_atomic_read_u32(&entry->visited) == 0)
 		pg_atomic_write_u32(&entry->visited, 1);
-	send = pc_request_mark(entry, PC_REQ_DEMAND);
+	(void) pc_request_mark(entry, PC_REQ_DEMAND);
 	pc_entry_release(entry);
-	if (send)
-		pc_request_send(key, len);
+	pc_request_send(key, len);
 }
 
 /* What wait_for_key() reads into. */
@@ -554,7 +564,8 @@ projcache_fetch(PG_FUNCTION_ARGS)
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
-		entry = pc_keymap_find_or_create(key, len, &created);
+		entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
+											 &created);
 	if (entry == NULL)
 		PG_RETURN_VOID();		/* no room: the worker is making some */
 	/* Asked for by name: not a key read once in passing. */

@@ -303,20 +303,64 @@ evict_for_memory(void)
 	}
 }
 
+/*
+ * Keys per role: a role that found its projcache.max_keys_per_role reached
+ * loses its oldest keys, down to 95 % of the bound, as the keys' memory
+ * does to the low watermark, so that its next keys find room; the keys it
+ * reads again are passed over once (sched_owner_victim).  Counted as
+ * evictions for memory: they make room, in the role's share.
+ */
+static void
+evict_for_roles(void)
+{
+	uint32		bound;
+	uint32		low;
+	int			n;
+
+	if (pg_atomic_exchange_u32(&pc_shared->role_room_wanted, 0) == 0)
+		return;
+	bound = pc_keys_per_role_bound();
+	low = bound - Max(1, bound / 20);
+	for (n = PC_ROLE_NONE + 1; n < PC_ROLE_SLOTS; n++)
+	{
+		PcRoleSlot *slot = &pc_shared->role_slots[n];
+
+		if (pg_atomic_exchange_u32(&slot->room_wanted, 0) == 0 || bound == 0)
+			continue;
+		while (pg_atomic_read_u32(&slot->keys) > low)
+		{
+			SchedEntry *victim = sched_owner_victim(sched, (uint32) n,
+													take_visited, NULL);
+
+			if (victim == NULL)
+				break;
+			delete_shared(victim->key, victim->keylen,
+						  PC_CTR_MEMORY_EVICTIONS);
+			sched_evict_victim(sched, victim);
+		}
+	}
+}
+
 /* ----------------------------------------------------------------
  * Readers' requests, and fair fetching
  * ----------------------------------------------------------------
  */
 
-/* Act on the request bits a reader left on one key. */
+/*
+ * Act on the request bits a reader left on one key.  'role' made the
+ * request (InvalidOid when it came from a scan of the map, which cannot
+ * say: then the key's creator); the key's fetch, if it is new, waits for
+ * that role's turn (scheduler.h, "Fair fetching").
+ */
 static void
-handle_request(const char *key, uint32 len, int64 now)
+handle_request(const char *key, uint32 len, Oid role, int64 now)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	uint32		bits;
 	bool		invalidated;
 	bool		visited;
+	int			owner;
 	SchedEntry *e = NULL;
 
 	entry = pc_entry_find(&search, false);
@@ -326,7 +370,10 @@ handle_request(const char *key, uint32 len, int64 now)
 	invalidated = entry->invalidated;
 	/* Read again before we got here: that is demand too. */
 	visited = pg_atomic_read_u32(&entry->visited) != 0;
+	owner = entry->owner;
 	pc_entry_release(entry);
+	if (!OidIsValid(role))
+		role = pc_role_of_slot(owner);
 
 	/*
 	 * A reader asking for a key that invalidate() marked stale (and whose
@@ -353,14 +400,21 @@ handle_request(const char *key, uint32 len, int64 now)
 		sched_invalidate(sched, key, len, now);
 	else if (bits & (PC_REQ_FETCH | PC_REQ_DEMAND))
 		sched_try_begin_fetch(sched, key, len, false, now);
-	else
-		return;
 
+	/*
+	 * With no bits left (another request of the key took them), the record
+	 * still says that this role asked for it, and waits: its turn may come
+	 * first.
+	 */
 	e = sched_lookup(sched, key, len);
-	if (e != NULL && e->state == SCHED_IN_PROGRESS &&
+	if (e == NULL)
+		return;
+	sched_set_owner(sched, e, (uint32) owner);
+	sched_set_flow(sched, e, role);
+	if (e->state == SCHED_IN_PROGRESS &&
 		((bits & PC_REQ_DEMAND) || visited))
 		sched_note_demand(sched, e);
-	if (e != NULL)
+	if (bits != 0)
 		mirror_entry(e);
 }
 
@@ -514,7 +568,7 @@ scan_requests(int64 now)
 		pc_report_oom("the keys the scheduler needs");
 
 	for (i = 0; i < list.count; i++)
-		handle_request(list.keys[i], list.lens[i], now);
+		handle_request(list.keys[i], list.lens[i], InvalidOid, now);
 }
 
 /*
@@ -530,10 +584,13 @@ process_requests(int64 now)
 	while (off < n)
 	{
 		uint32		len;
+		Oid			role;
 
 		memcpy(&len, ring_buf + off, sizeof(uint32));
-		handle_request(ring_buf + off + sizeof(uint32), len, now);
-		off += sizeof(uint32) + TYPEALIGN(4, len);
+		memcpy(&role, ring_buf + off + sizeof(uint32), sizeof(Oid));
+		handle_request(ring_buf + off + sizeof(uint32) + sizeof(Oid), len,
+					   role, now);
+		off += sizeof(uint32) + sizeof(Oid) + TYPEALIGN(4, len);
 	}
 
 	if (pg_atomic_exchange_u32(&pc_shared->ring_overflow, 0) != 0)
@@ -1114,6 +1171,7 @@ rebuild_private_state(int64 now)
 		int64		expires_at;
 		int64		refresh_at;
 		bool		visited;	/* read again: its fetch is demanded */
+		int			owner;		/* its role's slot (keys per role) */
 	} Saved;
 	dshash_seq_status status;
 	PcEntry    *entry;
@@ -1157,6 +1215,7 @@ rebuild_private_state(int64 now)
 		saved[list.count - 1].refresh_at = entry->refresh_at;
 		saved[list.count - 1].visited =
 			pg_atomic_read_u32(&entry->visited) != 0;
+		saved[list.count - 1].owner = entry->owner;
 	}
 	pc_entry_scan_end(&status);
 	if (list.oom)
@@ -1190,6 +1249,12 @@ rebuild_private_state(int64 now)
 		e = sched_lookup(sched, list.keys[i], list.lens[i]);
 		if (e != NULL && s->attempts > 0 && !s->invalidated)
 			sched_resume_backoff(sched, e, s->attempts, now);
+		if (e != NULL)
+		{
+			/* Its fetch, if any, waits for its creator's turn. */
+			sched_set_owner(sched, e, (uint32) s->owner);
+			sched_set_flow(sched, e, pc_role_of_slot(s->owner));
+		}
 		if (e != NULL && s->visited && e->state == SCHED_IN_PROGRESS)
 			sched_note_demand(sched, e);
 		if (e != NULL)
@@ -1421,6 +1486,7 @@ pc_worker_main(Datum main_arg)
 		drop_fetches_for_nobody();
 		process_timers(now);
 		evict_for_memory();
+		evict_for_roles();
 		dumping = dump_step();
 		n = sched_ready_batch(sched, now, pc_batch_size, pc_batch_interval_ms,
 							  &batch);

@@ -54,6 +54,7 @@ int			pc_wal_rmgr_id = RM_EXPERIMENTAL_ID;
 int			pc_wal_pending_kb = 1024;
 int			pc_max_load_workers = 4;
 int			pc_max_load_workers_per_role = 2;
+int			pc_max_keys_per_role = -1;
 
 /* A channel name is an identifier: shorter than NAMEDATALEN. */
 static bool
@@ -209,6 +210,15 @@ define_settings(void)
 							64 * 1024, 1024, INT_MAX / 2,
 							PGC_POSTMASTER,
 							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_keys_per_role",
+							"Sets the most keys of the key cache one role may have created.",
+							"Past it, the role's new keys read as pending, and the worker evicts its oldest.  Keys created by superusers are not bound by it.  0 means no bound; -1 means half of the keys that fit in what projcache.max_memory leaves for keys.",
+							&pc_max_keys_per_role,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.max_snapshots",

@@ -11,6 +11,10 @@
  *	 fetching" in scheduler.h).  Every entry records its index in each heap,
  *	 so scheduling, rescheduling and cancelling cost O(log n) and nothing
  *	 ever scans all keys;
+ * - the roles whose new keys are due ("flows"): two such heaps each, in a
+ *	 hash table by id, and linked in a ring whose next member's turn it is;
+ * - the keys of each owner, a FIFO linked through the entries, in a hash
+ *	 table by id;
  * - the open batch: fetches that are due and are being gathered before one
  *	 call of the fetch function;
  * - S3-FIFO's two FIFOs of keys (doubly linked through the entries) and
@@ -46,6 +50,34 @@ typedef struct SchedHeap
 	int			count;
 	int			capacity;
 } SchedHeap;
+
+/*
+ * A role's fetches of new keys that are due and wait for its turn (see
+ * "Fair fetching" in scheduler.h): demanded ones, then ones read once, each
+ * in due-time order.  It exists while it has any, and is then in the ring
+ * of turns.
+ */
+typedef struct SchedFlow
+{
+	uint32_t	id;
+	struct SchedFlow *hash_next;
+	struct SchedFlow *turn_prev;
+	struct SchedFlow *turn_next;
+	SchedHeap	heaps[2];		/* SCHED_QUEUE_TURN_NEW, _ONCE */
+} SchedFlow;
+
+/* An owner's keys, the order they were given to it: oldest first out. */
+typedef struct SchedOwner
+{
+	uint32_t	id;
+	struct SchedOwner *hash_next;
+	SchedEntry *newest;
+	SchedEntry *oldest;
+	size_t		count;
+} SchedOwner;
+
+/* Buckets of the tables of flows and of owners: few roles ask for keys. */
+#define SCHED_ROLE_BUCKETS 256
 
 struct Sched
 {
@@ -88,6 +120,15 @@ struct Sched
 	}		   *ghosts;
 	size_t		nghosts;		/* power of two, or 0 before the first */
 	uint64_t	ghost_seq;		/* evictions from the small FIFO so far */
+
+	/* Fair fetching: the flows by id, and whose turn is next (or NULL) */
+	SchedFlow  *flows[SCHED_ROLE_BUCKETS];
+	size_t		nflows;
+	SchedFlow  *turn;
+	size_t		turn_count[2];	/* fetches waiting for a turn, by heap */
+
+	/* Keys per owner */
+	SchedOwner *owners[SCHED_ROLE_BUCKETS];
 };
 
 #define SCHED_MIN_GHOST_SLOTS 1024
@@ -338,6 +379,8 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	return e;
 }
 
+static void owner_remove(Sched *s, SchedEntry *e);
+
 static void
 sched_unlink(Sched *s, SchedEntry *entry)
 {
@@ -349,6 +392,7 @@ sched_unlink(Sched *s, SchedEntry *entry)
 	s->nentries--;
 
 	fifo_remove(s, entry);
+	owner_remove(s, entry);
 }
 
 /* ----------------------------------------------------------------
@@ -414,16 +458,14 @@ heap_sift_down(SchedHeap *h, SchedQueue q, int i)
 	heap_set(h, q, i, e);
 }
 
+/* Take e, which is in it, out of heap h (of queue q). */
 static void
-queue_remove(Sched *s, SchedQueue q, SchedEntry *e)
+heap_delete(SchedHeap *h, SchedQueue q, SchedEntry *e)
 {
-	SchedHeap  *h = &s->heaps[q];
 	int			i = e->heap_pos[q];
 	SchedEntry *last;
 
-	if (i < 0)
-		return;
-	SCHED_ASSERT(i < h->count && h->items[i] == e);
+	SCHED_ASSERT(i >= 0 && i < h->count && h->items[i] == e);
 	e->heap_pos[q] = -1;
 	last = h->items[--h->count];
 	if (i == h->count)
@@ -433,16 +475,14 @@ queue_remove(Sched *s, SchedQueue q, SchedEntry *e)
 	heap_sift_down(h, q, last->heap_pos[q]);
 }
 
-/* Schedule e at 'when' in queue q, replacing any earlier schedule. */
+/* Put e, which is in no heap of queue q, in heap h at 'when'. */
 static void
-queue_schedule(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
+heap_insert(Sched *s, SchedHeap *h, SchedQueue q, SchedEntry *e,
+			SchedTime when)
 {
-	SchedHeap  *h = &s->heaps[q];
-
-	queue_remove(s, q, e);
 	if (h->count == h->capacity)
 	{
-		int			newcap = h->capacity ? h->capacity * 2 : 256;
+		int			newcap = h->capacity ? h->capacity * 2 : 16;
 		SchedEntry **items = s->alloc_fn(newcap * sizeof(SchedEntry *));
 
 		if (h->count > 0)
@@ -458,6 +498,50 @@ queue_schedule(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
 	heap_set(h, q, h->count, e);
 	h->count++;
 	heap_sift_up(h, q, h->count - 1);
+}
+
+static bool
+is_turn_queue(SchedQueue q)
+{
+	return q == SCHED_QUEUE_TURN_NEW || q == SCHED_QUEUE_TURN_ONCE;
+}
+
+/* The heap of queue q that e is in, or would be in. */
+static SchedHeap *
+heap_of(Sched *s, SchedQueue q, const SchedEntry *e)
+{
+	if (is_turn_queue(q))
+	{
+		SCHED_ASSERT(e->turn_flow != NULL);
+		return &e->turn_flow->heaps[q - SCHED_QUEUE_TURN_NEW];
+	}
+	return &s->heaps[q];
+}
+
+static void turn_remove(Sched *s, SchedQueue q, SchedEntry *e);
+
+/* Take e out of queue q, if it is there. */
+static void
+queue_remove(Sched *s, SchedQueue q, SchedEntry *e)
+{
+	if (e->heap_pos[q] < 0)
+		return;
+	if (is_turn_queue(q))
+		turn_remove(s, q, e);
+	else
+		heap_delete(&s->heaps[q], q, e);
+}
+
+/*
+ * Schedule e at 'when' in queue q, one of the timer queues (not a role's
+ * turn), replacing any earlier schedule.
+ */
+static void
+queue_schedule(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
+{
+	SCHED_ASSERT(!is_turn_queue(q));
+	queue_remove(s, q, e);
+	heap_insert(s, &s->heaps[q], q, e, when);
 }
 
 bool
@@ -477,12 +561,215 @@ queue_pop_due(Sched *s, SchedQueue q, SchedTime now)
 	SchedHeap  *h = &s->heaps[q];
 	SchedEntry *e;
 
+	SCHED_ASSERT(!is_turn_queue(q));
 	if (h->count == 0 || h->items[0]->heap_time[q] > now)
 		return NULL;
 	e = h->items[0];
 	SCHED_ASSERT(e->heap_pos[q] == 0);
 	queue_remove(s, q, e);
 	return e;
+}
+
+/* ----------------------------------------------------------------
+ * Roles: their turns (fair fetching) and their keys (owners)
+ * ----------------------------------------------------------------
+ */
+
+static size_t
+role_bucket(uint32_t id)
+{
+	return (size_t) ((id * UINT32_C(2654435761)) >> 24) %
+		SCHED_ROLE_BUCKETS;
+}
+
+/* The flow of that id; created (out of the ring) if asked to. */
+static SchedFlow *
+flow_get(Sched *s, uint32_t id, bool create)
+{
+	SchedFlow **bucket = &s->flows[role_bucket(id)];
+	SchedFlow  *f;
+
+	for (f = *bucket; f != NULL; f = f->hash_next)
+		if (f->id == id)
+			return f;
+	if (!create)
+		return NULL;
+	f = sched_alloc0(s, sizeof(SchedFlow));
+	f->id = id;
+	f->hash_next = *bucket;
+	*bucket = f;
+	s->nflows++;
+	return f;
+}
+
+static size_t
+flow_waiting(const SchedFlow *f)
+{
+	return (size_t) (f->heaps[0].count + f->heaps[1].count);
+}
+
+/* Forget an empty flow: out of the ring and the table. */
+static void
+flow_free(Sched *s, SchedFlow *f)
+{
+	SchedFlow **link = &s->flows[role_bucket(f->id)];
+	int			i;
+
+	SCHED_ASSERT(flow_waiting(f) == 0);
+	if (f->turn_next == f)
+		s->turn = NULL;
+	else
+	{
+		f->turn_prev->turn_next = f->turn_next;
+		f->turn_next->turn_prev = f->turn_prev;
+		if (s->turn == f)
+			s->turn = f->turn_next;
+	}
+	while (*link != f)
+		link = &(*link)->hash_next;
+	*link = f->hash_next;
+	s->nflows--;
+	for (i = 0; i < 2; i++)
+		if (f->heaps[i].items != NULL)
+			s->free_fn(f->heaps[i].items);
+	s->free_fn(f);
+}
+
+/*
+ * e is due: it waits in turn queue q of its flow, at its due time.  A flow
+ * that had nothing waiting joins the ring last: its turn comes at the end
+ * of the round under way.
+ */
+static void
+turn_insert(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
+{
+	SchedFlow  *f = flow_get(s, e->flow, true);
+
+	SCHED_ASSERT(is_turn_queue(q) && e->turn_flow == NULL);
+	if (flow_waiting(f) == 0)
+	{
+		if (s->turn == NULL)
+		{
+			f->turn_prev = f->turn_next = f;
+			s->turn = f;
+		}
+		else
+		{
+			f->turn_next = s->turn;
+			f->turn_prev = s->turn->turn_prev;
+			f->turn_prev->turn_next = f;
+			s->turn->turn_prev = f;
+		}
+	}
+	e->turn_flow = f;
+	heap_insert(s, &f->heaps[q - SCHED_QUEUE_TURN_NEW], q, e, when);
+	s->turn_count[q - SCHED_QUEUE_TURN_NEW]++;
+}
+
+/* Take e out of turn queue q of its flow; a flow left empty goes. */
+static void
+turn_remove(Sched *s, SchedQueue q, SchedEntry *e)
+{
+	SchedFlow  *f = e->turn_flow;
+
+	SCHED_ASSERT(f != NULL && f->id == e->flow);
+	heap_delete(&f->heaps[q - SCHED_QUEUE_TURN_NEW], q, e);
+	SCHED_ASSERT(s->turn_count[q - SCHED_QUEUE_TURN_NEW] > 0);
+	s->turn_count[q - SCHED_QUEUE_TURN_NEW]--;
+	e->turn_flow = NULL;
+	if (flow_waiting(f) == 0)
+		flow_free(s, f);
+}
+
+/*
+ * The next fetch by turns: the first demanded key of the role whose turn
+ * it is, else its first key read once; the next role's turn follows.
+ */
+static SchedEntry *
+turn_pop(Sched *s)
+{
+	SchedFlow  *f = s->turn;
+	SchedQueue	q;
+	SchedEntry *e;
+
+	if (f == NULL)
+		return NULL;
+	q = f->heaps[0].count > 0 ? SCHED_QUEUE_TURN_NEW : SCHED_QUEUE_TURN_ONCE;
+	e = f->heaps[q - SCHED_QUEUE_TURN_NEW].items[0];
+	s->turn = f->turn_next;
+	turn_remove(s, q, e);
+	return e;
+}
+
+/* The owner of that id; created if asked to. */
+static SchedOwner *
+owner_get(Sched *s, uint32_t id, bool create)
+{
+	SchedOwner **bucket = &s->owners[role_bucket(id)];
+	SchedOwner *o;
+
+	for (o = *bucket; o != NULL; o = o->hash_next)
+		if (o->id == id)
+			return o;
+	if (!create)
+		return NULL;
+	o = sched_alloc0(s, sizeof(SchedOwner));
+	o->id = id;
+	o->hash_next = *bucket;
+	*bucket = o;
+	return o;
+}
+
+/* Put e, of owner o, at the newest end of o's FIFO. */
+static void
+owner_push_newest(SchedOwner *o, SchedEntry *e)
+{
+	e->owner_older = o->newest;
+	e->owner_newer = NULL;
+	if (o->newest != NULL)
+		o->newest->owner_newer = e;
+	o->newest = e;
+	if (o->oldest == NULL)
+		o->oldest = e;
+	o->count++;
+}
+
+static void
+owner_unlink(SchedOwner *o, SchedEntry *e)
+{
+	SCHED_ASSERT(o->count > 0);
+	if (e->owner_newer != NULL)
+		e->owner_newer->owner_older = e->owner_older;
+	else
+		o->newest = e->owner_older;
+	if (e->owner_older != NULL)
+		e->owner_older->owner_newer = e->owner_newer;
+	else
+		o->oldest = e->owner_newer;
+	e->owner_newer = e->owner_older = NULL;
+	o->count--;
+}
+
+/* Take e out of its owner's FIFO; an owner left with no key goes. */
+static void
+owner_remove(Sched *s, SchedEntry *e)
+{
+	SchedOwner **link;
+	SchedOwner *o;
+
+	if (e->owner == 0)
+		return;
+	o = owner_get(s, e->owner, false);
+	SCHED_ASSERT(o != NULL);
+	owner_unlink(o, e);
+	e->owner = 0;
+	if (o->count > 0)
+		return;
+	link = &s->owners[role_bucket(o->id)];
+	while (*link != o)
+		link = &(*link)->hash_next;
+	*link = o->hash_next;
+	s->free_fn(o);
 }
 
 /* ----------------------------------------------------------------
@@ -536,6 +823,26 @@ sched_destroy(Sched *s)
 	for (q = 0; q < SCHED_NUM_QUEUES; q++)
 		if (s->heaps[q].items)
 			s->free_fn(s->heaps[q].items);
+	for (i = 0; i < SCHED_ROLE_BUCKETS; i++)
+	{
+		while (s->flows[i] != NULL)
+		{
+			SchedFlow  *f = s->flows[i];
+
+			s->flows[i] = f->hash_next;
+			for (q = 0; q < 2; q++)
+				if (f->heaps[q].items)
+					s->free_fn(f->heaps[q].items);
+			s->free_fn(f);
+		}
+		while (s->owners[i] != NULL)
+		{
+			SchedOwner *o = s->owners[i];
+
+			s->owners[i] = o->hash_next;
+			s->free_fn(o);
+		}
+	}
 	if (s->batch)
 		s->free_fn(s->batch);
 	if (s->dispatched)
@@ -605,9 +912,10 @@ entry_is_fresh(const Sched *s, const SchedEntry *e, SchedTime now)
 						   sched_stale_for(s, e)) == SCHED_FRESH;
 }
 
-/* The fair-fetching queues, first served first (see scheduler.h). */
+/* The queues a fetch waits in, for its due time or its turn. */
 static const SchedQueue due_queues[] = {
-	SCHED_QUEUE_DUE, SCHED_QUEUE_DUE_NEW, SCHED_QUEUE_DUE_ONCE
+	SCHED_QUEUE_DUE, SCHED_QUEUE_DUE_NEW, SCHED_QUEUE_DUE_ONCE,
+	SCHED_QUEUE_TURN_NEW, SCHED_QUEUE_TURN_ONCE
 };
 
 /* The queue a fetch of e waits in. */
@@ -621,7 +929,7 @@ due_queue_for(const SchedEntry *e)
 	return SCHED_QUEUE_DUE_ONCE;
 }
 
-/* The due queue e waits in, or -1 if its fetch is not waiting in one. */
+/* The queue e waits in, or -1 if its fetch is not waiting in one. */
 static int
 waiting_queue(const SchedEntry *e)
 {
@@ -631,6 +939,22 @@ waiting_queue(const SchedEntry *e)
 		if (e->heap_pos[due_queues[i]] >= 0)
 			return due_queues[i];
 	return -1;
+}
+
+/*
+ * Queue e's fetch, due at 'when': a cached key's in SCHED_QUEUE_DUE; a new
+ * key's for its due time, or if that has come, for its role's turn.
+ */
+static void
+schedule_fetch(Sched *s, SchedEntry *e, SchedTime when, SchedTime now)
+{
+	SchedQueue	q = due_queue_for(e);
+
+	if (q == SCHED_QUEUE_DUE || when > now)
+		queue_schedule(s, q, e, when);
+	else
+		turn_insert(s, q == SCHED_QUEUE_DUE_NEW ? SCHED_QUEUE_TURN_NEW :
+					SCHED_QUEUE_TURN_ONCE, e, when);
 }
 
 /*
@@ -680,8 +1004,7 @@ entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
 	/* No eviction while a fetch is running; completion reschedules it. */
 	queue_remove(s, SCHED_QUEUE_EVICT, e);
 	/* A refresh firing meanwhile finds the fetch running and does nothing. */
-	queue_schedule(s, due_queue_for(e), e,
-				   has_when && when > now ? when : now);
+	schedule_fetch(s, e, has_when && when > now ? when : now, now);
 	return e;
 }
 
@@ -1009,39 +1332,148 @@ ensure_capacity(Sched *s, SchedEntry ***array, int *capacity, int needed)
  * ----------------------------------------------------------------
  */
 
+/*
+ * Move e from queue 'from' to queue 'to' (both timer queues, or both turn
+ * queues of its flow), where it takes the place it would have had, had it
+ * been there from the start.
+ */
+static void
+requeue_in_place(Sched *s, SchedEntry *e, SchedQueue from, SchedQueue to)
+{
+	SchedTime	when = e->heap_time[from];
+	uint64_t	seq = e->heap_seq[from];
+	SchedHeap  *h;
+
+	SCHED_ASSERT(is_turn_queue(from) == is_turn_queue(to));
+	h = heap_of(s, to, e);
+	heap_delete(heap_of(s, from, e), from, e);
+	heap_insert(s, h, to, e, when);
+	if (is_turn_queue(from))
+	{
+		/* same flow: it stays in the ring where it is */
+		s->turn_count[from - SCHED_QUEUE_TURN_NEW]--;
+		s->turn_count[to - SCHED_QUEUE_TURN_NEW]++;
+	}
+	e->heap_seq[to] = seq;
+	heap_sift_up(h, to, e->heap_pos[to]);
+}
+
 void
 sched_note_demand(Sched *s, SchedEntry *e)
 {
 	e->demanded = true;
 	if (e->heap_pos[SCHED_QUEUE_DUE_ONCE] >= 0)
-	{
-		SchedTime	when = e->heap_time[SCHED_QUEUE_DUE_ONCE];
+		requeue_in_place(s, e, SCHED_QUEUE_DUE_ONCE, SCHED_QUEUE_DUE_NEW);
+	else if (e->heap_pos[SCHED_QUEUE_TURN_ONCE] >= 0)
+		requeue_in_place(s, e, SCHED_QUEUE_TURN_ONCE, SCHED_QUEUE_TURN_NEW);
+}
 
-		queue_remove(s, SCHED_QUEUE_DUE_ONCE, e);
-		queue_schedule(s, SCHED_QUEUE_DUE_NEW, e, when);
-		/* Its place is where it would have been, had it been there. */
-		e->heap_seq[SCHED_QUEUE_DUE_NEW] = e->heap_seq[SCHED_QUEUE_DUE_ONCE];
-		heap_sift_up(&s->heaps[SCHED_QUEUE_DUE_NEW], SCHED_QUEUE_DUE_NEW,
-					 e->heap_pos[SCHED_QUEUE_DUE_NEW]);
+size_t
+sched_flow_waiting(const Sched *s, uint32_t flow)
+{
+	SchedFlow  *f = flow_get((Sched *) s, flow, false);
+
+	return f != NULL ? flow_waiting(f) : 0;
+}
+
+size_t
+sched_flow_count(const Sched *s)
+{
+	return s->nflows;
+}
+
+void
+sched_set_flow(Sched *s, SchedEntry *e, uint32_t flow)
+{
+	int			q;
+	SchedTime	when;
+
+	if (e->has_flow &&
+		(e->flow == flow ||
+		 sched_flow_waiting(s, flow) + 2 > sched_flow_waiting(s, e->flow)))
+		return;
+	e->has_flow = true;
+	q = waiting_queue(e);
+	if (q < 0 || !is_turn_queue(q))
+	{
+		e->flow = flow;
+		return;
 	}
+	/* Waiting for its turn: it waits for the new role's, from its due time. */
+	when = e->heap_time[q];
+	turn_remove(s, q, e);
+	e->flow = flow;
+	turn_insert(s, q, e, when);
+}
+
+void
+sched_set_owner(Sched *s, SchedEntry *e, uint32_t owner)
+{
+	if (e->owner == owner)
+		return;
+	owner_remove(s, e);
+	e->owner = owner;
+	if (owner != 0)
+		owner_push_newest(owner_get(s, owner, true), e);
+}
+
+size_t
+sched_owner_count(const Sched *s, uint32_t owner)
+{
+	SchedOwner *o = owner_get((Sched *) s, owner, false);
+
+	return o != NULL ? o->count : 0;
+}
+
+SchedEntry *
+sched_owner_victim(Sched *s, uint32_t owner, SchedVisitedFn visited,
+				   void *arg)
+{
+	SchedOwner *o = owner_get(s, owner, false);
+	size_t		looks;
+
+	if (o == NULL || owner == 0)
+		return NULL;
+	for (looks = 2 * o->count; looks > 0; looks--)
+	{
+		SchedEntry *e = o->oldest;
+
+		if (sched_evictable(e) && !visited(e, arg))
+			return e;
+		/* being fetched, or read since last looked at: a second chance */
+		owner_unlink(o, e);
+		owner_push_newest(o, e);
+	}
+	return NULL;
 }
 
 SchedEntry *
 sched_once_excess(Sched *s, size_t limit)
 {
-	const SchedHeap *h = &s->heaps[SCHED_QUEUE_DUE_ONCE];
+	SchedFlow  *f = s->turn;
+	SchedFlow  *most = NULL;
+	SchedEntry *e;
 
-	if ((size_t) h->count <= limit)
+	if (s->turn_count[1] <= limit)
 		return NULL;
+	/* The role with the most; of equals, the one whose turn comes first. */
+	do
+	{
+		if (most == NULL || f->heaps[1].count > most->heaps[1].count)
+			most = f;
+		f = f->turn_next;
+	} while (f != s->turn);
+	SCHED_ASSERT(most != NULL && most->heaps[1].count > 0);
+	e = most->heaps[1].items[0];
 	/* Waiting, so neither gathered nor dispatched: it may go. */
-	SCHED_ASSERT(sched_evictable(h->items[0]));
-	return h->items[0];
+	SCHED_ASSERT(sched_evictable(e));
+	return e;
 }
 
 size_t
 sched_once_count(const Sched *s)
 {
-	return (size_t) s->heaps[SCHED_QUEUE_DUE_ONCE].count;
+	return (size_t) s->heaps[SCHED_QUEUE_DUE_ONCE].count + s->turn_count[1];
 }
 
 /*
@@ -1062,10 +1494,17 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 		batch_size = 1;
 	ensure_capacity(s, &s->batch, &s->batch_capacity, batch_size);
 
+	/* New keys whose backoff is over wait for their role's turn. */
+	while ((e = queue_pop_due(s, SCHED_QUEUE_DUE_NEW, now)) != NULL)
+		turn_insert(s, SCHED_QUEUE_TURN_NEW, e,
+					e->heap_time[SCHED_QUEUE_DUE_NEW]);
+	while ((e = queue_pop_due(s, SCHED_QUEUE_DUE_ONCE, now)) != NULL)
+		turn_insert(s, SCHED_QUEUE_TURN_ONCE, e,
+					e->heap_time[SCHED_QUEUE_DUE_ONCE]);
+
 	while (s->batch_count < batch_size &&
 		   ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL ||
-			(e = queue_pop_due(s, SCHED_QUEUE_DUE_NEW, now)) != NULL ||
-			(e = queue_pop_due(s, SCHED_QUEUE_DUE_ONCE, now)) != NULL))
+			(e = turn_pop(s)) != NULL))
 	{
 		if (s->batch_count == 0)
 			s->batch_opened = now;
@@ -1108,6 +1547,18 @@ sched_next_wakeup(const Sched *s, int64_t batch_interval_ms, SchedTime *when)
 			best = t;
 			found = true;
 		}
+	}
+	if (s->turn != NULL)
+	{
+		/* Due already: the first waiting of the role whose turn is next. */
+		SchedQueue	tq = s->turn->heaps[0].count > 0 ?
+			SCHED_QUEUE_TURN_NEW : SCHED_QUEUE_TURN_ONCE;
+		const SchedHeap *h = &s->turn->heaps[tq - SCHED_QUEUE_TURN_NEW];
+		SchedTime	t = h->items[0]->heap_time[tq];
+
+		if (!found || t < best)
+			best = t;
+		found = true;
 	}
 	if (s->batch_count > 0)
 	{
@@ -1168,7 +1619,8 @@ sched_resume_backoff(Sched *s, SchedEntry *e, int attempts, SchedTime now)
 		return;
 	e->has_fetch_when = true;
 	e->fetch_when = now + delay;
-	queue_schedule(s, q, e, now + delay);
+	queue_remove(s, q, e);
+	schedule_fetch(s, e, now + delay, now);
 }
 
 /* ----------------------------------------------------------------

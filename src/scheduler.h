@@ -116,6 +116,9 @@ typedef enum SchedQueue
 	SCHED_QUEUE_DUE,			/* fetches of keys with a value (see below) */
 	SCHED_QUEUE_DUE_NEW,		/* of new keys readers ask for again */
 	SCHED_QUEUE_DUE_ONCE,		/* of keys read only once so far */
+	/* due, waiting for their role's turn (see "Fair fetching") */
+	SCHED_QUEUE_TURN_NEW,
+	SCHED_QUEUE_TURN_ONCE,
 	SCHED_NUM_QUEUES
 } SchedQueue;
 
@@ -181,6 +184,23 @@ typedef struct SchedEntry
 	 * answered since: it is fetched alone (keycache_bisect.h).
 	 */
 	bool		suspect;
+
+	/*
+	 * Fair fetching: the role whose turn the fetch of a new key waits for
+	 * (sched_set_flow; 0 until one is given), and while it waits for it, that
+	 * role's queues.
+	 */
+	bool		has_flow;
+	uint32_t	flow;
+	struct SchedFlow *turn_flow;
+
+	/*
+	 * Keys per owner (sched_set_owner): the owner, 0 for none, and the key's
+	 * place in the owner's FIFO.
+	 */
+	uint32_t	owner;
+	struct SchedEntry *owner_newer;
+	struct SchedEntry *owner_older;
 
 	/*
 	 * Eviction under memory pressure (S3-FIFO, see sched_memory_victim): the
@@ -310,23 +330,38 @@ extern size_t sched_small_count(const Sched *s);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*
- * Fair fetching.  A fetch waits in one of three queues, each in due-time
- * order (first scheduled first at the same time):
+ * Fair fetching.  A fetch is of one of three classes:
  *
- * - SCHED_QUEUE_DUE: keys that have a value (stale, invalidated,
- *	 refreshed), which readers are being served and will lose at expiry;
- * - SCHED_QUEUE_DUE_NEW: keys without one that came back from the ghost
- *	 FIFO, or were read again while they waited, or waited for
+ * - cached: keys that have a value (stale, invalidated, refreshed), which
+ *	 readers are being served and will lose at expiry;
+ * - new, demanded: keys without one that came back from the ghost FIFO,
+ *	 or were read again while they waited, or waited for
  *	 (sched_note_demand);
- * - SCHED_QUEUE_DUE_ONCE: keys read once so far.
+ * - new, read once so far.
  *
- * A batch takes from each queue only when the ones before it are empty, so
- * a backlog of keys nobody reads again (a scan) never delays the keys
- * readers keep asking for, and new keys, however many a role asks for
- * twice, never delay the refresh of the keys already cached.  The last
- * queue is bounded: past SCHED_ONCE_BATCHES batches of keys, its oldest
- * are dropped (sched_once_excess), as a cache that is full drops what it
- * fetched for nobody.
+ * Fetches of cached keys wait in SCHED_QUEUE_DUE, in due-time order (first
+ * scheduled first at the same time), and a batch takes them before any
+ * other: new keys, however many a role asks for, never delay the refresh
+ * of the keys already cached.
+ *
+ * A fetch of a new key waits for its due time (its retry backoff) in
+ * SCHED_QUEUE_DUE_NEW or SCHED_QUEUE_DUE_ONCE, and from then on for its
+ * turn, in the queues of the role it is fetched for (its "flow", see
+ * sched_set_flow): each role has two, demanded keys and keys read once,
+ * each in due-time order.  The roles with keys due take turns (round
+ * robin): each turn fetches one key of that role, its first demanded one,
+ * else its first read once.  So a role that asks for many new keys gets
+ * one fetch in every round, as does a role that asks for one; within a
+ * role, a backlog of keys nobody reads again (a scan) never delays the
+ * keys readers keep asking for.  A role that asks for keys while others
+ * wait takes its turn at the end of the round under way.  Picking a key
+ * costs O(log n); picking the role, O(1).
+ *
+ * Keys read once that are due are bounded: past SCHED_ONCE_BATCHES
+ * batches of them, keys are dropped (sched_once_excess), as a cache that
+ * is full drops what it fetched for nobody: the first of the role that has
+ * the most waiting, so that one role's flood drops only its own keys as
+ * long as another role has fewer waiting.
  */
 #define SCHED_ONCE_BATCHES 16
 
@@ -334,17 +369,53 @@ extern bool sched_evictable(const SchedEntry *entry);
 extern void sched_note_demand(Sched *s, SchedEntry *entry);
 
 /*
- * The oldest fetch of a key read only once, if more than limit wait; the
- * caller drops the key (from the shared map, then with
- * sched_evict_victim(), which remembers it in the ghost FIFO so that a
- * second read is demand) or, if it was read meanwhile, marks it demanded.
+ * A role (an id of the caller's; 0 is a role too, for keys it cannot name
+ * one for) asked for the key's fetch.  The first role given is the key's;
+ * a later one takes it over only when its own keys waiting for their turn
+ * are fewer by at least two: a key asked for by several roles is fetched in
+ * the turn that comes first, never later because another role asked for it
+ * too.  A key waiting for its turn moves to the new role's queues, keeping
+ * its due time.
+ */
+extern void sched_set_flow(Sched *s, SchedEntry *entry, uint32_t flow);
+
+/* Fetches waiting for the role's turn (due), and roles with any. */
+extern size_t sched_flow_waiting(const Sched *s, uint32_t flow);
+extern size_t sched_flow_count(const Sched *s);
+
+/*
+ * The fetch of a key read only once to drop, if more than limit such keys
+ * are due and wait for their turn: the first of the role with the most of
+ * them (O(roles waiting)).  The caller drops the key (from the shared map,
+ * then with sched_evict_victim(), which remembers it in the ghost FIFO so
+ * that a second read is demand) or, if it was read meanwhile, marks it
+ * demanded.
  */
 extern SchedEntry *sched_once_excess(Sched *s, size_t limit);
+
+/* Fetches of keys read only once waiting, for their due time or turn. */
 extern size_t sched_once_count(const Sched *s);
 
 /*
- * Batching: move due fetches into the open batch (the fair-fetching
- * queues in their order) and say whether it should go out now
+ * Keys per owner.  The caller may give each key an owner (an id of its
+ * own, not 0, such as the role that created the key's shared entry; 0: no
+ * owner), and when an owner holds more keys than it may, ask for its
+ * victims: sched_owner_victim() looks at the owner's keys in the order
+ * they were given to it, as the main FIFO of S3-FIFO does: one being
+ * fetched (dispatched or gathered) or visited since looked at goes back to
+ * the newest end, its mark cleared; else it is the victim, which the
+ * caller removes (from the shared map, then with sched_evict_victim()).
+ * Each key is looked at most twice per call; NULL if none can go.
+ */
+extern void sched_set_owner(Sched *s, SchedEntry *entry, uint32_t owner);
+extern size_t sched_owner_count(const Sched *s, uint32_t owner);
+extern SchedEntry *sched_owner_victim(Sched *s, uint32_t owner,
+									  SchedVisitedFn visited, void *arg);
+
+/*
+ * Batching: move due fetches into the open batch (cached keys first, then
+ * the roles' turns, see "Fair fetching") and say whether it should go out
+ * now
  * (it is full, or has gathered for batch_interval_ms).  Returns the number
  * of entries in *batch to dispatch, 0 to keep gathering; the array stays
  * valid until the next call.

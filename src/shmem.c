@@ -22,7 +22,7 @@
  * and snapshots filling theirs never make the worker evict keys.
  *
  * Each process attaches to the area and the key map once, on first use.
- * See projcache.h for which lock protects what.
+ * See shmem.h for which lock protects what.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -108,8 +108,12 @@ pc_shmem_request(void)
 {
 	RequestAddinShmemSpace(pc_shmem_size());
 	RequestAddinShmemSpace(pc_load_shmem_size());
-	/* ring lock, snapshot map lock, one lock per snapshot slot, WAL list */
-	RequestNamedLWLockTranche("projcache", 3 + pc_max_snapshots);
+
+	/*
+	 * ring lock, snapshot map lock, one lock per snapshot slot, WAL list,
+	 * role slots
+	 */
+	RequestNamedLWLockTranche("projcache", 4 + pc_max_snapshots);
 }
 
 /*
@@ -145,6 +149,15 @@ pc_shmem_startup(void)
 		shared->snap_slot_locks = &(GetNamedLWLockTranche("projcache"))[2];
 		shared->wal_lock =
 			&(GetNamedLWLockTranche("projcache"))[2 + pc_max_snapshots].lock;
+		shared->role_lock =
+			&(GetNamedLWLockTranche("projcache"))[3 + pc_max_snapshots].lock;
+		pg_atomic_init_u32(&shared->role_room_wanted, 0);
+		for (i = 0; i < PC_ROLE_SLOTS; i++)
+		{
+			shared->role_slots[i].role = InvalidOid;
+			pg_atomic_init_u32(&shared->role_slots[i].keys, 0);
+			pg_atomic_init_u32(&shared->role_slots[i].room_wanted, 0);
+		}
 		shared->max_snapshots = pc_max_snapshots;
 		pg_atomic_init_u32(&shared->ring_overflow, 0);
 		pg_atomic_init_u32(&shared->room_wanted, 0);

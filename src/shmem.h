@@ -63,13 +63,43 @@ typedef enum PcCounter
  *	 it has unlinked them under the lock.
  * - wal_lock (LWLock): the list of keys replayed on a standby and waiting
  *	 for their transaction's commit (wal.h).
+ * - role_lock (LWLock): which role each of role_slots counts keys for
+ *	 (PcRoleSlot.role).  Shared to find a role's slot and add a key to its
+ *	 count, exclusive to give a slot whose count is zero to another role;
+ *	 taken alone, never with another lock of ours.  The counts themselves
+ *	 (PcRoleSlot.keys) are atomics: a key is added under role_lock before
+ *	 its entry is created, and taken off, without it, by whoever unlinks
+ *	 the entry (pc_keymap_delete, the worker) or gives up creating it.  So
+ *	 a slot's count is the number of entries whose owner it is, plus the
+ *	 creations under way, and a slot counted for a role is never given to
+ *	 another while an entry names it.
  * - the DSA's own lock: its allocator.
  * - counters, memory_used and snap_memory_used (DSA bytes taken, as
  *	 pc_dsa_footprint counts them, by keys and messages and by snapshot
- *	 rows), clock_offset_ms, ring_overflow,
- *	 config_generation, registry_generation: atomics.
+ *	 rows), clock_offset_ms, ring_overflow, role_room_wanted and each
+ *	 slot's room_wanted, config_generation, registry_generation: atomics.
  * ----------------------------------------------------------------
  */
+/*
+ * Keys per role (keycache_map.c): each key of the map counts for the role
+ * that created it, in one of a fixed number of slots; PcEntry.owner is
+ * the slot's index.  Keys created by superusers or by the worker (a warm
+ * restart's load) count for none (PC_ROLE_NONE).  A role gets a slot the
+ * first time it creates a key and keeps it while it has keys; once every
+ * slot counts for a role with keys, the roles that come next share the
+ * last one (PC_ROLE_OVERFLOW), and its bound.
+ */
+#define PC_ROLE_SLOTS		256
+#define PC_ROLE_NONE		0
+#define PC_ROLE_OVERFLOW	(PC_ROLE_SLOTS - 1)
+
+typedef struct PcRoleSlot
+{
+	Oid			role;			/* InvalidOid: never used (role_lock) */
+	pg_atomic_uint32 keys;		/* entries it owns, and creations under way */
+	pg_atomic_uint32 room_wanted;	/* a read found the role at its bound */
+} PcRoleSlot;
+
 typedef struct PcRequestRing
 {
 	uint64		write_pos;		/* bytes ever written */
@@ -122,6 +152,11 @@ typedef struct PcShared
 	LWLockPadded *snap_slot_locks;	/* one per slot; see snapshot_store.c */
 	Size		wal_offset;		/* PcWalPending */
 	LWLock	   *wal_lock;		/* the replayed keys list (wal.h) */
+
+	/* Keys per role (keycache_map.c) */
+	LWLock	   *role_lock;		/* which role each slot counts for */
+	pg_atomic_uint32 role_room_wanted;	/* some slot's room_wanted is set */
+	PcRoleSlot	role_slots[PC_ROLE_SLOTS];
 
 	/* The dumps (keycache_dump.c, snapshot_dump.c); under mutex */
 	bool		keys_dump_read; /* a scheduler read the key dump (or tried) */

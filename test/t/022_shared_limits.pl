@@ -98,8 +98,11 @@ SELECT loaded || '|' || failed || '|' || coalesce(first_error, '') FROM read_res
 # ---------------------------------------------------------------------------
 # a. Snapshots against keys.
 # ---------------------------------------------------------------------------
+# In c, one role fills the keys' part alone: no bound on its keys
+# (033_role_fairness.pl tests that bound).
 my $node = projcache_node('memory',
-	conf => "projcache.max_memory = '8MB'\n");
+	conf => "projcache.max_memory = '8MB'\n"
+	  . "projcache.max_keys_per_role = 0\n");
 create_local_upstream($node);
 set_fetch_function($node, 'public.fetch');
 my $pid = wait_for_worker($node);

@@ -2210,6 +2210,406 @@ test_fair_fetch_bound(void **state)
 	assert_string_equal(next_batch(f, 8, 1), "eg");
 }
 
+/* ----------------------------------------------------------------
+ * Fair fetching across roles: turns, takeover, backoff, the bound
+ * ----------------------------------------------------------------
+ */
+
+/* A role that asks for one key while others flood. */
+#define LEGIT_ROLE 1000
+
+/* Ask for key as role, read once or demanded; the key's entry. */
+static SchedEntry *
+role_asks(Sched *s, uint32_t role, const char *key, bool demanded,
+		  SchedTime now)
+{
+	SchedEntry *e;
+
+	(void) sched_try_begin_fetch(s, key, strlen(key), false, now);
+	e = sched_lookup(s, key, strlen(key));
+	assert_non_null(e);
+	sched_set_flow(s, e, role);
+	if (demanded)
+		sched_note_demand(s, e);
+	return e;
+}
+
+/* Complete a dispatched fetch with a value. */
+static void
+fetched(Sched *s, SchedEntry *e, SchedTime now)
+{
+	assert_true(e->dispatched);
+	assert_int_equal(sched_complete_fetch(s, e, SCHED_RESULT_VALUE, NULL,
+										  now),
+					 SCHED_DONE);
+}
+
+typedef struct TurnCase
+{
+	int			roles;			/* flooding roles */
+	int			flood;			/* new keys each asks for */
+	int			batch_size;
+	bool		demanded;		/* their keys read twice, or once */
+	bool		legit_demanded; /* the other role's key, waited for */
+}			TurnCase;
+
+/*
+ * Several roles each ask for many new keys, then another role for one.
+ * Every batch takes the flooding roles' keys in turns (no role has more
+ * than one key more than another in any batch while both have keys
+ * left), each role's in the order it asked, and the other role's key in
+ * the first round after it asked: among the first roles + 1 fetches,
+ * whether the floods' keys are demanded or read once, and its own.
+ */
+static void
+test_fair_turns_table(void **state)
+{
+	static const TurnCase cases[] = {
+		{1, 1, 1, true, true},
+		{1, 100, 1, true, false},
+		{1, 10000, 500, true, true},
+		{1, 10000, 500, true, false},
+		{3, 100, 7, false, false},
+		{3, 100, 7, true, false},
+		{3, 10000, 500, true, true},
+		{3, 10000, 1, false, true},
+		{7, 1000, 7, true, false},
+		{7, 1000, 500, false, false},
+		{7, 10000, 500, true, true},
+		{2, 5, 500, true, false},
+	};
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	size_t		c;
+
+	(void) state;
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+	{
+		const		TurnCase *tc = &cases[c];
+		Sched	   *s = sched_create(&config, malloc, free);
+		int		   *next = calloc(tc->roles, sizeof(int));
+		int			total = tc->roles * tc->flood + 1;
+		int			done = 0;
+		int			legit_at = -1;
+		char		key[KEY_MAX];
+		SchedEntry **batch;
+		int			n;
+		int			r;
+		int			i;
+
+		for (i = 0; i < tc->flood; i++)
+			for (r = 0; r < tc->roles; r++)
+			{
+				snprintf(key, sizeof(key), "r%d-%d", r, i);
+				(void) role_asks(s, (uint32_t) r + 1, key, tc->demanded, 0);
+			}
+		(void) role_asks(s, LEGIT_ROLE, "legit", tc->legit_demanded, 0);
+		assert_int_equal(sched_flow_count(s), tc->roles + 1);
+		assert_int_equal(sched_flow_waiting(s, LEGIT_ROLE), 1);
+
+		while ((n = sched_ready_batch(s, 0, tc->batch_size, 0, &batch)) > 0)
+		{
+			int		   *in_batch = calloc(tc->roles, sizeof(int));
+			int			most = 0;
+			int			least = tc->batch_size;
+
+			for (i = 0; i < n; i++)
+			{
+				SchedEntry *e = batch[i];
+				int			k;
+
+				assert_true(e->keylen < sizeof(key));
+				memcpy(key, e->key, e->keylen);
+				key[e->keylen] = '\0';
+				if (e->flow == LEGIT_ROLE)
+				{
+					assert_true(entry_is_key(e, "legit"));
+					legit_at = done + i;
+				}
+				else
+				{
+					/* each role's keys in the order it asked */
+					r = (int) e->flow - 1;
+					assert_int_equal(sscanf(key, "r%*d-%d", &k), 1);
+					assert_int_equal(k, next[r]);
+					next[r]++;
+					in_batch[r]++;
+				}
+			}
+			/* turns: roles with keys left got shares one apart at most */
+			for (r = 0; r < tc->roles; r++)
+				if (next[r] < tc->flood)
+				{
+					most = in_batch[r] > most ? in_batch[r] : most;
+					least = in_batch[r] < least ? in_batch[r] : least;
+				}
+			if (most > 0)
+				assert_true(most - least <= 1);
+			for (i = 0; i < n; i++)
+				fetched(s, batch[i], 0);
+			done += n;
+			free(in_batch);
+		}
+		assert_int_equal(done, total);
+		assert_in_range(legit_at, 0, tc->roles);
+		assert_int_equal(sched_flow_count(s), 0);
+		assert_int_equal(sched_once_count(s), 0);
+		free(next);
+		sched_destroy(s);
+	}
+}
+
+/*
+ * A key one role asked for among many, asked for by another role with few
+ * waiting, waits for the second role's turn; asked for again by the first
+ * (which has more waiting), it stays.  A key not waiting keeps its role.
+ */
+static void
+test_fair_takeover(void **state)
+{
+	SieveFixture *f = *state;
+	char		key[KEY_MAX];
+	SchedEntry **batch;
+	SchedEntry *e;
+	int			i;
+
+	for (i = 0; i < 100; i++)
+	{
+		snprintf(key, sizeof(key), "atk%d", i);
+		(void) role_asks(f->s, 1, key, true, 0);
+	}
+	/* the flood also asked first for the other role's key */
+	e = role_asks(f->s, 1, "legit7", false, 0);
+	assert_int_equal(e->flow, 1);
+	assert_int_equal(sched_flow_waiting(f->s, 1), 101);
+	sched_set_flow(f->s, e, LEGIT_ROLE);
+	assert_int_equal(e->flow, LEGIT_ROLE);
+	assert_int_equal(sched_flow_waiting(f->s, 1), 100);
+	sched_set_flow(f->s, e, 1);
+	assert_int_equal(e->flow, LEGIT_ROLE);
+
+	/* one key each way: nothing to gain, nothing moves */
+	e = role_asks(f->s, 2, "solo", false, 0);
+	sched_set_flow(f->s, e, 3);
+	assert_int_equal(e->flow, 2);
+
+	/* legit7 goes in the first round, "solo" in the same */
+	assert_int_equal(sched_ready_batch(f->s, 0, 3, 0, &batch), 3);
+	assert_true(entry_is_key(batch[0], "atk0"));
+	assert_true(entry_is_key(batch[1], "legit7"));
+	assert_true(entry_is_key(batch[2], "solo"));
+	assert_int_equal(sched_flow_waiting(f->s, LEGIT_ROLE), 0);
+	assert_int_equal(sched_flow_waiting(f->s, 2), 0);
+	assert_int_equal(sched_flow_waiting(f->s, 1), 99);
+}
+
+/*
+ * A key waiting out its backoff takes no turn: its role's turns go to its
+ * other keys, and when it is due it waits for its role's turn again, at
+ * the end of the round under way, its class kept.
+ */
+static void
+test_fair_backoff(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *b;
+	SchedTime	due;
+
+	b = role_asks(f->s, 2, "b", true, 0);
+	(void) role_asks(f->s, 1, "a", true, 0);
+	assert_string_equal(next_batch(f, 1, 0), "b");
+	/* b pending: its first retry is due at once, after a's turn */
+	assert_int_equal(sched_complete_fetch(f->s, b, SCHED_RESULT_PENDING,
+										  NULL, 0), SCHED_RESCHEDULED);
+	assert_string_equal(next_batch(f, 1, 0), "a");
+	fetched(f->s, sched_lookup(f->s, "a", 1), 0);
+	assert_string_equal(next_batch(f, 1, 0), "b");
+	/* pending again: the second retry waits 1 s, in no turn */
+	assert_int_equal(sched_complete_fetch(f->s, b, SCHED_RESULT_PENDING,
+										  NULL, 0), SCHED_RESCHEDULED);
+	due = b->fetch_when;
+	assert_true(due > 0);
+	assert_int_equal(sched_flow_waiting(f->s, 2), 0);
+	assert_int_equal(sched_flow_count(f->s), 0);
+
+	/* role 1 asks for more; until b is due, role 1 has every turn */
+	(void) role_asks(f->s, 1, "c", true, 1);
+	(void) role_asks(f->s, 1, "d", true, 1);
+	assert_string_equal(next_batch(f, 1, due - 1), "c");
+	/* at its due time b waits for role 2's turn, demanded still */
+	(void) role_asks(f->s, 1, "e", true, due);
+	assert_string_equal(next_batch(f, 3, due), "dbe");
+	assert_true(b->demanded);
+	assert_int_equal(sched_flow_count(f->s), 0);
+}
+
+/*
+ * Other ways out of a turn: an invalidation makes the fetch due with
+ * priority (the key had a value), an eviction drops it, and a restart's
+ * resumed backoff sends it back to wait for its due time.
+ */
+static void
+test_fair_leave_turn(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *e;
+	SchedTime	when;
+
+	(void) role_asks(f->s, 1, "a", false, 0);
+	(void) role_asks(f->s, 2, "b", false, 0);
+	e = role_asks(f->s, 3, "c", true, 0);
+	assert_int_equal(sched_flow_count(f->s), 3);
+	assert_null(sched_invalidate(f->s, "a", 1, 0));
+	assert_int_equal(sched_flow_count(f->s), 2);
+	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE, &when));
+	assert_int_equal(sched_request_evict(f->s, "b", 1), SCHED_EVICT_NOW);
+	assert_int_equal(sched_flow_count(f->s), 1);
+	sched_resume_backoff(f->s, e, 3, 10);
+	assert_int_equal(sched_flow_count(f->s), 0);
+	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE_NEW, &when));
+	assert_int_equal(when, e->fetch_when);
+	assert_string_equal(next_batch(f, 3, 10), "a");
+	assert_string_equal(next_batch(f, 3, e->fetch_when), "c");
+}
+
+typedef struct OnceBoundCase
+{
+	int			flood;			/* keys read once, of the flooding role */
+	int			legit;			/* of another role, asked for first */
+	size_t		limit;
+}			OnceBoundCase;
+
+/*
+ * Past the bound of due keys read once, the role with the most waiting
+ * loses its first ones: another role's keys go only once the flooding
+ * role has no more than it, and then turn by turn.
+ */
+static void
+test_fair_once_bound_table(void **state)
+{
+	static const OnceBoundCase cases[] = {
+		{10, 2, 5},
+		{1000, 3, 16},
+		{5, 2, 0},
+		{20000, 1, 8000},
+		{3, 3, 4},
+	};
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	size_t		c;
+
+	(void) state;
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+	{
+		const		OnceBoundCase *oc = &cases[c];
+		Sched	   *s = sched_create(&config, malloc, free);
+		char		key[KEY_MAX];
+		int			flood_left = oc->flood;
+		int			legit_left = oc->legit;
+		int			next_flood = 0;
+		SchedEntry *e;
+		int			i;
+
+		for (i = 0; i < oc->legit; i++)
+		{
+			snprintf(key, sizeof(key), "legit%d", i);
+			(void) role_asks(s, LEGIT_ROLE, key, false, 0);
+		}
+		for (i = 0; i < oc->flood; i++)
+		{
+			snprintf(key, sizeof(key), "atk%d", i);
+			(void) role_asks(s, 1, key, false, 0);
+		}
+		while ((e = sched_once_excess(s, oc->limit)) != NULL)
+		{
+			if (e->flow == 1)
+			{
+				/* the flood's first keys first */
+				snprintf(key, sizeof(key), "atk%d", next_flood++);
+				assert_true(entry_is_key(e, key));
+				assert_true(flood_left >= legit_left);
+				flood_left--;
+			}
+			else
+			{
+				assert_int_equal(e->flow, LEGIT_ROLE);
+				assert_true(legit_left >= flood_left);
+				legit_left--;
+			}
+			sched_evict_victim(s, e);
+		}
+		assert_int_equal(flood_left + legit_left,
+						 (int) (oc->limit < (size_t) (oc->flood + oc->legit) ?
+								oc->limit : (size_t) (oc->flood + oc->legit)));
+		if ((size_t) oc->legit * 2 <= oc->limit)
+			assert_int_equal(legit_left, oc->legit);
+		assert_int_equal(sched_once_count(s), flood_left + legit_left);
+		sched_destroy(s);
+	}
+}
+
+/*
+ * Keys per owner: victims are the owner's oldest keys; one read since
+ * looked at, or being fetched, gets a second chance; other owners' keys,
+ * and keys of no owner, are never its victims.  An evicted key leaves
+ * its owner's count.
+ */
+static void
+test_owner_victims(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry **batch;
+	char		key[KEY_MAX];
+	int			i;
+
+	cached(f, "abcdefgh");
+	for (i = 0; i < 8; i++)
+	{
+		key[0] = (char) ('a' + i);
+		sched_set_owner(f->s, sched_lookup(f->s, key, 1),
+						i < 5 ? 7 : (i < 7 ? 9 : 0));
+	}
+	assert_int_equal(sched_owner_count(f->s, 7), 5);
+	assert_int_equal(sched_owner_count(f->s, 9), 2);
+	assert_int_equal(sched_owner_count(f->s, 0), 0);
+
+	visit(f, "a");
+	/* b being fetched */
+	(void) sched_invalidate(f->s, "b", 1, 0);
+	assert_int_equal(sched_ready_batch(f->s, 0, 1, 0, &batch), 1);
+	assert_true(entry_is_key(batch[0], "b"));
+
+	strcpy(f->buf, "");
+	{
+		SchedEntry *e = sched_owner_victim(f->s, 7, test_and_clear, &f->v);
+
+		assert_true(entry_is_key(e, "c"));
+		sched_evict_victim(f->s, e);
+	}
+	assert_int_equal(sched_owner_count(f->s, 7), 4);
+	assert_true(entry_is_key(sched_owner_victim(f->s, 7, test_and_clear,
+												&f->v), "d"));
+	assert_true(entry_is_key(sched_owner_victim(f->s, 9, test_and_clear,
+												&f->v), "f"));
+	assert_null(sched_owner_victim(f->s, 0, test_and_clear, &f->v));
+	assert_null(sched_owner_victim(f->s, 5, test_and_clear, &f->v));
+
+	/* one owner's keys, all being fetched or spared: no victim */
+	assert_int_equal(sched_request_evict(f->s, "d", 1), SCHED_EVICT_NOW);
+	assert_int_equal(sched_request_evict(f->s, "e", 1), SCHED_EVICT_NOW);
+	/* a's mark was taken at the first look: a goes now */
+	assert_true(entry_is_key(sched_owner_victim(f->s, 7, test_and_clear,
+												&f->v), "a"));
+	assert_int_equal(sched_request_evict(f->s, "a", 1), SCHED_EVICT_NOW);
+	assert_int_equal(sched_owner_count(f->s, 7), 1);
+	assert_null(sched_owner_victim(f->s, 7, test_and_clear, &f->v));
+
+	/* a new owner takes the key over */
+	sched_set_owner(f->s, sched_lookup(f->s, "g", 1), 7);
+	assert_int_equal(sched_owner_count(f->s, 9), 1);
+	assert_int_equal(sched_owner_count(f->s, 7), 2);
+	assert_true(entry_is_key(sched_owner_victim(f->s, 7, test_and_clear,
+												&f->v), "g"));
+}
+
 /*
  * A changed expiry or grace period applies to keys already cached: each
  * eviction moves by the difference (raising expiry must not leave keys
@@ -2546,6 +2946,16 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_fair_fetch_classes,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_fair_fetch_bound,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test(test_fair_turns_table),
+		cmocka_unit_test_setup_teardown(test_fair_takeover,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_backoff,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_leave_turn,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test(test_fair_once_bound_table),
+		cmocka_unit_test_setup_teardown(test_owner_victims,
 										sieve_setup, sieve_teardown),
 	};
 
