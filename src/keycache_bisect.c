@@ -61,6 +61,7 @@ struct BisectPlan
 	int			queue_count;
 
 	int			next_suspect;	/* in order[], from nclean */
+	bool		probe_done;		/* the suspects were asked together */
 	bool		slice_begun;
 	SchedTime	slice_start;
 	SchedTime	suspect_resume;
@@ -71,6 +72,7 @@ struct BisectPlan
 
 	bool		in_call;
 	bool		call_is_suspect;
+	bool		call_is_probe;
 	BisectRange call;
 };
 
@@ -181,7 +183,14 @@ bisect_next(BisectPlan *plan, SchedTime now, const int **keys, int *nkeys)
 		return true;
 	}
 
-	/* Then the suspects, one per call, within their slice. */
+	/*
+	 * Then the suspects, within their slice: first all of them in one call (a
+	 * source that failed for every key, then came back, answers them at
+	 * once), then those it did not answer one per call.
+	 */
+	while (plan->next_suspect < plan->n &&
+		   plan->fate[plan->order[plan->next_suspect]] != BISECT_WAITING)
+		plan->next_suspect++;
 	if (plan->next_suspect < plan->n)
 	{
 		bool		room;
@@ -199,15 +208,31 @@ bisect_next(BisectPlan *plan, SchedTime now, const int **keys, int *nkeys)
 			}
 			plan->in_call = true;
 			plan->call_is_suspect = true;
-			plan->call.start = plan->next_suspect++;
-			plan->call.len = 1;
+			plan->call_is_probe = !plan->probe_done &&
+				plan->n - plan->next_suspect >= 2;
+			plan->call.start = plan->next_suspect;
+			if (plan->call_is_probe)
+			{
+				plan->probe_done = true;
+				plan->call.len = plan->n - plan->next_suspect;
+			}
+			else
+			{
+				plan->next_suspect++;
+				plan->call.len = 1;
+			}
 			plan->calls++;
 			*keys = &plan->order[plan->call.start];
-			*nkeys = 1;
+			*nkeys = plan->call.len;
 			return true;
 		}
 		for (; plan->next_suspect < plan->n; plan->next_suspect++)
-			plan->fate[plan->order[plan->next_suspect]] = BISECT_POSTPONED;
+		{
+			int			k = plan->order[plan->next_suspect];
+
+			if (plan->fate[k] == BISECT_WAITING)
+				plan->fate[k] = BISECT_POSTPONED;
+		}
 	}
 	return false;
 }
@@ -264,6 +289,17 @@ bisect_done(BisectPlan *plan, SchedTime now, BisectCall result,
 	{
 		/* as long a rest as the slice took so far */
 		plan->suspect_resume = now + (now - plan->slice_start);
+		if (plan->call_is_probe)
+		{
+			/* the keys it answered are done; the others go alone */
+			if (result == BISECT_CALL_ANSWERED)
+				set_fate(plan, r, BISECT_ANSWERED);
+			else if (result == BISECT_CALL_UNRESOLVED)
+				for (i = 0; i < r.len; i++)
+					if (!unresolved[i])
+						plan->fate[plan->order[r.start + i]] = BISECT_ANSWERED;
+			return;
+		}
 		set_fate(plan, r, result == BISECT_CALL_ANSWERED ?
 				 BISECT_ANSWERED : BISECT_FAILED_ALONE);
 		return;

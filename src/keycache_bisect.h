@@ -27,16 +27,19 @@
  *	 take): the keys not isolated by then fail together;
  * - a key that failed alone is a suspect until it is answered (the caller
  *	 keeps the mark, SchedEntry.suspect).  A suspect is never in a call
- *	 with other keys: each gets a call of its own, after the clean keys,
- *	 within a slice of suspect_slice_ms per batch, after which suspects rest
- *	 as long as the slice took (so they get at most about half of the
- *	 worker's time).  A suspect without room is postponed: no call, no
- *	 attempt counted.
+ *	 with keys that are not suspects.  After the clean keys, the batch's
+ *	 suspects are asked in one call of their own (a source that failed for
+ *	 every key with an error a key could cause, then came back, answers
+ *	 them all at once instead of one key per call); those it did not
+ *	 answer then get a call each.  All of it within a slice of
+ *	 suspect_slice_ms per batch, after which suspects rest as long as the
+ *	 slice took (so they get at most about half of the worker's time).  A
+ *	 suspect without room is postponed: no call, no attempt counted.
  *
  * So a key that fails costs its batch about 2 log2(batch) calls once, and
- * one call of its own per retry after that; the keys that share its batch
- * wait for those calls only, and never share a call with it again while it
- * keeps failing.
+ * about one call of its own per retry after that; the keys that share its
+ * batch wait for those calls only, and never share a call with it again
+ * while it keeps failing.
  *
  * Like scheduler.c, this file must compile without PostgreSQL headers: it
  * is unit-tested on its own (test/unit/test_bisect.c).  Times are

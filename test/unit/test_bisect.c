@@ -83,7 +83,7 @@ typedef struct PlanRun
 	int			calls;
 	int			call_sizes[3 * MAX_KEYS];
 	int			call_first[3 * MAX_KEYS];
-	bool		mixed_suspect;	/* a suspect shared a call */
+	bool		mixed_suspect;	/* a suspect shared a call with a clean key */
 	bool		suspect_before_clean;	/* a clean call after a suspect's */
 	SchedTime	now;
 } PlanRun;
@@ -107,6 +107,7 @@ run_plan(const FakeSource *o, const bool *suspect, SchedTime start,
 		bool		failed = false;
 		bool		any_unresolved = false;
 		bool		has_suspect = false;
+		bool		has_clean = false;
 		BisectCall	result;
 		int			j;
 
@@ -121,8 +122,9 @@ run_plan(const FakeSource *o, const bool *suspect, SchedTime start,
 			unresolved[j] = o->breaks[keys[j]];
 			any_unresolved |= unresolved[j];
 			has_suspect |= suspect[keys[j]];
+			has_clean |= !suspect[keys[j]];
 		}
-		if (has_suspect && k > 1)
+		if (has_suspect && has_clean)
 			run->mixed_suspect = true;
 		if (has_suspect)
 			seen_suspect = true;
@@ -249,8 +251,12 @@ test_random_batches(void **state)
 		plan = run_plan(&o, suspect, 0, 0, &no_limits, &run);
 		assert_false(run.mixed_suspect);
 		assert_false(run.suspect_before_clean);
-		/* a binary tree of n - nsuspects leaves, one shrink per answer */
-		assert_true(run.calls <= 3 * (n - nsuspects) + nsuspects);
+
+		/*
+		 * a binary tree of n - nsuspects leaves, one shrink per answer; the
+		 * suspects' call together, then one each
+		 */
+		assert_true(run.calls <= 3 * (n - nsuspects) + 1 + nsuspects);
 		for (i = 0; i < n; i++)
 		{
 			BisectFate	fate = bisect_fate(plan, i);
@@ -458,21 +464,40 @@ test_suspects_alone_after_clean(void **state)
 	suspect[1] = suspect[4] = true;
 	o.bad[4] = true;
 	plan = run_plan(&o, suspect, 0, 0, &no_limits, &run);
-	assert_int_equal(run.calls, 3);
+	/* the clean keys; the suspects together, failing; then one each */
+	assert_int_equal(run.calls, 4);
 	assert_int_equal(run.call_sizes[0], 4);
-	assert_int_equal(run.call_first[1], 1);
-	assert_int_equal(run.call_first[2], 4);
+	assert_int_equal(run.call_sizes[1], 2);
+	assert_int_equal(run.call_first[2], 1);
+	assert_int_equal(run.call_sizes[2], 1);
+	assert_int_equal(run.call_first[3], 4);
 	assert_int_equal(bisect_fate(plan, 1), BISECT_ANSWERED);
 	assert_int_equal(bisect_fate(plan, 4), BISECT_FAILED_ALONE);
 	assert_int_equal(bisect_fate(plan, 0), BISECT_ANSWERED);
 	bisect_end(plan);
 
-	/* only suspects: no clean call */
+	/*
+	 * only suspects, none failing now (the source is back): no clean call,
+	 * one call answers them all
+	 */
 	oracle_init(&o, 3);
 	suspect[0] = suspect[1] = suspect[2] = true;
 	plan = run_plan(&o, suspect, 0, 0, &no_limits, &run);
-	assert_int_equal(run.calls, 3);
-	assert_int_equal(run.call_sizes[0], 1);
+	assert_int_equal(run.calls, 1);
+	assert_int_equal(run.call_sizes[0], 3);
+	assert_int_equal(bisect_fate(plan, 0), BISECT_ANSWERED);
+	assert_int_equal(bisect_fate(plan, 2), BISECT_ANSWERED);
+	bisect_end(plan);
+
+	/* only suspects, one still failing: together, then one each */
+	o.bad[1] = true;
+	plan = run_plan(&o, suspect, 0, 0, &no_limits, &run);
+	assert_int_equal(run.calls, 4);
+	assert_int_equal(run.call_sizes[0], 3);
+	assert_int_equal(run.call_sizes[1], 1);
+	assert_int_equal(bisect_fate(plan, 0), BISECT_ANSWERED);
+	assert_int_equal(bisect_fate(plan, 1), BISECT_FAILED_ALONE);
+	assert_int_equal(bisect_fate(plan, 2), BISECT_ANSWERED);
 	bisect_end(plan);
 }
 
@@ -496,13 +521,18 @@ test_suspect_slice(void **state)
 	for (i = 1; i < 6; i++)
 		suspect[i] = true;
 	o.call_ms = 4;
-	/* the clean call 0..4; suspects at 4, 8, 12 (12 - 4 < 10); then none */
+	o.bad[5] = true;
+
+	/*
+	 * the clean call 0..4; the suspects together at 4, failing for key 5;
+	 * then alone at 8 and 12 (12 - 4 < 10); then none
+	 */
 	plan = run_plan(&o, suspect, 0, 0, &settings, &run);
 	assert_int_equal(run.calls, 4);
 	assert_int_equal(bisect_fate(plan, 0), BISECT_ANSWERED);
-	for (i = 1; i < 4; i++)
+	for (i = 1; i < 3; i++)
 		assert_int_equal(bisect_fate(plan, i), BISECT_ANSWERED);
-	for (i = 4; i < 6; i++)
+	for (i = 3; i < 6; i++)
 		assert_int_equal(bisect_fate(plan, i), BISECT_POSTPONED);
 	resume = bisect_suspect_resume(plan);
 	assert_int_equal(resume, 16 + 12);
@@ -516,11 +546,15 @@ test_suspect_slice(void **state)
 	assert_int_equal(bisect_suspect_resume(plan), resume);
 	bisect_end(plan);
 
-	/* at the end of the rest, and a slow call: one call, then rest */
+	/*
+	 * at the end of the rest, and a slow call: the suspects' call together
+	 * (failing), then rest
+	 */
 	o.call_ms = 50;
 	plan = run_plan(&o, suspect, resume - 50, resume, &settings, &run);
 	assert_int_equal(run.calls, 2);
-	assert_int_equal(bisect_fate(plan, 1), BISECT_ANSWERED);
+	assert_int_equal(run.call_sizes[1], 5);
+	assert_int_equal(bisect_fate(plan, 1), BISECT_POSTPONED);
 	assert_int_equal(bisect_fate(plan, 2), BISECT_POSTPONED);
 	assert_int_equal(bisect_suspect_resume(plan), resume + 100);
 	bisect_end(plan);
