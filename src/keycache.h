@@ -67,6 +67,10 @@ typedef enum PcFetchState
 #define PC_REQ_DEMAND		0x08	/* read again, or waited for, while its
 									 * fetch waits: fetch it before keys read
 									 * once (scheduler.h, "Fair fetching") */
+#define PC_REQ_DEMAND_OTHER 0x10	/* with PC_REQ_DEMAND: waited for by a
+									 * role other than its creator, whose turn
+									 * may come first (set only so that such a
+									 * role tells the worker once) */
 
 /*
  * A key's own fresh and stale periods (max_age, stale_for: the fetch
@@ -203,7 +207,8 @@ extern uint64 pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 												 int64 expires_at,
 												 int32 max_age_ms,
 												 int32 stale_for_ms));
-extern void pc_keys_tombstone(const char *key, uint32 len, bool sync);
+extern void pc_keys_tombstone(const char *key, uint32 len, bool sync,
+							  bool had_value);
 extern void pc_keys_tombstones_sync(void);
 extern void pc_keys_tombstones_resume(void);
 

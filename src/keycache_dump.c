@@ -337,15 +337,23 @@ free_tombstones(TombList *list)
 /*
  * Before the worker removes a key for evict() (sync: fsynced at once) or
  * stores it disabled (fsynced by pc_keys_tombstones_sync): record it, if a
- * dump may hold it, so that no load brings it back.
+ * dump may hold it, so that no load brings it back.  had_value: the key
+ * holds a value in the map.  One that never had one since it was created
+ * gets no tombstone while which keys the dump holds is unknown (after a
+ * worker restart): else a role reading keys the source does not know would
+ * fill the tombstone file, and the dump would be removed.  Such a key can
+ * be in a dump only if it was evicted for memory since, and those may come
+ * back anyway.
  */
 void
-pc_keys_tombstone(const char *key, uint32 len, bool sync)
+pc_keys_tombstone(const char *key, uint32 len, bool sync, bool had_value)
 {
 	StringInfoData buf;
 	bool		ok;
 
 	if (tomb_log == NULL || !maybe_dumped(key, len))
+		return;
+	if (!had_value && dumped_keys == NULL && dump_on_disk)
 		return;
 	if (pc_dump_log_size(tomb_log) + sizeof(TombRecord) + len + 16 >
 		PC_TOMB_MAX_BYTES)

@@ -313,24 +313,33 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 /*
  * A reader is about to wait for a pending key: its fetch must not wait
  * behind keys read once (scheduler.h, "Fair fetching").  Marks the key read
- * again, as a second reader would.  The worker is told even if another
- * reader's demand is still on the key: this reader's role may be the one
- * whose turn comes first.
+ * again, as a second reader would.  The worker is told when the demand is
+ * new, and once more when the first reader that is not the key's creator
+ * waits for it (PC_REQ_DEMAND_OTHER): its role may be the one whose turn
+ * comes first.  Not on every wait, so that one role looping on a pending
+ * key cannot fill the request ring (which would send the worker scanning
+ * the whole map).
  */
 static void
 demand_key(const char *key, uint32 len)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
+	bool		send;
+	int			creator;
 
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return;
 	if (pg_atomic_read_u32(&entry->visited) == 0)
 		pg_atomic_write_u32(&entry->visited, 1);
-	(void) pc_request_mark(entry, PC_REQ_DEMAND);
+	creator = entry->owner;
+	send = pc_request_mark(entry, PC_REQ_DEMAND |
+						   (pc_role_of_slot(creator) == GetOuterUserId() ?
+							0 : PC_REQ_DEMAND_OTHER));
 	pc_entry_release(entry);
-	pc_request_send(key, len);
+	if (send)
+		pc_request_send(key, len);
 }
 
 /* What wait_for_key() reads into. */

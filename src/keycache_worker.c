@@ -218,7 +218,7 @@ delete_shared(const char *key, uint32 len, PcCounter cause)
 
 	/* What evict() removed stays removed after a crash. */
 	if (cause == PC_CTR_REQUESTED_EVICTIONS)
-		pc_keys_tombstone(key, len, true);
+		pc_keys_tombstone(key, len, true, true);
 	entry = pc_entry_find(&search, true);
 	if (entry != NULL)
 	{
@@ -239,15 +239,17 @@ tombstone_unless_disabled(const char *key, uint32 len)
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		disabled = false;
+	bool		had_value = false;
 
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
 		disabled = entry->state == PC_STATE_DISABLED;
+		had_value = entry->state != PC_STATE_PENDING;
 		pc_entry_release(entry);
 	}
 	if (!disabled)
-		pc_keys_tombstone(key, len, false);
+		pc_keys_tombstone(key, len, false, had_value);
 }
 
 /*
