@@ -397,7 +397,7 @@ extern size_t sched_flow_count(const Sched *s);
  * demanded.
  */
 extern SchedEntry *sched_once_excess(Sched *s, size_t limit,
-									  bool memory_short);
+									 bool memory_short);
 
 /* Fetches of keys read only once waiting, for their due time or turn. */
 extern size_t sched_once_count(const Sched *s);
