@@ -421,18 +421,25 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 }
 
 /*
- * Fair fetching: past SCHED_ONCE_BATCHES batches of keys read only once
- * waiting for a fetch, drop the oldest (a scan's, most likely), unless a
- * reader read it again meanwhile.  Its entry goes from the map, so its
- * next read asks again, as a key of its own FIFO's ghost: with demand.
+ * Fair fetching: while the keys' memory is short (past the level eviction
+ * brings it down to, or a reader found no room), past SCHED_ONCE_BATCHES
+ * batches of keys read only once waiting for a fetch, drop the oldest (a
+ * scan's, most likely), unless a reader read it again meanwhile.  Its
+ * entry goes from the map, so its next read asks again, as a key of its
+ * own FIFO's ghost: with demand.  With room, nothing is dropped: a reader
+ * may wait for any of them next (a service warming its cache).
  */
 static void
 drop_fetches_for_nobody(void)
 {
 	size_t		limit = (size_t) SCHED_ONCE_BATCHES * pc_batch_size;
+	Size		low = pc_key_memory_bound() / 100 * PC_EVICT_LOW_PERCENT;
+	bool		memory_short;
 	SchedEntry *e;
 
-	while ((e = sched_once_excess(sched, limit)) != NULL)
+	memory_short = pg_atomic_read_u32(&pc_shared->room_wanted) != 0 ||
+		pc_key_memory_used() > low;
+	while ((e = sched_once_excess(sched, limit, memory_short)) != NULL)
 	{
 		PcKey		search = pc_search_key(e->key, e->keylen);
 		PcEntry    *entry;

@@ -1448,13 +1448,17 @@ sched_owner_victim(Sched *s, uint32_t owner, SchedVisitedFn visited,
 }
 
 SchedEntry *
-sched_once_excess(Sched *s, size_t limit)
+sched_once_excess(Sched *s, size_t limit, bool memory_short)
 {
 	SchedFlow  *f = s->turn;
 	SchedFlow  *most = NULL;
 	SchedEntry *e;
 
-	if (s->turn_count[1] <= limit)
+	/*
+	 * A dropped fetch saves only memory: with room, every key read once is
+	 * fetched, in full batches, for a reader may wait for it next.
+	 */
+	if (!memory_short || s->turn_count[1] <= limit)
 		return NULL;
 	/* The role with the most; of equals, the one whose turn comes first. */
 	do

@@ -357,11 +357,14 @@ extern bool sched_evictable(const SchedEntry *entry);
  * wait takes its turn at the end of the round under way.  Picking a key
  * costs O(log n); picking the role, O(1).
  *
- * Keys read once that are due are bounded: past SCHED_ONCE_BATCHES
- * batches of them, keys are dropped (sched_once_excess), as a cache that
- * is full drops what it fetched for nobody: the first of the role that has
- * the most waiting, so that one role's flood drops only its own keys as
- * long as another role has fewer waiting.
+ * While the keys' memory is short, keys read once that are due are
+ * bounded: past SCHED_ONCE_BATCHES batches of them, keys are dropped
+ * (sched_once_excess), as a cache that is full drops what it fetched for
+ * nobody: the first of the role that has the most waiting, so that one
+ * role's flood drops only its own keys as long as another role has fewer
+ * waiting.  While memory has room nothing is dropped: a drop saves only
+ * memory, and a service warming its cache reads every key once before it
+ * waits for each, so a dropped key would be fetched again alone.
  */
 #define SCHED_ONCE_BATCHES 16
 
@@ -384,14 +387,17 @@ extern size_t sched_flow_waiting(const Sched *s, uint32_t flow);
 extern size_t sched_flow_count(const Sched *s);
 
 /*
- * The fetch of a key read only once to drop, if more than limit such keys
- * are due and wait for their turn: the first of the role with the most of
- * them (O(roles waiting)).  The caller drops the key (from the shared map,
+ * The fetch of a key read only once to drop, if memory_short (the caller's
+ * judgement of the keys' memory) and more than limit such keys are due and
+ * wait for their turn: the first of the role with the most of them
+ * (O(roles waiting)); NULL while memory has room.  The caller drops the
+ * key (from the shared map,
  * then with sched_evict_victim(), which remembers it in the ghost FIFO so
  * that a second read is demand) or, if it was read meanwhile, marks it
  * demanded.
  */
-extern SchedEntry *sched_once_excess(Sched *s, size_t limit);
+extern SchedEntry *sched_once_excess(Sched *s, size_t limit,
+									 bool memory_short);
 
 /* Fetches of keys read only once waiting, for their due time or turn. */
 extern size_t sched_once_count(const Sched *s);
