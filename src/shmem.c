@@ -111,9 +111,9 @@ pc_shmem_request(void)
 
 	/*
 	 * ring lock, snapshot map lock, one lock per snapshot slot, WAL list,
-	 * role slots
+	 * role slots, snapshot tombstone file
 	 */
-	RequestNamedLWLockTranche("projcache", 4 + pc_max_snapshots);
+	RequestNamedLWLockTranche("projcache", 5 + pc_max_snapshots);
 }
 
 /*
@@ -151,6 +151,8 @@ pc_shmem_startup(void)
 			&(GetNamedLWLockTranche("projcache"))[2 + pc_max_snapshots].lock;
 		shared->role_lock =
 			&(GetNamedLWLockTranche("projcache"))[3 + pc_max_snapshots].lock;
+		shared->snap_tomb_lock =
+			&(GetNamedLWLockTranche("projcache"))[4 + pc_max_snapshots].lock;
 		pg_atomic_init_u32(&shared->role_room_wanted, 0);
 		for (i = 0; i < PC_ROLE_SLOTS; i++)
 		{

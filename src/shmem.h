@@ -63,6 +63,11 @@ typedef enum PcCounter
  *	 it has unlinked them under the lock.
  * - wal_lock (LWLock): the list of keys replayed on a standby and waiting
  *	 for their transaction's commit (wal.h).
+ * - snap_tomb_lock (LWLock): the snapshot tombstone file on disk
+ *	 (snapshot_dump.c): held exclusively while a backend appends to it and
+ *	 while the scheduler rewrites it, so that no tombstone appended
+ *	 meanwhile is lost.  Held across that file's I/O (both are rare);
+ *	 taken alone, never with another lock of ours.
  * - role_lock (LWLock): which role each of role_slots counts keys for
  *	 (PcRoleSlot.role).  Shared to find a role's slot and add a key to its
  *	 count, exclusive to give a slot whose count is zero to another role;
@@ -152,6 +157,7 @@ typedef struct PcShared
 	LWLockPadded *snap_slot_locks;	/* one per slot; see snapshot_store.c */
 	Size		wal_offset;		/* PcWalPending */
 	LWLock	   *wal_lock;		/* the replayed keys list (wal.h) */
+	LWLock	   *snap_tomb_lock; /* the snapshot tombstone file */
 
 	/* Keys per role (keycache_map.c) */
 	LWLock	   *role_lock;		/* which role each slot counts for */

@@ -50,10 +50,10 @@
  * start keeps only what is newer than the restore file.  A slot writes a
  * tombstone only if its rows may be on disk since its last one (dumped
  * since, or from an earlier server lifetime), so a role that loses and
- * regains its rights in a loop cannot grow the file.  (Should writing a
- * tombstone fail, at LOG, or one appended while the file is pruned be
- * lost, the restored rows are still not served before a load, which drops
- * them again.)
+ * regains its rights in a loop cannot grow the file.  Appends and the
+ * pruning take snap_tomb_lock, so that none is lost to a rewrite.  (Should
+ * writing a tombstone fail, at LOG, the restored rows are still not served
+ * before a load, which drops them again.)
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -173,12 +173,15 @@ pc_snapshot_bury(SnapReg *reg)
 	strlcpy(t.name, reg->name, NAMEDATALEN);
 	t.crc = tombstone_crc(&t);
 
+	/* Not while the scheduler rewrites the file: it would lose this one. */
+	LWLockAcquire(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
 	existed = stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) == 0;
 	fd = OpenTransientFilePerm(PC_SNAPSHOTS_TOMBSTONE_FILE,
 							   O_WRONLY | O_CREAT | O_APPEND | PG_BINARY,
 							   S_IRUSR | S_IWUSR);
 	if (fd < 0)
 	{
+		LWLockRelease(pc_shared->snap_tomb_lock);
 		ereport(LOG,
 				(errcode_for_file_access(),
 				 errmsg("could not open file \"%s\": %m",
@@ -203,6 +206,7 @@ pc_snapshot_bury(SnapReg *reg)
 	CloseTransientFile(fd);
 	if (!existed)
 		(void) fsync_fname_ext(".", true, false, LOG);
+	LWLockRelease(pc_shared->snap_tomb_lock);
 }
 
 /*
@@ -289,12 +293,21 @@ buried_since(List *tombstones, const SnapRecord *rec, TimestampTz written_at)
 /*
  * Keep only the tombstones buried at or after needed_since: the older ones
  * are known to every file that can still be restored from (see the
- * callers).  The file is rewritten under a temporary name and renamed; a
- * tombstone appended meanwhile is lost from it (its slot stays buried in
- * memory, and rows are not served before a load anyway).
+ * callers).  The file is rewritten under a temporary name and renamed,
+ * under snap_tomb_lock, so that no tombstone is appended meanwhile.
  */
+static void prune_tombstones_locked(TimestampTz needed_since);
+
 static void
 prune_tombstones(TimestampTz needed_since)
+{
+	LWLockAcquire(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
+	prune_tombstones_locked(needed_since);
+	LWLockRelease(pc_shared->snap_tomb_lock);
+}
+
+static void
+prune_tombstones_locked(TimestampTz needed_since)
 {
 	const char *tmp = PC_SNAPSHOTS_TOMBSTONE_FILE ".tmp";
 	struct stat st;
