@@ -430,10 +430,11 @@ pc_role_of_slot(int slot)
 }
 
 /*
- * The slot that counts role's keys, or -1 if it has none.  With claim (and
- * role_lock held exclusively), one is given if it has none: in the order
- * the role's hash says, the first never used or whose role has no keys
- * left, else the overflow slot.  A role's slot comes before the first
+ * The slot that counts role's keys, or -1 if it has none and one could be
+ * given.  With claim (and role_lock held exclusively), one is given if it
+ * has none: in the order the role's hash says, the first never used or
+ * whose role has no keys left.  With or without claim, the overflow slot
+ * if no slot can be given.  A role's slot comes before the first
  * slot never used in that order, since slots are never given back to no
  * role: the search stops there.
  */
@@ -460,10 +461,10 @@ role_slot_find(Oid role, bool claim)
 		if (slot->role == InvalidOid)
 			break;
 	}
+	if (free_slot < 0)
+		return PC_ROLE_OVERFLOW;	/* without claim too: no lock to upgrade */
 	if (!claim)
 		return -1;
-	if (free_slot < 0)
-		return PC_ROLE_OVERFLOW;
 	pc_shared->role_slots[free_slot].role = role;
 	return free_slot;
 }
