@@ -1475,9 +1475,9 @@ sched_once_excess(Sched *s, size_t limit, bool memory_short)
 
 	/*
 	 * A dropped fetch saves only memory: with room, every key read once is
-	 * fetched, in full batches, for a reader may wait for it next.  Nor
-	 * while eviction has an older key read once to take (once_behind_value)
-	 * and the memory it frees.
+	 * fetched, in full batches, for a reader may wait for it next.  Nor while
+	 * eviction has an older key read once to take (once_behind_value) and the
+	 * memory it frees.
 	 */
 	if (!memory_short || s->turn_count[1] <= limit ||
 		once_behind_value(s))
