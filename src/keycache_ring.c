@@ -105,8 +105,8 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 
 /*
  * Worker: move whole records, as many as fit, into buf (length word, role,
- * bytes, padded as in the ring).  Returns the number of bytes copied.  A buffer of the
- * ring's capacity always takes everything.
+ * bytes, padded as in the ring).  Returns the number of bytes copied.  A
+ * buffer of the ring's capacity always takes everything.
  */
 Size
 pc_ring_drain(char *buf, Size bufsize)

@@ -615,8 +615,8 @@ process_requests(int64 now)
  * requests would have: a service warming its cache reads every key once,
  * then waits for each, and a key it could not create would otherwise be
  * fetched alone when its wait comes.  Room that runs out meanwhile is made
- * again; a key still without room is left to its next read.  In a transaction: counting a key for its role reads the
- * catalog.
+ * again; a key still without room is left to its next read.  In a
+ * transaction: counting a key for its role reads the catalog.
  */
 static void
 create_refused_keys(int64 now)
