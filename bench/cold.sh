@@ -105,7 +105,7 @@ shared_preload_libraries = 'projcache'
 projcache.database = 'postgres'
 projcache.max_memory = '$memory'
 EOF
-	pgrun <<'EOF'
+	pgrun >/dev/null <<'EOF'
 CREATE EXTENSION projcache;
 CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
 RETURNS TABLE(key text, state text, revision text, config jsonb)
@@ -127,7 +127,14 @@ EOF
 			exit 1
 		fi
 	done
-	BOUNDS+=("$memory: max_keys_per_role $(pgvalue 'SHOW projcache.max_keys_per_role'), memory_limit $(pgvalue 'SELECT memory_limit FROM projcache.stats') bytes")
+	# -1: half of the keys that fit in what max_memory leaves for keys
+	# (a quarter goes to snapshots, 1/16 up to 64 kB to messages), at 136
+	# bytes a key (doc/settings.md).
+	bound=$(pgvalue 'SHOW projcache.max_keys_per_role')
+	limit=$(pgvalue 'SELECT memory_limit FROM projcache.stats')
+	[ "$bound" != -1 ] || bound="-1 (about $(LC_ALL=C awk -v m="$limit" 'BEGIN{
+		r = m / 16; if (r > 65536) r = 65536; printf "%d", (m - m / 4 - r) / 136 / 2 }') keys a role)"
+	BOUNDS+=("$memory: memory_limit $limit bytes, max_keys_per_role $bound")
 	case_no=0
 	for reader in $READERS; do
 		for n in $KEYS; do
