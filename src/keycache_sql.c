@@ -11,8 +11,9 @@
  * never waits for a fetch unless asked to, and then on the key's condition
  * variable; the one exception is a read right after a start, which waits
  * (at most projcache.restore_wait) for the key dump to be loaded
- * (keycache_dump.c).  Nothing of ours that can ERROR runs under a partition lock:
- * copies use MCXT_ALLOC_NO_OOM and failures are reported after the release.
+ * (keycache_dump.c).  Nothing of ours that can ERROR runs under a
+ * partition lock: copies use MCXT_ALLOC_NO_OOM and failures are reported
+ * after the release.
  *
  * A new key counts for the role that created it, and a fetch asked for
  * waits for the asking role's turn: both are the current role outside

@@ -74,8 +74,7 @@ typedef enum PcSnapWait
 	PC_SNAP_WAIT_TIMEOUT		/* the deadline passed */
 } PcSnapWait;
 
-extern PcSnapWait pc_snap_wait_restore(PcSnapRef ref, int64 deadline,
-									   bool can_load);
+extern PcSnapWait pc_snap_wait_restore(PcSnapRef ref, int64 deadline);
 
 /* A snapshot's last attempt time when no attempt was made yet. */
 #define PC_NEVER	PG_INT64_MIN

@@ -328,8 +328,7 @@ retry:
 		(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
 		/* No rows yet: the last good ones from before a restart, if dumped. */
 		if (!loaded && !pc_snapshot_restore(reg, ref) && may_wait &&
-			pc_snap_wait_restore(ref, deadline, may_load()) ==
-			PC_SNAP_WAIT_WOKEN)
+			pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
 			continue;			/* another reader looked at the dump */
 		if (!loaded)
 			(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
@@ -385,8 +384,7 @@ retry:
 		{
 			/* Another session tries their first load: wait for it. */
 			if (may_wait && !(status == PC_LOAD_NONE && error != NULL) &&
-				pc_snap_wait_restore(ref, deadline, may_load()) ==
-				PC_SNAP_WAIT_WOKEN)
+				pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
 				continue;
 			report_awaiting_load(reg, status, error);
 		}

@@ -969,12 +969,13 @@ pc_snap_awaits_load(PcSnapRef ref)
 
 /*
  * What a reader may wait for in the slot, under its lock: another backend
- * reading the dump for its rows, or restored rows' first load as the owner
- * that another backend is trying (and that this one, can_load, cannot try
- * itself: the lease is taken), before s->restore_wait_until.
+ * reading the dump for its rows, or, before s->restore_wait_until, the
+ * first load as the owner of restored rows that another backend is trying
+ * (it holds the lease).  With the lease free there is nothing to wait for:
+ * the reader tries the load itself, or, if it may not, fails as before.
  */
 static bool
-worth_waiting(PcSnapSlot *s, PcSnapRef ref, bool can_load, int64 real_now)
+worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now)
 {
 	int			checker = s->dump_check_pid;
 	int			holder;
@@ -988,8 +989,6 @@ worth_waiting(PcSnapSlot *s, PcSnapRef ref, bool can_load, int64 real_now)
 	if (!DsaPointerIsValid(s->data) || !s->restored ||
 		real_now >= s->restore_wait_until)
 		return false;
-	if (!can_load)
-		return true;
 	holder = (int) pg_atomic_read_u32(&s->lease_pid);
 	until = (int64) pg_atomic_read_u64(&s->lease_until_ms);
 	return holder != 0 && holder != MyProcPid && until > pc_now_ms() &&
@@ -1001,13 +1000,12 @@ worth_waiting(PcSnapSlot *s, PcSnapRef ref, bool can_load, int64 real_now)
  * what another backend does that this read needs, rather than fail
  * (projcache.restore_wait): its reading the dump for the slot's rows, or
  * its load as the owner of rows restored from it.  PC_SNAP_WAIT_NONE:
- * there was nothing to wait for; PC_SNAP_WAIT_WOKEN: it ended (or the
- * lease is free, for a reader that can_load): look again;
+ * there was nothing to wait for; PC_SNAP_WAIT_WOKEN: it ended: look again;
  * PC_SNAP_WAIT_TIMEOUT: the deadline passed.  Interruptible; no lock is
  * held while sleeping.
  */
 PcSnapWait
-pc_snap_wait_restore(PcSnapRef ref, int64 deadline, bool can_load)
+pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 	PcSnapWait	result = PC_SNAP_WAIT_NONE;
@@ -1019,7 +1017,7 @@ pc_snap_wait_restore(PcSnapRef ref, int64 deadline, bool can_load)
 		bool		wait;
 
 		LWLockAcquire(slot_lock(ref.index), LW_SHARED);
-		wait = worth_waiting(s, ref, can_load, real_now);
+		wait = worth_waiting(s, ref, real_now);
 		LWLockRelease(slot_lock(ref.index));
 		if (!wait)
 			break;

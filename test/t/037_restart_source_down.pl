@@ -14,7 +14,12 @@
 # - 0 errors (nor short reads) from the snapshot, as a foreign table and
 #   as projcache.snapshot();
 # - a role the snapshot was not granted to reads nothing of it in that
-#   window either: the wait for the load happens after the read's checks.
+#   window either: the wait for the load happens after the read's checks;
+# - a hostile role (not a superuser) that reads the keys and the snapshot
+#   with a 1 ms statement_timeout, so that its reads and the loads it
+#   starts are cancelled in the middle, costs the other readers nothing,
+#   and cannot lengthen the wait (projcache.restore_wait is not its to
+#   set).
 
 use strict;
 use warnings;
@@ -44,18 +49,19 @@ my $readers = 4;
 my $rounds = 3;
 
 # One reader: connect as soon as the server lets it (a refused or
-# "starting up" connection is tried again), then read every key and the
-# snapshot, $rounds times, one statement each.
+# "starting up" connection is tried again), then read every key (unless it
+# is the outsider) and the snapshot, $rounds times, one statement each.
 sub start_reader
 {
 	my ($node, $keys, $user, $out) = @_;
 	my $sql = '';
 
+	$sql .= "SET statement_timeout = 1;\n" if $user eq 'hostile';
 	for my $r (1 .. $rounds)
 	{
 		$sql .=
 		  "SELECT 'nulls=' || count(*) FROM generate_series(1, $keys) AS i WHERE projcache.get('k' || i) IS NULL;\n"
-		  if $user eq '';
+		  if $user ne 'outsider';
 		$sql .= "SELECT 'rows=' || count(*) FROM public.grants;\n";
 		$sql .=
 		  "SELECT 'rows=' || count(*) FROM projcache.snapshot('grants') AS g(user_id int, audience text);\n";
@@ -96,6 +102,7 @@ for my $s (@settings)
 		conf => "projcache.expiry = '1h'\n"
 		  . "projcache.grace_period = '1h'\n"
 		  . "projcache.max_retry_backoff = '1s'\n"
+		  . "log_statement = 'all'\n"
 		  . $s->{conf});
 
 	$node->safe_psql(
@@ -133,6 +140,13 @@ CREATE ROLE outsider LOGIN;
 GRANT USAGE ON SCHEMA projcache TO outsider;
 GRANT EXECUTE ON FUNCTION projcache.snapshot(text) TO outsider;
 GRANT SELECT ON public.grants TO outsider;
+-- A hostile reader, granted what an application role gets.
+CREATE ROLE hostile LOGIN;
+GRANT USAGE ON SCHEMA projcache TO hostile;
+GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.snapshot(text)
+	TO hostile;
+GRANT SELECT ON public.grants TO hostile;
+SELECT projcache.grant_snapshot('grants', 'hostile');
 });
 	set_fetch_function($node, 'public.fetch_src');
 
@@ -150,19 +164,21 @@ GRANT SELECT ON public.grants TO outsider;
 	$node->safe_psql('postgres', 'UPDATE public.source_up SET up = false');
 
 	my ($nulls, $errors, $short, $reads, $outsider_rows) = (0, 0, 0, 0, 0);
+	my $caught = 0;
 	for my $restart (1 .. 3)
 	{
 		$node->stop('fast');
+		my $log_from = -s $node->logfile;
 		my (@out, @h);
-		for my $i (0 .. $readers)
+		# the readers, then the outsider, then the hostile role
+		my @users = (('') x $readers, 'outsider', 'hostile');
+		for my $i (0 .. $#users)
 		{
 			$out[$i] = { stdout => '', stderr => '' };
-			# the last one is the outsider
-			$h[$i] = start_reader($node, $n, $i == $readers ? 'outsider' : '',
-				$out[$i]);
+			$h[$i] = start_reader($node, $n, $users[$i], $out[$i]);
 		}
 		$node->start;
-		for my $i (0 .. $readers)
+		for my $i (0 .. $#users)
 		{
 			eval { $h[$i]->finish; };
 			if ($@)
@@ -191,6 +207,12 @@ GRANT SELECT ON public.grants TO outsider;
 			$errors += @err;
 			diag("restart $restart, reader $i: $_") for @err[ 0 .. ($#err < 2 ? $#err : 2) ];
 		}
+		# Did a reader read before the key dump was loaded?  (Said, not
+		# tested: how wide that window is depends on the machine.)
+		my $log = substr(slurp_file($node->logfile), $log_from);
+		my $first_read = index($log, "statement: SELECT 'nulls=");
+		my $loaded = index($log, 'projcache loaded ');
+		$caught++ if $first_read >= 0 && $loaded >= 0 && $first_read < $loaded;
 		# The outsider is refused every read, and gets no row.
 		my $o = $out[$readers];
 		$outsider_rows += () = $o->{stdout} =~ /^rows=/mg;
@@ -199,6 +221,14 @@ GRANT SELECT ON public.grants TO outsider;
 			"$s->{name}, restart $restart: the role without the grant is refused every read"
 		);
 	}
+	# The hostile role cannot lengthen the wait.
+	my ($rc, $o, $e) = $node->psql('postgres',
+		"SET projcache.restore_wait = '1h'",
+		extra_params => [ '-U', 'hostile' ]);
+	like($e, qr/cannot be changed now/,
+		"$s->{name}: projcache.restore_wait is not a user's to set");
+
+	diag("$s->{name}: readers came before the key dump was loaded in $caught of 3 restarts");
 	is($nulls, 0,
 		"$s->{name}: no read of a key cached before reads NULL right after three restarts with the source down ($reads reads)"
 	);
