@@ -383,7 +383,7 @@ retry:
 		if (pc_snap_awaits_load(ref))
 		{
 			/* Another session tries their first load: wait for it. */
-			if (may_wait && !(status == PC_LOAD_NONE && error != NULL) &&
+			if (status == PC_LOAD_NONE && error == NULL &&
 				pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
 				continue;
 			report_awaiting_load(reg, status, error);
