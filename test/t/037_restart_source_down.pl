@@ -2,8 +2,9 @@
 #
 # Restarts with the source down cost readers nothing (issue 29): hot keys
 # and a 500-row snapshot are cached, the source goes down (the fetch
-# function and the snapshot's query fail), and the server is restarted
-# with pg_ctl restart -m fast, three times.  Readers start before each
+# function and the snapshot's query fail: a switch in a local table, or
+# the second server they read over dblink stopped), and the server is
+# restarted with pg_ctl restart -m fast, three times.  Readers start before each
 # start, connecting in a retry loop, so that they read in the very first
 # moments the server accepts connections, while the scheduler may not have
 # loaded the key dump yet and the snapshot's restored rows wait for their
@@ -43,6 +44,12 @@ my @settings = (
 		conf => "projcache.dump_interval = '1s'\n"
 		  . "projcache.restore_wait = '10s'\n",
 		keys => 1500,
+	},
+	{
+		name => 'the source a second server over dblink, 5000 keys',
+		conf => '',
+		keys => 5000,
+		dblink => 1,
 	},);
 
 my $readers = 4;
@@ -105,6 +112,48 @@ for my $s (@settings)
 		  . "log_statement = 'all'\n"
 		  . $s->{conf});
 
+	# The source: local tables behind a switch that makes every fetch and
+	# every load fail, or a second server that is stopped.
+	my $source;
+	my $fetch_from = 'public.configs c WHERE public.source_check() AND';
+	my $snapshot_query =
+	  'SELECT user_id, audience FROM public.grants_src WHERE public.source_check()';
+	if ($s->{dblink})
+	{
+		if (!$node->safe_psql('postgres',
+				"SELECT count(*) FROM pg_available_extensions WHERE name = 'dblink'"))
+		{
+			diag("$s->{name}: skipped, dblink is not installed");
+			$node->stop;
+			next;
+		}
+		$source = PostgreSQL::Test::Cluster->new("source$case");
+		$source->init;
+		$source->start;
+		$source->safe_psql(
+			'postgres', qq{
+CREATE TABLE configs (key text PRIMARY KEY, revision text, config jsonb);
+INSERT INTO configs
+SELECT 'k' || i, 'r1', jsonb_build_object('i', i) FROM generate_series(1, $n) AS i;
+CREATE TABLE grants_src (user_id int PRIMARY KEY, audience text);
+INSERT INTO grants_src SELECT i, 'aud' || (i % 7) FROM generate_series(1, 500) AS i;
+});
+		my $connstr = $source->connstr('postgres') . ' connect_timeout=2';
+		$node->safe_psql(
+			'postgres', qq{
+CREATE EXTENSION dblink;
+CREATE TABLE public.source_server (connstr text NOT NULL);
+INSERT INTO public.source_server VALUES (\$conn\$$connstr\$conn\$);
+});
+		$fetch_from = q{dblink((SELECT connstr FROM public.source_server),
+			format('SELECT key, revision, config FROM configs WHERE key = ANY (%L::text[])',
+				   p_keys))
+			AS c(key text, revision text, config jsonb) WHERE};
+		$snapshot_query = q{SELECT * FROM dblink((SELECT connstr FROM public.source_server),
+			'SELECT user_id, audience FROM grants_src')
+			AS g(user_id int, audience text)};
+	}
+
 	$node->safe_psql(
 		'postgres', qq{
 CREATE TABLE public.source_up (up bool NOT NULL);
@@ -125,14 +174,12 @@ CREATE FUNCTION public.fetch_src(p_keys text[], p_revisions text[])
 RETURNS TABLE(key text, state text, revision text, config jsonb)
 LANGUAGE sql STABLE AS \$\$
 	SELECT c.key, 'enabled', c.revision, c.config
-	FROM public.configs c
-	WHERE public.source_check() AND c.key = ANY (p_keys)
+	FROM $fetch_from c.key = ANY (p_keys)
 \$\$;
 CREATE TABLE public.grants_src (user_id int PRIMARY KEY, audience text);
 INSERT INTO public.grants_src SELECT i, 'aud' || (i % 7) FROM generate_series(1, 500) AS i;
 SELECT projcache.create_snapshot('grants',
-	'SELECT user_id, audience FROM public.grants_src WHERE public.source_check()',
-	'2s', 'user_id');
+	\$q\$$snapshot_query\$q\$, '2s', 'user_id');
 CREATE FOREIGN TABLE public.grants (user_id int, audience text)
 	SERVER projcache OPTIONS (snapshot 'grants');
 -- A role the snapshot is not granted to, with what a reader needs else.
@@ -162,6 +209,7 @@ SELECT projcache.grant_snapshot('grants', 'hostile');
 
 	# The source goes down.
 	$node->safe_psql('postgres', 'UPDATE public.source_up SET up = false');
+	$source->stop if defined $source;
 
 	my ($nulls, $errors, $short, $reads, $outsider_rows) = (0, 0, 0, 0, 0);
 	my $caught = 0;
