@@ -973,14 +973,18 @@ pc_snap_awaits_load(PcSnapRef ref)
  * first load as the owner of restored rows that another backend is trying
  * (it holds the lease).  With the lease free there is nothing to wait for:
  * the reader tries the load itself, or, if it may not, fails as before.
+ * *lease_left: how long the lease lasts if nobody drops it (its end wakes
+ * nobody).
  */
 static bool
-worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now)
+worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now,
+			  int64 *lease_left)
 {
 	int			checker = s->dump_check_pid;
 	int			holder;
 	int64		until;
 
+	*lease_left = PG_INT64_MAX;
 	if (s->generation != ref.generation)
 		return false;
 	if (checker != 0 && checker != MyProcPid &&
@@ -991,7 +995,8 @@ worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now)
 		return false;
 	holder = (int) pg_atomic_read_u32(&s->lease_pid);
 	until = (int64) pg_atomic_read_u64(&s->lease_until_ms);
-	return holder != 0 && holder != MyProcPid && until > pc_now_ms() &&
+	*lease_left = until - pc_now_ms();
+	return holder != 0 && holder != MyProcPid && *lease_left > 0 &&
 		BackendPidGetProc(holder) != NULL;
 }
 
@@ -1014,10 +1019,11 @@ pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
 	for (;;)
 	{
 		int64		real_now = pc_real_now_ms();
+		int64		lease_left;
 		bool		wait;
 
 		LWLockAcquire(slot_lock(ref.index), LW_SHARED);
-		wait = worth_waiting(s, ref, real_now);
+		wait = worth_waiting(s, ref, real_now, &lease_left);
 		LWLockRelease(slot_lock(ref.index));
 		if (!wait)
 			break;
@@ -1027,7 +1033,9 @@ pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
 			break;
 		}
 		result = PC_SNAP_WAIT_WOKEN;
-		(void) ConditionVariableTimedSleep(&s->cv, (long) (deadline - real_now),
+		(void) ConditionVariableTimedSleep(&s->cv,
+										   (long) Min(deadline - real_now,
+													  lease_left),
 										   pc_wait_event(PC_WAIT_SNAPSHOT_LOAD));
 	}
 	ConditionVariableCancelSleep();
