@@ -211,6 +211,16 @@ extern void pc_keys_tombstone(const char *key, uint32 len, bool sync,
 							  bool had_value);
 extern void pc_keys_tombstones_sync(void);
 extern void pc_keys_tombstones_resume(void);
+extern void pc_keys_restore_begin(void);
+extern void pc_keys_restore_end(void);
+extern int64 pc_keys_restore_wait_left(void);
+
+/* Is the key dump still to be loaded?  (Readers wait for it.) */
+static inline bool
+pc_keys_restoring(void)
+{
+	return pg_atomic_read_u32(&pc_shared->keys_restoring) != 0;
+}
 
 /* ----------------------------------------------------------------
  * The request ring (keycache_ring.c)
