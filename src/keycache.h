@@ -233,11 +233,16 @@ extern Size pc_ring_drain(char *buf, Size bufsize);
 
 
 /* ----------------------------------------------------------------
- * The worker (keycache_worker.c) and its upstream call (keycache_fetch.c)
+ * The launcher (keycache_launcher.c)
  * ----------------------------------------------------------------
  */
 extern void pc_register_launcher(void);
 extern PGDLLEXPORT void pc_launcher_main(Datum main_arg);
+
+/* ----------------------------------------------------------------
+ * The worker (keycache_worker.c) and its upstream call (keycache_fetch.c)
+ * ----------------------------------------------------------------
+ */
 extern PGDLLEXPORT void pc_worker_main(Datum main_arg);
 
 /* One key's answer from the fetch function. */

@@ -29,7 +29,7 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-/* Settings; see the README for what each one does. */
+/* Settings; doc/settings.md says what each one does. */
 char	   *pc_database = NULL;
 char	   *pc_fetch_function = NULL;
 char	   *pc_fetch_role = NULL;
@@ -101,7 +101,7 @@ projcache_shmem_startup(void)
 	pc_shmem_startup();
 }
 
-/* Define every projcache.* setting (see the README's Settings table). */
+/* Define every projcache.* setting (doc/settings.md describes them). */
 static void
 define_settings(void)
 {

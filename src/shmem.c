@@ -5,7 +5,9 @@
  *
  * Everything lives in main shared memory, reserved at postmaster start:
  *
- *	 PcShared | request ring | snapshot slots | DSA area
+ *	 PcShared | request ring | snapshot slots | replayed keys | DSA area
+ *
+ * (the replayed keys: the list a standby's redo appends to, wal.h).
  *
  * The DSA area is created in place over its whole reservation and limited
  * to it, so it never needs DSM segments.  projcache counts what its chunks
