@@ -1593,8 +1593,8 @@ sched_restore_complete(Sched *s, const char *key, size_t keylen,
 
 		/*
 		 * Asked for before its value came from the dump: that fetch is not
-		 * needed now.  Values are restored before the first batch, so it
-		 * was neither gathered nor sent.
+		 * needed now.  Values are restored before the first batch, so it was
+		 * neither gathered nor sent.
 		 */
 		SCHED_ASSERT(!e->gathered && !e->dispatched);
 		if (q >= 0)
