@@ -422,7 +422,7 @@ SELECT s.entries, s.memory_used, s.fetch_calls, s.fetched_keys, s.not_modified,
   FROM projcache.stats AS s"""
 STATS_COLS = ["entries", "memory_used", "fetch_calls", "fetched_keys", "not_modified",
               "fetch_errors", "evictions_memory", "evictions_expired", "refused_reads",
-              "dropped_fetches", "worker_pid", "loaded_keys", "snapshot"]
+              "dropped_fetches", "worker_pid", "loaded_keys", "snapshot", "load1"]
 
 
 def sampler(stop):
@@ -437,7 +437,7 @@ def sampler(stop):
                 if conn is None:
                     conn = cache("soak sampler")
                 row = conn.query(STATS_SQL)[0]
-                f.write(json.dumps([t] + row) + "\n")
+                f.write(json.dumps([t] + row + [os.getloadavg()[0]]) + "\n")
                 f.flush()
             except (OSError, PgError, ConnLost):
                 if conn is not None:
@@ -925,13 +925,13 @@ def report(soak):
         lines.append("    none")
 
     lines.append("")
-    lines.append("projcache.stats over each window (growth of the counters; entries, memory and the")
-    lines.append("snapshot's status as sampled at the window's end; statuses seen: every one sampled in it):")
+    lines.append("projcache.stats over each window (growth of the counters; entries, memory and the 1-minute")
+    lines.append("load average as sampled at the window's end; the snapshot's statuses, each one sampled in it):")
     cols = ["fetch_calls", "fetched_keys", "not_modified", "fetch_errors", "evictions_memory",
             "evictions_expired", "refused_reads", "dropped_fetches"]
     short = ["calls", "keys", "not_mod", "errors", "ev_mem", "ev_exp", "refused", "dropped"]
     lines.append(f"{'':3} {'window':22} " + " ".join(f"{c:>8}" for c in short)
-                 + f" {'entries':>8} {'MB':>6}  snapshot statuses seen")
+                 + f" {'entries':>8} {'MB':>6} {'load':>5}  snapshot statuses seen")
     for i, (name, fault, s, e) in enumerate(w):
         inside = [r for r in samples if s <= r[0] < e]
         last = inside[-1] if inside else None
@@ -942,7 +942,8 @@ def report(soak):
                 snaps.append(st)
         lines.append(
             f"{i + 1:>2}. {name:22} " + " ".join(f"{counter_growth(samples, c, s, e):8d}" for c in cols)
-            + f" {last[1] if last else '-':>8} {(int(last[2]) / 1048576 if last else 0):6.1f}  "
+            + f" {last[1] if last else '-':>8} {(int(last[2]) / 1048576 if last else 0):6.1f} "
+            + f"{(f'{last[-1]:.1f}' if last else '-'):>5}  "
             + (", ".join(snaps) if snaps else "-"))
 
     # Restarts and kills: how long until reads came back.
@@ -1019,9 +1020,11 @@ def report(soak):
                      f"{tal.lat_cols().split()[2]} ms")
 
     lines.append("")
-    lines.append(f"Per {BUCKET:.0f} s in the fault windows (s: from the window's start):")
+    lines.append(f"Per {BUCKET:.0f} s in the fault windows (s: from the window's start; stats: growth of fetch_calls,")
+    lines.append("fetch_errors and dropped_fetches, and entries at its end; load: the 1-minute load average):")
     lines.append(f"{'window':22} {'s':>4} | {'hot':>7} {'NULL':>6} {'errors':>6} {'lost':>4} {'p99 ms':>7} {'max ms':>7} | "
-                 f"{'snap':>5} {'!=' + str(GRANT_ROWS):>5} {'errors':>6} {'max ms':>7} | {'conn fail':>9}")
+                 f"{'snap':>5} {'!=' + str(GRANT_ROWS):>5} {'errors':>6} {'max ms':>7} | {'conn fail':>9} | "
+                 f"{'calls':>5} {'f_err':>5} {'dropped':>7} {'entries':>7} {'load':>5}")
     for i, (name, fault, s, e) in enumerate(w):
         if fault is None:
             continue
@@ -1031,8 +1034,15 @@ def report(soak):
             h, sn, cf = buckets[(i, b)]
             hl = h.lat_cols().split()
             sl = sn.lat_cols().split()
+            bs, be = s + b * BUCKET, min(e, s + (b + 1) * BUCKET)
+            last = [r for r in samples if bs <= r[0] < be][-1:]
+            ent = last[0][1] if last else "-"
+            load = f"{last[0][-1]:.1f}" if last else "-"
             lines.append(f"{(name if b == 0 else ''):22} {b * BUCKET:4.0f} | {h.reads:7d} {h.empty:6d} {h.errors:6d} "
-                         f"{h.lost:4d} {hl[1]:>7} {hl[2]:>7} | {sn.reads:5d} {sn.empty:5d} {sn.errors:6d} {sl[2]:>7} | {cf:9d}")
+                         f"{h.lost:4d} {hl[1]:>7} {hl[2]:>7} | {sn.reads:5d} {sn.empty:5d} {sn.errors:6d} {sl[2]:>7} | {cf:9d} | "
+                         + " ".join(f"{counter_growth(samples, c, bs, be):{wd}d}" for c, wd in
+                                    (("fetch_calls", 5), ("fetch_errors", 5), ("dropped_fetches", 7)))
+                         + f" {ent:>7} {load:>5}")
 
     lines.append("")
     lines.append("Events (s from the first window's start):")

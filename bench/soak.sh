@@ -160,6 +160,10 @@ HEAD_DESC=$("${GIT[@]}" log -1 --format='%H %s' 2>/dev/null | cut -c1-100 || ech
 	HEAD_DESC="$HEAD_DESC (+ uncommitted changes)"
 
 setup_work projcache-soak
+# The install is shared: another build installed meanwhile would be what
+# the restarts load.  The report says whether the library stayed this one.
+LIB=$("$PG_CONFIG" --pkglibdir)/projcache.so
+LIB_SUM=$(sha256sum "$LIB" | cut -c1-16)
 
 # start_node NAME PORT <CONF: initdb $WORK/NAME, append CONF, start it.
 start_node() {
@@ -222,6 +226,13 @@ wait "$PY_PID" || PY_RC=$?
 PY_PID=
 [ -f "$WORK/soak-report.txt" ] || { echo "$NAME: bench/soak.py wrote no report (exit $PY_RC)" >&2; exit 1; }
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+LIB_NOW=$(sha256sum "$LIB" 2>/dev/null | cut -c1-16 || true)
+if [ "$LIB_NOW" = "$LIB_SUM" ]; then
+	LIB_LINE="$LIB, sha256 $LIB_SUM..., built from this tree and unchanged through the run"
+else
+	LIB_LINE="$LIB CHANGED during the run (sha256 $LIB_SUM... installed, ${LIB_NOW:-none}... at the end): another install; the restarts may have loaded another build"
+	PY_RC=1
+fi
 
 # log_lines SERVER: its log's ERROR/WARNING/FATAL/PANIC lines, less what a
 # fast shutdown says to every session and worker.
@@ -235,6 +246,7 @@ log_lines() {
 	echo "head:      $HEAD_DESC"
 	echo "machine:   $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); load avg $LOAD_BEFORE before, $LOAD_AFTER after"
 	echo "servers:   PostgreSQL $PGVER; the source on port $SOURCE_PORT, the cache on $CACHE_PORT; unix sockets, fsync off"
+	echo "library:   $LIB_LINE"
 	echo "settings:  --expiry $EXPIRY --grace $GRACE --fetch-timeout $FETCH_TIMEOUT --max-memory $MAX_MEMORY --hot $HOT --clients $CLIENTS --cold $COLD --minutes $MINUTES --faults $FAULTS"
 	echo "cache:     $SETTINGS; other projcache settings default"
 	echo "source:    fetch through dblink, not_modified for an unchanged revision; snapshot \"grants\" ($GRANT_ROWS rows"
@@ -263,6 +275,6 @@ cp "$WORK/report.txt" "$OUT"
 echo
 echo "report: $OUT"
 if [ "$PY_RC" -ne 0 ]; then
-	echo "$NAME: a measurement could not be made (see the report's first lines)" >&2
+	echo "$NAME: a measurement could not be made (see MEASUREMENT FAILED or library in the report)" >&2
 	exit 1
 fi
