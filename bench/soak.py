@@ -746,7 +746,7 @@ class Records:
     def __init__(self):
         self.t, self.lat = array.array("d"), array.array("f")
         self.kind, self.result, self.who = array.array("B"), array.array("B"), array.array("B")
-        self.err, self.warn, self.key = array.array("L"), array.array("L"), array.array("L")
+        self.err, self.warn, self.key = array.array("I"), array.array("I"), array.array("I")
         self.texts = [None]
         self.ranges = {}
         for who, name in enumerate([f"reader{i}" for i in range(CLIENTS)] + ["scanner"]):

@@ -48,7 +48,9 @@ GRANT_ROWS=500
 MAX_RETRY_BACKOFF=2s
 
 COMMAND="${SUDO_USER:+sudo }bash bench/soak.sh"
-for a in "$@"; do COMMAND+=" $(printf '%q' "$a")"; done
+for a in "$@"; do
+	if [[ $a =~ ^[A-Za-z0-9_./=,:+-]+$ ]]; then COMMAND+=" $a"; else COMMAND+=" $(printf '%q' "$a")"; fi
+done
 
 EXPIRY=5s
 GRACE=1h
@@ -234,10 +236,10 @@ else
 	PY_RC=1
 fi
 
-# log_lines SERVER: its log's ERROR/WARNING/FATAL/PANIC lines, less what a
-# fast shutdown says to every session and worker.
+# log_lines SERVER: its log's ERROR/WARNING/FATAL/PANIC lines and their
+# DETAILs, less what a fast shutdown says to every session and worker.
 log_lines() {
-	grep -E '(ERROR|WARNING|FATAL|PANIC):' "$WORK/$1.log" |
+	grep -E '(ERROR|WARNING|FATAL|PANIC|DETAIL):' "$WORK/$1.log" |
 		grep -vE 'FATAL:  terminating (background worker ".*"|connection) due to administrator command' || true
 }
 {
@@ -259,7 +261,7 @@ log_lines() {
 	echo
 	for d in cache source; do
 		n=$(log_lines "$d" | wc -l)
-		echo "$d server log: $n ERROR/WARNING/FATAL/PANIC lines (besides the FATALs of fast shutdowns)"
+		echo "$d server log: $n ERROR/WARNING/FATAL/PANIC/DETAIL lines (besides the FATALs of fast shutdowns), the most frequent"
 		[ "$n" -eq 0 ] || log_lines "$d" | sed 's/^[^]]*] //' | sed -E 's/[0-9]+(\.[0-9]+)?/N/g' |
 			sort | uniq -c | sort -rn | head -n 12
 	done
