@@ -22,6 +22,8 @@
 #   --faults LIST           a comma-separated subset, in that order, of
 #                           down,slow,kill,scan,restart (all by default)
 #   --out PATH              the report (bench/results/soak-latest.txt)
+#   --keep                  leave the temp dir (the servers' logs, the
+#                           readers' records) in place, the servers stopped
 #
 # Builds and installs this tree (into PostgreSQL 15's directories, as the
 # other bench scripts do), then starts two throwaway clusters, run by the
@@ -62,22 +64,29 @@ COLD=200000
 MINUTES=10
 FAULTS=down,slow,kill,scan,restart
 OUT=$REPO/bench/results/soak-latest.txt
+KEEP=0
 
 usage() {
 	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 	exit "${1:-2}"
 }
 while [ $# -gt 0 ]; do
-	opt=$1
+	opt=${1%%=*}
 	case $opt in
 	-h | --help) usage 0 ;;
-	--*=*) val=${opt#*=} opt=${opt%%=*} ;;
-	--*)
-		[ $# -ge 2 ] || { echo "$NAME: $opt needs a value" >&2; exit 2; }
-		val=$2
-		shift ;;
-	*) echo "$NAME: unknown argument '$opt' (--help lists the options)" >&2; exit 2 ;;
+	--keep) KEEP=1 && shift && continue ;;
+	--expiry | --grace | --fetch-timeout | --max-memory | --hot | --clients | --cold | --minutes | --faults | --out) ;;
+	*) echo "$NAME: unknown argument '$1' (--help lists the options)" >&2; exit 2 ;;
 	esac
+	if [ "$opt" != "$1" ]; then
+		val=${1#*=}
+	elif [ $# -ge 2 ]; then
+		val=$2
+		shift
+	else
+		echo "$NAME: $opt needs a value" >&2
+		exit 2
+	fi
 	shift
 	case $opt in
 	--expiry) EXPIRY=$val ;;
@@ -90,7 +99,6 @@ while [ $# -gt 0 ]; do
 	--minutes) MINUTES=$val ;;
 	--faults) FAULTS=$val ;;
 	--out) OUT=$val ;;
-	*) echo "$NAME: unknown option '$opt' (--help lists the options)" >&2; exit 2 ;;
 	esac
 done
 for v in "$EXPIRY" "$GRACE" "$FETCH_TIMEOUT"; do
@@ -140,8 +148,12 @@ soak_cleanup() {
 		"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$WORK/$d" -m fast -w -t 30 >/dev/null 2>&1 ||
 			"${AS_PG[@]}" "$PGBIN/pg_ctl" stop -D "$WORK/$d" -m immediate -w -t 30 >/dev/null 2>&1 || true
 	done
-	[ -z "$WORK" ] || rm -rf "$WORK"
-	[ "$rc" -eq 0 ] || echo "$NAME FAILED (exit $rc); servers stopped, temp dir removed" >&2
+	if [ -n "$WORK" ] && [ "$KEEP" = 1 ]; then
+		echo "$NAME: kept $WORK (remove it when done)"
+	elif [ -n "$WORK" ]; then
+		rm -rf "$WORK"
+	fi
+	[ "$rc" -eq 0 ] || echo "$NAME FAILED (exit $rc); servers stopped" >&2
 	exit "$rc"
 }
 trap soak_cleanup EXIT
