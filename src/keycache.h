@@ -212,6 +212,16 @@ extern void pc_keys_tombstone(const char *key, uint32 len, bool sync,
 							  bool had_value);
 extern void pc_keys_tombstones_sync(void);
 extern void pc_keys_tombstones_resume(void);
+extern void pc_keys_restore_begin(void);
+extern void pc_keys_restore_end(void);
+extern int64 pc_keys_restore_wait_left(void);
+
+/* Is the key dump still to be loaded?  (Readers wait for it.) */
+static inline bool
+pc_keys_restoring(void)
+{
+	return pg_atomic_read_u32(&pc_shared->keys_restoring) != 0;
+}
 
 /* ----------------------------------------------------------------
  * The request ring (keycache_ring.c)
@@ -231,11 +241,16 @@ extern Size pc_ring_drain(char *buf, Size bufsize);
 
 
 /* ----------------------------------------------------------------
- * The worker (keycache_worker.c) and its upstream call (keycache_fetch.c)
+ * The launcher (keycache_launcher.c)
  * ----------------------------------------------------------------
  */
 extern void pc_register_launcher(void);
 extern PGDLLEXPORT void pc_launcher_main(Datum main_arg);
+
+/* ----------------------------------------------------------------
+ * The worker (keycache_worker.c) and its upstream call (keycache_fetch.c)
+ * ----------------------------------------------------------------
+ */
 extern PGDLLEXPORT void pc_worker_main(Datum main_arg);
 
 /* One key's answer from the fetch function. */

@@ -19,6 +19,17 @@
  * are copied); then each key's value is copied under its partition's lock
  * and written after the lock is released: no lock is held across I/O.
  *
+ * Readers of the restarted server are not served less than the dump
+ * holds.  Connections are accepted before the scheduler has loaded it, so
+ * from the server's start (pc_keys_restore_begin, in the postmaster) until
+ * the load has ended (pc_keys_restore_end), a read of a key that is not
+ * in the map with a value waits for it, on the key's condition variable,
+ * which the load broadcasts as it stores each key and, for all, at its
+ * end.  projcache.restore_wait bounds that wait for every read together:
+ * it counts from the first read that found the load not ended, so that a
+ * scheduler that never comes (its database missing, say) costs readers
+ * that much once, not on every read of a key the dump does not hold.
+ *
  * Tombstones.  A key that evict() removed or that turned disabled must not
  * come back from a dump written before (after a crash, the last periodic
  * dump is loaded).  Before the worker removes such a key from the map, or
@@ -54,7 +65,9 @@
 #include "lib/bloomfilter.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/condition_variable.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -142,6 +155,65 @@ note_dump(uint64 keys)
 	pc_shared->dump_written_at = GetCurrentTimestamp();
 	pc_shared->dump_keys = keys;
 	SpinLockRelease(&pc_shared->mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Readers waiting for the load
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * At the server's start, in the postmaster, before any reader: is there a
+ * key dump for the scheduler to load?
+ */
+void
+pc_keys_restore_begin(void)
+{
+	bool		expected = pc_dump_interval_s >= 0 && !IsBinaryUpgrade &&
+		access(PC_KEYS_DUMP_FILE, F_OK) == 0;
+
+	pg_atomic_write_u32(&pc_shared->keys_restoring, expected ? 1 : 0);
+	pg_atomic_write_u64(&pc_shared->restore_wait_until, 0);
+}
+
+/* The load has ended, or will not happen: waiting readers read on. */
+void
+pc_keys_restore_end(void)
+{
+	int			i;
+
+	if (pg_atomic_exchange_u32(&pc_shared->keys_restoring, 0) == 0)
+		return;
+	for (i = 0; i < PC_NUM_KEY_CVS; i++)
+		ConditionVariableBroadcast(&pc_shared->key_cv[i]);
+}
+
+static void
+restore_end_callback(int code, Datum arg)
+{
+	pc_keys_restore_end();
+}
+
+/*
+ * How many ms a read may still wait for the load: projcache.restore_wait
+ * from the first read that asked (0: no more).
+ */
+int64
+pc_keys_restore_wait_left(void)
+{
+	uint64		until = pg_atomic_read_u64(&pc_shared->restore_wait_until);
+	int64		now = pc_real_now_ms();
+
+	if (until == 0)
+	{
+		uint64		mine = (uint64) (now + Max(pc_restore_wait_ms, 0));
+
+		/* The first asks for everyone; a loser takes the winner's. */
+		if (pg_atomic_compare_exchange_u64(&pc_shared->restore_wait_until,
+										   &until, mine))
+			until = mine;
+	}
+	return Max((int64) until - now, 0);
 }
 
 /* ----------------------------------------------------------------
@@ -729,16 +801,39 @@ record_valid(const char *payload, uint32 len, KeyRecord *rec)
 	return true;
 }
 
+static uint64 load_dump(void (*restore) (const char *key, uint32 len,
+										 int64 fetched_at, int64 expires_at,
+										 int32 max_age_ms,
+										 int32 stale_for_ms));
+
 /*
  * Load the dump into the key map, once per server start, before the
  * worker's first fetch.  Each key loaded is stored stale (invalidated)
  * with its age, and handed to restore() for the scheduler's state.
  * Returns the number of keys loaded; stops when memory nears its bound.
+ * However it ends (an ERROR, or the worker's termination meanwhile),
+ * readers waiting for the load read on.
  */
 uint64
 pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 								   int64 fetched_at, int64 expires_at,
 								   int32 max_age_ms, int32 stale_for_ms))
+{
+	volatile uint64 loaded;
+
+	PG_ENSURE_ERROR_CLEANUP(restore_end_callback, (Datum) 0);
+	{
+		loaded = load_dump(restore);
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(restore_end_callback, (Datum) 0);
+	pc_keys_restore_end();
+	return loaded;
+}
+
+static uint64
+load_dump(void (*restore) (const char *key, uint32 len,
+						   int64 fetched_at, int64 expires_at,
+						   int32 max_age_ms, int32 stale_for_ms))
 {
 	PcDumpReader *r;
 	char	   *payload;
@@ -900,6 +995,8 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 			restore(key, rec.keylen, fetched_at, expires_at, rec.max_age_ms,
 					rec.stale_for_ms);
 			loaded++;
+			/* A reader may wait for it. */
+			ConditionVariableBroadcast(pc_key_cv(key, rec.keylen));
 		}
 		if (revision)
 			pfree(revision);

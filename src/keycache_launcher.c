@@ -137,16 +137,18 @@ wait_for_database(void)
 	{
 		if (!reported)
 			ereport(LOG,
-					(errmsg("projcache: database \"%s\" does not exist; the scheduler starts when it is created",
+					(errmsg("projcache: database \"%s\" does not exist",
 							pc_database),
+					 errdetail("The scheduler starts when it is created."),
 					 errhint("Create the database, or set projcache.database to an existing one and restart the server.")));
 		reported = true;
 		launcher_sleep(PC_DATABASE_POLL_MS);
 	}
 	if (reported)
 		ereport(LOG,
-				(errmsg("projcache: database \"%s\" exists now; starting the scheduler",
-						pc_database)));
+				(errmsg("projcache: starting the scheduler in database \"%s\"",
+						pc_database),
+				 errdetail("The database exists now.")));
 }
 
 /* Is a scheduler running (one a previous launcher started, say)? */

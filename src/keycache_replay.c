@@ -464,7 +464,8 @@ resolve_overflow(void)
 	overflow_active = false;
 	set_awaiting_all(false);
 	ereport(LOG,
-			(errmsg("projcache: the transactions whose invalidations were dropped have ended; cached keys are refetched on their next read")));
+			(errmsg("projcache: the transactions whose invalidations were dropped have ended"),
+			 errdetail("Cached keys are refetched on their next read.")));
 	return true;
 }
 

@@ -9,8 +9,11 @@
  * no latch.  Unknown, stale and expired keys leave a request bit on the
  * entry and tell the worker (keycache_map.c, keycache_ring.c); the reader
  * never waits for a fetch unless asked to, and then on the key's condition
- * variable.  Nothing of ours that can ERROR runs under a partition lock:
- * copies use MCXT_ALLOC_NO_OOM and failures are reported after the release.
+ * variable; the one exception is a read right after a start, which waits
+ * (at most projcache.restore_wait) for the key dump to be loaded
+ * (keycache_dump.c).  Nothing of ours that can ERROR runs under a
+ * partition lock: copies use MCXT_ALLOC_NO_OOM and failures are reported
+ * after the release.
  *
  * A new key counts for the role that created it, and a fetch asked for
  * waits for the asking role's turn: both are the current role outside
@@ -404,12 +407,54 @@ wait_arg_ms(Interval *wait)
 	return Min(usecs / 1000, (int64) INT_MAX);
 }
 
+/*
+ * For wait_on_key(): is the key in the map with a value, or has the key
+ * dump's load ended?
+ */
+static bool
+key_restored(const char *key, uint32 len, void *arg)
+{
+	PcKey		search;
+	PcEntry    *entry;
+	bool		valued;
+
+	if (!pc_keys_restoring())
+		return true;
+	search = pc_search_key(key, len);
+	entry = pc_entry_find(&search, false);
+	if (entry == NULL)
+		return false;
+	valued = entry->state != PC_STATE_PENDING;
+	pc_entry_release(entry);
+	return valued;
+}
+
+/*
+ * Right after a start, until the scheduler has loaded the key dump, a key
+ * the dump holds may not be in the map yet: wait for it (at most
+ * projcache.restore_wait, counted for all reads from the first), rather
+ * than read it as unknown.  The key is neither created nor asked for
+ * meanwhile: if the dump holds it, it comes with its value.
+ */
+static void
+wait_for_dump(const char *key, uint32 len)
+{
+	int64		left;
+
+	if (!pc_keys_restoring() || pc_restore_wait_ms <= 0)
+		return;
+	left = pc_keys_restore_wait_left();
+	if (left > 0)
+		(void) wait_on_key(key, len, left, key_restored, NULL);
+}
+
 static void
 read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 			   const char **key, uint32 *len)
 {
 	pc_require_loaded();
 	pc_check_key(keyarg, key, len);
+	wait_for_dump(*key, *len);
 	read_key(*key, *len, details, r);
 	if (r->state == PC_STATE_PENDING && wait_ms > 0)
 	{

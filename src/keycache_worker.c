@@ -1364,7 +1364,8 @@ restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
 
 /*
  * Load the dump, once per server start: the first scheduler does, before
- * its first fetch; one restarted later finds the map warm already.
+ * its first fetch; one restarted later finds the map warm already.  (The
+ * snapshots' dump was adopted at the server's start, in shmem.c.)
  */
 static void
 load_dump_once(void)
@@ -1376,12 +1377,11 @@ load_dump_once(void)
 	pc_shared->keys_dump_read = true;
 	SpinLockRelease(&pc_shared->mutex);
 	if (first && pc_dump_interval_s >= 0)
-	{
 		(void) pc_keys_load_dump(restore_loaded_key);
-		pc_snapshots_adopt_dump();
-	}
 	else if (!first)
 		pc_keys_tombstones_resume();
+	/* Readers waiting for the dump's keys read on (keycache_dump.c). */
+	pc_keys_restore_end();
 }
 
 /* The dump's next slice waits as long as the one begun at start took. */

@@ -29,7 +29,7 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-/* Settings; see the README for what each one does. */
+/* Settings; doc/settings.md says what each one does. */
 char	   *pc_database = NULL;
 char	   *pc_fetch_function = NULL;
 char	   *pc_fetch_role = NULL;
@@ -49,6 +49,7 @@ int			pc_max_snapshots_per_owner = -1;
 int			pc_max_snapshots_per_database = -1;
 bool		pc_debug_clock = false;
 int			pc_dump_interval_s = 300;
+int			pc_restore_wait_ms = 5000;
 bool		pc_wal_invalidations = false;
 int			pc_wal_rmgr_id = RM_EXPERIMENTAL_ID;
 int			pc_wal_pending_kb = 1024;
@@ -100,7 +101,7 @@ projcache_shmem_startup(void)
 	pc_shmem_startup();
 }
 
-/* Define every projcache.* setting (see the README's Settings table). */
+/* Define every projcache.* setting (doc/settings.md describes them). */
 static void
 define_settings(void)
 {
@@ -321,6 +322,15 @@ define_settings(void)
 							300, -1, INT_MAX / 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.restore_wait",
+							"Sets how long a read waits, right after a start, for the dumped key or snapshot rows it reads to be loaded.",
+							"A read of a key waits while the scheduler loads the key dump; a read of a snapshot whose rows came from the dump waits for their first load as the owner.  0 means reads never wait.",
+							&pc_restore_wait_ms,
+							5000, 0, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("projcache.debug_clock",

@@ -1609,6 +1609,20 @@ sched_restore_complete(Sched *s, const char *key, size_t keylen,
 
 	if (e == NULL)
 		e = sched_insert_new(s, key, keylen);
+	else if (e->state == SCHED_IN_PROGRESS)
+	{
+		int			q = waiting_queue(e);
+
+		/*
+		 * Asked for before its value came from the dump: that fetch is not
+		 * needed now.  Values are restored before the first batch, so it was
+		 * neither gathered nor sent.
+		 */
+		SCHED_ASSERT(!e->gathered && !e->dispatched);
+		if (q >= 0)
+			queue_remove(s, (SchedQueue) q, e);
+		e->has_fetch_when = false;
+	}
 	e->max_age_ms = periods ? periods->max_age_ms : SCHED_PERIOD_DEFAULT;
 	e->stale_for_ms = periods ? periods->stale_for_ms : SCHED_PERIOD_DEFAULT;
 	SCHED_ASSERT(e->max_age_ms >= 0 || e->max_age_ms == SCHED_PERIOD_DEFAULT);

@@ -438,10 +438,10 @@ extern bool sched_next_wakeup(const Sched *s, int64_t batch_interval_ms,
 							  SchedTime *when);
 
 /*
- * Rebuild the state of a key that has a value, after a worker restart:
- * COMPLETE since last_fetch with its own periods (NULL: the
+ * Rebuild the state of a key that has a value, after a worker restart or
+ * from the dump: COMPLETE since last_fetch with its own periods (NULL: the
  * configuration's), evicted at expiry, refreshed at refresh_at when
- * has_refresh.
+ * has_refresh.  A fetch asked for before (not yet in a batch) is dropped.
  */
 extern SchedEntry *sched_restore_complete(Sched *s, const char *key,
 										  size_t keylen,

@@ -5,7 +5,9 @@
  *
  * Everything lives in main shared memory, reserved at postmaster start:
  *
- *	 PcShared | request ring | snapshot slots | DSA area
+ *	 PcShared | request ring | snapshot slots | replayed keys | DSA area
+ *
+ * (the replayed keys: the list a standby's redo appends to, wal.h).
  *
  * The DSA area is created in place over its whole reservation and limited
  * to it, so it never needs DSM segments.  projcache counts what its chunks
@@ -168,6 +170,8 @@ pc_shmem_startup(void)
 		shared->wall_anchor = GetCurrentTimestamp();
 		pg_atomic_init_u64(&shared->config_generation, 0);
 		pg_atomic_init_u64(&shared->registry_generation, 0);
+		pg_atomic_init_u32(&shared->keys_restoring, 0);
+		pg_atomic_init_u64(&shared->restore_wait_until, 0);
 		pg_atomic_init_u64(&shared->memory_used, 0);
 		pg_atomic_init_u64(&shared->snap_memory_used, 0);
 		pg_atomic_init_u64(&shared->nentries, 0);
@@ -206,6 +210,18 @@ pc_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 
 	pc_shared = shared;
+
+	/*
+	 * At a start (after a crash too), before any process can read: say
+	 * whether the scheduler has a key dump to load, so that reads wait for
+	 * it, and make the snapshots' last dump the file their reads restore
+	 * from, so that no read finds the file of an earlier start instead.
+	 */
+	if (!found)
+	{
+		pc_keys_restore_begin();
+		pc_snapshots_adopt_dump();
+	}
 }
 
 static void

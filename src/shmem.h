@@ -82,7 +82,8 @@ typedef enum PcCounter
  * - counters, memory_used and snap_memory_used (DSA bytes taken, as
  *	 pc_dsa_footprint counts them, by keys and messages and by snapshot
  *	 rows), clock_offset_ms, ring_overflow, role_room_wanted and each
- *	 slot's room_wanted, config_generation, registry_generation: atomics.
+ *	 slot's room_wanted, config_generation, registry_generation,
+ *	 keys_restoring, restore_wait_until: atomics.
  * ----------------------------------------------------------------
  */
 /*
@@ -132,6 +133,12 @@ typedef struct PcShared
 	pg_atomic_uint64 registry_generation;	/* bumped after a transaction that
 											 * changed a snapshot registry
 											 * commits */
+	pg_atomic_uint32 keys_restoring;	/* the key dump is to be loaded, and
+										 * its load has not ended yet
+										 * (keycache_dump.c) */
+	pg_atomic_uint64 restore_wait_until;	/* on pc_real_now_ms(): no read
+											 * waits for the key dump past it;
+											 * 0 until a read first asks */
 	/* written often: keep off the line of the fields above */
 	char		pad[PG_CACHE_LINE_SIZE];
 	pg_atomic_uint64 counters[PC_NUM_COUNTERS];

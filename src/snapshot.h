@@ -66,6 +66,16 @@ extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
 							 bool *loaded);
 extern bool pc_snap_awaits_load(PcSnapRef ref);
 
+/* What pc_snap_wait_restore() says. */
+typedef enum PcSnapWait
+{
+	PC_SNAP_WAIT_NONE,			/* nothing to wait for */
+	PC_SNAP_WAIT_WOKEN,			/* what it waited for ended: look again */
+	PC_SNAP_WAIT_TIMEOUT		/* the deadline passed */
+} PcSnapWait;
+
+extern PcSnapWait pc_snap_wait_restore(PcSnapRef ref, int64 deadline);
+
 /* A snapshot's last attempt time when no attempt was made yet. */
 #define PC_NEVER	PG_INT64_MIN
 
@@ -183,6 +193,7 @@ typedef struct PcSnapDumped
 } PcSnapDumped;
 
 extern bool pc_snap_take_dump_check(PcSnapRef ref);
+extern void pc_snap_dump_check_done(PcSnapRef ref);
 extern void pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap,
 											 const char *blob, void *arg),
 							   void *arg, int64 now);

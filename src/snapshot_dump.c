@@ -11,14 +11,18 @@
  *
  * Nothing is loaded at start: the first read (or refresh_snapshot()) of a
  * snapshot whose slot has no rows looks for rows of that very
- * registration, once per slot, in PC_SNAPSHOTS_RESTORE_FILE, the dump the
- * scheduler found when it first started (pc_snapshots_adopt_dump).  So
+ * registration, once per slot, in PC_SNAPSHOTS_RESTORE_FILE, the dump
+ * found when the server started (pc_snapshots_adopt_dump, run as shared
+ * memory is set up, before any reader can look: a read that came before
+ * the scheduler had adopted it would have found the file of an earlier
+ * start, or none, and started cold).  So
  * rows are found only for registrations that still exist with the same
  * identity, by a reader that passed the checks of any read, in its own
  * database.  They come back stale, with the time they were loaded then.
  *
  * Restored rows are not served before a load as the owner was tried
- * (snapshot_store.c keeps them apart; snapshot_sql.c loads at once).  The
+ * (snapshot_store.c keeps them apart; snapshot_sql.c loads at once, and
+ * the other readers wait for that load, up to projcache.restore_wait).  The
  * owner may have lost the rights to read them while the server was down,
  * or after the dump was written, and only a load answers that question
  * for everything a load needs: tables, columns, the functions the query
@@ -464,7 +468,8 @@ carry_unread(DumpCtx *ctx)
 }
 
 /*
- * At the scheduler's first start after the server's: the last dump
+ * At the server's start (after a crash too), in the postmaster setting up
+ * shared memory, before any other process runs: the last dump
  * becomes the file reads restore from (a damaged one is removed, said at
  * LOG once).  Without a new dump, the restore file of the last start
  * stays, so a crash before any dump loses nothing.  Tombstones that file
@@ -527,13 +532,38 @@ pc_snapshots_dump(void)
 	pfree(ctx.buf.data);
 }
 
+static bool restore_from_file(SnapReg *reg, PcSnapRef ref);
+
 /*
  * The first read of a slot with no rows: publish the dumped rows of this
  * registration, if the dump has them and no tombstone buried them since,
  * as restored rows (not served before a load was tried).  True if it did.
+ * Other readers of the slot meanwhile wait for it (pc_snap_wait_restore)
+ * rather than find no rows and start cold.
  */
 bool
 pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
+{
+	volatile bool restored = false;
+
+	if (pc_dump_interval_s < 0 || !pc_snap_take_dump_check(ref))
+		return false;
+	PG_TRY();
+	{
+		restored = restore_from_file(reg, ref);
+	}
+	PG_CATCH();
+	{
+		pc_snap_dump_check_done(ref);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	pc_snap_dump_check_done(ref);
+	return restored;
+}
+
+static bool
+restore_from_file(SnapReg *reg, PcSnapRef ref)
 {
 	PcDumpReader *r;
 	char	   *payload;
@@ -543,8 +573,6 @@ pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
 	TimestampTz written_at;
 	int64		since_dump_ms;
 
-	if (pc_dump_interval_s < 0 || !pc_snap_take_dump_check(ref))
-		return false;
 	r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
 	if (r == NULL)
 		return false;

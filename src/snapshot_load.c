@@ -120,7 +120,6 @@ extern bool pq_check_connection(void);
 typedef struct LoadWorkerEntry
 {
 	uint64		serial;			/* 0: free */
-	int			reader_pid;
 	int			worker_pid;		/* 0 until the worker has taken it over */
 	Oid			reader;			/* the reader's role, charged */
 	Oid			owner;			/* the snapshot's owner, charged too */
@@ -245,7 +244,6 @@ reserve_load_worker(Oid reader, Oid owner, uint64 *serial, char **error)
 
 		Assert(free_entry >= 0);
 		e->serial = *serial = ++lw->last_serial;
-		e->reader_pid = MyProcPid;
 		e->worker_pid = 0;
 		e->reader = reader;
 		e->owner = owner;

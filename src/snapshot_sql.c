@@ -295,14 +295,18 @@ acquire_slot(SnapReg *reg)
  * one cold load per TTL window, and PC001 for the others.  Rows restored
  * from the dump are stale and are served only once a load as the owner
  * was tried (snapshot_dump.c says why): the read that restores them, or
- * the next one to get the lease, loads at once, and the others get PC001
- * meanwhile.
+ * the next one to get the lease, loads at once.  The others wait for that
+ * load, up to projcache.restore_wait, and are then served by its outcome
+ * (the rows, unless the owner lost its rights); so do readers that come
+ * while another one is reading the dump for the rows.  Only past that
+ * wait do they get PC001.
  */
 void
 pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 {
 	PcSnapRef	ref = acquire_slot(reg);
-	int64		now = pc_now_ms();
+	int64		deadline = pc_real_now_ms() + Max(pc_restore_wait_ms, 0);
+	volatile int64 now;
 	bool		loaded;
 	char	   *error = NULL;
 	int			sqlerrcode = 0;
@@ -310,22 +314,33 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 	int64		prev_attempt = PC_NEVER;
 	volatile PcLoadStatus status = PC_LOAD_NONE;
 
-	/* Fast path: fetched within the TTL, no query. */
-	if (pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
-		return;
-
-	(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
-	/* No rows yet: the last good ones from before a restart, if dumped. */
-	if (!loaded && pc_snapshot_restore(reg, ref))
-		(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
-	if (loaded)
+retry:
+	for (;;)
 	{
+		/* A read that tried a load itself waits for nobody. */
+		bool		may_wait = status == PC_LOAD_NONE && error == NULL;
+
+		now = pc_now_ms();
+		/* Fast path: fetched within the TTL, no query. */
+		if (pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
+			return;
+
+		(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
+		/* No rows yet: the last good ones from before a restart, if dumped. */
+		if (!loaded && !pc_snapshot_restore(reg, ref) && may_wait &&
+			pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
+			continue;			/* another reader looked at the dump */
+		if (!loaded)
+			(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
+		if (!loaded)
+			break;
+
 		/*
 		 * Someone else is refreshing, or this transaction may not load: serve
 		 * the last good rows now.  (The lease lasts one TTL at most: at most
 		 * one refresh per TTL runs even if its holder hangs.)
 		 */
-		if (may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
+		if (may_wait && may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
 		{
 			/*
 			 * On FATAL the lease dies with this backend (see lease_take).
@@ -366,7 +381,13 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 			return;
 		if (pc_snap_awaits_load(ref))
+		{
+			/* Another session tries their first load: wait for it. */
+			if (status == PC_LOAD_NONE && error == NULL &&
+				pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
+				continue;
 			report_awaiting_load(reg, status, error);
+		}
 		report_dropped(reg);
 	}
 
@@ -388,10 +409,16 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 			{
 				int64		wait_ms = reg->ttl_ms;
 
-				/* The winner may have published by now. */
+				/*
+				 * The winner may have published by now; or rows restored
+				 * meanwhile await their first load: read them as a read that
+				 * found them would.
+				 */
 				if (pc_snap_copy(ref, now, reg->ttl_ms, false,
 								 blob, size, nrows))
 					return;
+				if (pc_snap_awaits_load(ref))
+					goto retry;
 				if (since != PC_NEVER)
 					wait_ms = Max(reg->ttl_ms - (now - since), 0);
 				ereport(ERROR,
@@ -430,8 +457,21 @@ pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
 	if (status == PC_LOAD_REVOKED)
 		drop_for_lost_rights(reg, ref, error);
 	else if (status != PC_LOAD_OK)
-		(void) pc_snap_record_failure(ref, error, pc_now_ms(),
-									  status == PC_LOAD_FAILED);
+	{
+		/*
+		 * Rows restored by another reader meanwhile are the last good ones
+		 * now, if this was a load as the owner that found its rights intact.
+		 */
+		int64		age = pc_snap_record_failure(ref, error, pc_now_ms(),
+												 status == PC_LOAD_FAILED);
+
+		if (age >= 0 &&
+			pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
+		{
+			warn_refresh_failed(reg, error, age);
+			return;
+		}
+	}
 	if (status != PC_LOAD_OK)
 	{
 		ereport(ERROR,

@@ -49,6 +49,7 @@
 #include "access/xact.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
+#include "storage/condition_variable.h"
 #include "storage/procarray.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -108,6 +109,18 @@ typedef struct PcSnapSlot
 	bool		tombstone_due;	/* a file may hold its rows, written after its
 								 * last tombstone (or in an earlier server
 								 * lifetime): burying it writes one */
+	int			dump_check_pid; /* the reader looking at the dump for its
+								 * rows, or 0 */
+	int64		restore_wait_until; /* on pc_real_now_ms(): readers wait for
+									 * the first load of restored rows until
+									 * then, not later */
+
+	/*
+	 * Readers waiting for restored rows' first load as the owner, or for the
+	 * dump's check, sleep on it; broadcast when rows are published, a load
+	 * fails, the lease is dropped, the check ends or the slot is reset.
+	 */
+	ConditionVariable cv;
 } PcSnapSlot;
 
 static PcSnapSlot *
@@ -142,6 +155,7 @@ pc_snap_shmem_init(void *place, int max_snapshots)
 		pg_atomic_init_u64(&s[i].last_attempt_ms, (uint64) PC_NEVER);
 		pg_atomic_init_u64(&s[i].lease_until_ms, 0);
 		pg_atomic_init_u32(&s[i].lease_pid, 0);
+		ConditionVariableInit(&s[i].cv);
 	}
 }
 
@@ -236,6 +250,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	s->marked_stale = false;
 	s->stale_marks = 0;
 	s->dump_checked = false;
+	s->dump_check_pid = 0;
 	s->restored = false;
 	s->buried = false;
 	s->tombstone_due = true;
@@ -243,6 +258,8 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
 	pg_atomic_write_u32(&s->lease_pid, 0);
 	LWLockRelease(slot_lock(index));
+	/* Readers waiting on the old snapshot look again (and find it gone). */
+	ConditionVariableBroadcast(&s->cv);
 }
 
 /*
@@ -951,6 +968,81 @@ pc_snap_awaits_load(PcSnapRef ref)
 }
 
 /*
+ * What a reader may wait for in the slot, under its lock: another backend
+ * reading the dump for its rows, or, before s->restore_wait_until, the
+ * first load as the owner of restored rows that another backend is trying
+ * (it holds the lease).  With the lease free there is nothing to wait for:
+ * the reader tries the load itself, or, if it may not, fails as before.
+ * *lease_left: how long the lease lasts if nobody drops it (its end wakes
+ * nobody).
+ */
+static bool
+worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now,
+			  int64 *lease_left)
+{
+	int			checker = s->dump_check_pid;
+	int			holder;
+	int64		until;
+
+	*lease_left = PG_INT64_MAX;
+	if (s->generation != ref.generation)
+		return false;
+	if (checker != 0 && checker != MyProcPid &&
+		BackendPidGetProc(checker) != NULL)
+		return true;
+	if (!DsaPointerIsValid(s->data) || !s->restored ||
+		real_now >= s->restore_wait_until)
+		return false;
+	holder = (int) pg_atomic_read_u32(&s->lease_pid);
+	until = (int64) pg_atomic_read_u64(&s->lease_until_ms);
+	*lease_left = until - pc_now_ms();
+	return holder != 0 && holder != MyProcPid && *lease_left > 0 &&
+		BackendPidGetProc(holder) != NULL;
+}
+
+/*
+ * Right after a restart: wait, until deadline (on pc_real_now_ms()), for
+ * what another backend does that this read needs, rather than fail
+ * (projcache.restore_wait): its reading the dump for the slot's rows, or
+ * its load as the owner of rows restored from it.  PC_SNAP_WAIT_NONE:
+ * there was nothing to wait for; PC_SNAP_WAIT_WOKEN: it ended: look again;
+ * PC_SNAP_WAIT_TIMEOUT: the deadline passed.  Interruptible; no lock is
+ * held while sleeping.
+ */
+PcSnapWait
+pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+	PcSnapWait	result = PC_SNAP_WAIT_NONE;
+
+	ConditionVariablePrepareToSleep(&s->cv);
+	for (;;)
+	{
+		int64		real_now = pc_real_now_ms();
+		int64		lease_left;
+		bool		wait;
+
+		LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+		wait = worth_waiting(s, ref, real_now, &lease_left);
+		LWLockRelease(slot_lock(ref.index));
+		if (!wait)
+			break;
+		if (real_now >= deadline)
+		{
+			result = PC_SNAP_WAIT_TIMEOUT;
+			break;
+		}
+		result = PC_SNAP_WAIT_WOKEN;
+		(void) ConditionVariableTimedSleep(&s->cv,
+										   (long) Min(deadline - real_now,
+													  lease_left),
+										   pc_wait_event(PC_WAIT_SNAPSHOT_LOAD));
+	}
+	ConditionVariableCancelSleep();
+	return result;
+}
+
+/*
  * Cold start: claim the one load attempt of this TTL window.  Returns
  * PC_CLAIM_WON if the caller must load (*prev is what it replaced, for
  * pc_snap_cold_unclaim), PC_CLAIM_THROTTLED if the window is taken, with
@@ -1055,6 +1147,8 @@ pc_snap_lease_drop(PcSnapRef ref)
 		pg_atomic_write_u64(&s->lease_until_ms, 0);
 	}
 	LWLockRelease(slot_lock(ref.index));
+	/* A reader waiting for restored rows' load may try it now. */
+	ConditionVariableBroadcast(&s->cv);
 }
 
 /*
@@ -1271,6 +1365,9 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		s->last_error_bytes = 0;
 		s->error_unstored = false;
 		s->restored = restored;
+		if (restored)
+			s->restore_wait_until = pc_real_now_ms() +
+				Max(pc_restore_wait_ms, 0);
 		/* Rows the owner could load: its rights are back. */
 		if (!restored)
 			s->buried = false;
@@ -1279,6 +1376,8 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 	}
 	LWLockRelease(slot_lock(ref.index));
 
+	if (*published)
+		ConditionVariableBroadcast(&s->cv);
 	if (!*published)
 	{
 		/* dropped, filled or buried meanwhile: discard ours */
@@ -1391,6 +1490,8 @@ note_failure(PcSnapRef ref, const char *message, int64 now,
 		dp = InvalidDsaPointer;
 	}
 	LWLockRelease(slot_lock(ref.index));
+	/* Readers waiting for this attempt are served by its outcome. */
+	ConditionVariableBroadcast(&s->cv);
 
 	pc_free(dp, bytes);
 	pc_free(old_error, old_error_bytes);
@@ -1514,9 +1615,27 @@ pc_snap_take_dump_check(PcSnapRef ref)
 	{
 		s->dump_checked = true;
 		take = !DsaPointerIsValid(s->data) && !s->buried;
+		if (take)
+			s->dump_check_pid = MyProcPid;
 	}
 	LWLockRelease(slot_lock(ref.index));
 	return take;
+}
+
+/*
+ * The check pc_snap_take_dump_check() gave this backend is over (its rows
+ * published, or none found): readers waiting for it look again.
+ */
+void
+pc_snap_dump_check_done(PcSnapRef ref)
+{
+	PcSnapSlot *s = &slots()[ref.index];
+
+	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	if (s->generation == ref.generation && s->dump_check_pid == MyProcPid)
+		s->dump_check_pid = 0;
+	LWLockRelease(slot_lock(ref.index));
+	ConditionVariableBroadcast(&s->cv);
 }
 
 /*

@@ -58,10 +58,6 @@ typedef struct PcWalPending
 	TransactionId dropped_xids[PC_WAL_MAX_DROPPED_XIDS];
 	TransactionId lost_xid;		/* newest dropped transaction that did not fit
 								 * in dropped_xids, or invalid */
-	uint64		keys_replayed;	/* keys redo was given, ever */
-	uint64		keys_dropped;	/* of which dropped for want of room */
-	uint64		records_unreadable; /* records skipped: malformed, or of an
-									 * unknown type */
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PcWalPending;
 

@@ -20,12 +20,12 @@
  *	 next read loads it again.
  *
  * Redo must never fail: an ERROR in the startup process stops recovery.  It
- * allocates nothing, runs no SPI and waits for no backend: it takes one
- * LWLock (the list's, or a snapshot slot's), copies bytes into memory
- * reserved at server start, and sets the worker's latch.  A record that
- * does not fit is dropped and noted (see wal.h).  A record it cannot read
- * (malformed, or of a type this version does not know) is counted, logged
- * as a WARNING, and noted the same way: every cached key is then stale
+ * allocates nothing, runs no SPI and waits for no backend: it takes the
+ * list's LWLock, or the snapshot map's and then one slot's (the lock order
+ * of shmem.h), copies bytes into memory reserved at server start, and sets
+ * the worker's latch.  A record that does not fit is dropped and noted (see
+ * wal.h).  A record it cannot read (malformed, or of a type this version
+ * does not know) is logged as a WARNING and noted the same way: every cached key is then stale
  * until its transaction has ended, since its keys are unknown.
  *
  * projcache_debug_wal_record() writes records of any type and contents, so
@@ -306,7 +306,6 @@ redo_unreadable(XLogReaderState *record, const char *what)
 	PcWalPending *pending = pc_wal_pending();
 
 	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
-	pending->records_unreadable++;
 	note_dropped(pending, xid);
 	LWLockRelease(pc_shared->wal_lock);
 	pc_wake_worker();
@@ -332,7 +331,6 @@ redo_invalidate(XLogReaderState *record)
 	TransactionId xid = XLogRecGetXid(record);
 	PcWalPending *pending;
 	Size		need = 0;
-	uint32		nkeys;
 
 	/* Written just before a commit record, by a transaction with an id. */
 	if (!TransactionIdIsNormal(xid))
@@ -345,11 +343,9 @@ redo_invalidate(XLogReaderState *record)
 		redo_unreadable(record, "malformed INVALIDATE");
 		return;
 	}
-	memcpy(&nkeys, data, sizeof(uint32));
 
 	pending = pc_wal_pending();
 	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
-	pending->keys_replayed += nkeys;
 	if (pending->capacity - pending->used >= need)
 	{
 		AppendState st = {pending, xid};
@@ -359,10 +355,7 @@ redo_invalidate(XLogReaderState *record)
 		Assert(walked);
 	}
 	else
-	{
-		pending->keys_dropped += nkeys;
 		note_dropped(pending, xid);
-	}
 	LWLockRelease(pc_shared->wal_lock);
 	pc_wake_worker();
 }

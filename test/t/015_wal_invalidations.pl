@@ -296,7 +296,7 @@ ok( $cascade->wait_for_log(
 is(look($cascade, 'd'), '{"v": 1}|stale',
 	'overflow: a key not in the record is stale too');
 ok( $cascade->wait_for_log(
-		qr/the transactions whose invalidations were dropped have ended; cached keys are refetched on their next read/,
+		qr/the transactions whose invalidations were dropped have ended\n.*DETAIL:  Cached keys are refetched on their next read/,
 		$offset),
 	'overflow: over once the transaction has ended');
 ok( $cascade->poll_query_until(

@@ -25,7 +25,7 @@ my $node = projcache_node(
 $node->start;
 
 my $missing =
-  qr/projcache: database "appdb" does not exist; the scheduler starts when it is created/;
+  qr/projcache: database "appdb" does not exist\n.*DETAIL:  The scheduler starts when it is created/;
 ok($node->wait_for_log($missing, 0), 'the launcher says the database is missing');
 is( $node->safe_psql(
 		'postgres',

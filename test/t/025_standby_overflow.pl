@@ -94,7 +94,7 @@ sub standby_gets
 my $overflowed =
   qr/invalidations replayed from WAL did not fit in projcache.wal_pending_memory/;
 my $over =
-  qr/the transactions whose invalidations were dropped have ended; cached keys are refetched on their next read/;
+  qr/the transactions whose invalidations were dropped have ended\n.*DETAIL:  Cached keys are refetched on their next read/;
 
 # ---------------------------------------------------------------------------
 # 1. An older transaction left open on the primary.

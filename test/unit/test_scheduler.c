@@ -1327,6 +1327,41 @@ test_request_evict(void **state)
 	store_free(&st);
 }
 
+/*
+ * A key asked for after a restart, before the dump's load gave it its value
+ * (a reader that waited past projcache.restore_wait): the restored value
+ * stands, and the fetch asked for leaves the due queues, so no batch takes
+ * a key that is no longer being fetched.
+ */
+static void
+test_restore_complete_over_requested(void **state)
+{
+	Store		st;
+	SchedTime	base = 100000;
+	SchedEntry *e;
+	SchedEntry **batch = NULL;
+
+	(void) state;
+	store_init(&st, 5000, 5000, 7000);
+	e = begin_fetch(&st, KEY1, base);
+	assert_non_null(e);
+	assert_int_equal(e->state, SCHED_IN_PROGRESS);
+
+	e = sched_restore_complete(st.sched, KEY1, strlen(KEY1), base - 1000,
+							   base + 9000, NULL, false, 0);
+	assert_int_equal(e->state, SCHED_COMPLETE);
+	assert_int_equal(sched_count(st.sched), 1);
+	assert_int_equal(sched_ready_batch(st.sched, base + 1000,
+									   DISPATCH_BATCH_SIZE, 0, &batch), 0);
+
+	/* It is stale later, and then fetched as any other key. */
+	e = begin_fetch(&st, KEY1, base + 6000);
+	assert_non_null(e);
+	dispatch(&st, KEY1, base + 6000);
+
+	store_free(&st);
+}
+
 static void
 test_restore_complete(void **state)
 {
@@ -2964,6 +2999,7 @@ main(void)
 		cmocka_unit_test(test_invalidate),
 		cmocka_unit_test(test_request_evict),
 		cmocka_unit_test(test_restore_complete),
+		cmocka_unit_test(test_restore_complete_over_requested),
 		cmocka_unit_test(test_expiry_change_moves_evictions),
 		cmocka_unit_test(test_period_helpers),
 		cmocka_unit_test(test_periods_freshness_and_eviction),
