@@ -189,6 +189,7 @@ extern char *pc_value_revision(const PcValue *value, bool *oom);
 extern struct varlena *pc_value_config(const PcValue *value, bool *oom);
 extern bool pc_request_mark(PcEntry *entry, uint32 bits);
 extern void pc_request_send(const char *key, uint32 len);
+extern void pc_request_send_refused(const char *key, uint32 len);
 extern void pc_check_key(text *key, const char **bytes, uint32 *len);
 
 /* ----------------------------------------------------------------
@@ -228,8 +229,15 @@ pc_keys_restoring(void)
  */
 extern Size pc_ring_size(void);
 extern void pc_ring_init(PcRequestRing *ring);
-extern bool pc_ring_push(const char *key, uint32 len, Oid role);
+extern bool pc_ring_push(const char *key, uint32 len, Oid role,
+						 bool refused);
 extern Size pc_ring_drain(char *buf, Size bufsize);
+
+/*
+ * In a drained record's length word: the reader found no room to create
+ * the key (pc_request_send_refused), so the worker creates it.
+ */
+#define PC_RING_REFUSED		0x80000000U
 
 
 /* ----------------------------------------------------------------

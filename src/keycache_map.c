@@ -807,12 +807,28 @@ pc_request_mark(PcEntry *entry, uint32 bits)
 void
 pc_request_send(const char *key, uint32 len)
 {
-	if (!pc_ring_push(key, len, GetOuterUserId()))
+	if (!pc_ring_push(key, len, GetOuterUserId(), false))
 	{
 		/* Ring full: the worker will scan the map for request bits. */
 		pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
 		pc_count(PC_CTR_REQUEST_OVERFLOWS, 1);
 	}
+	pc_count(PC_CTR_FETCH_REQUESTS, 1);
+	pc_wake_worker();
+}
+
+/*
+ * A read found no room to create the key (memory, or the role's
+ * projcache.max_keys_per_role): ask the worker to create it once it has
+ * made room, and to fetch it with the other keys asked for meanwhile.
+ * Without this, the request would be lost, and a reader waiting for the
+ * key later would have it fetched alone.
+ */
+void
+pc_request_send_refused(const char *key, uint32 len)
+{
+	if (!pc_ring_push(key, len, GetOuterUserId(), true))
+		pc_count(PC_CTR_REQUEST_OVERFLOWS, 1);
 	pc_count(PC_CTR_FETCH_REQUESTS, 1);
 	pc_wake_worker();
 }

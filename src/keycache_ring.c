@@ -9,6 +9,11 @@
  * entries: when it is full the reader sets ring_overflow instead, and the
  * worker scans the key map for request bits.  So no request is lost.
  *
+ * A reader that found no room to create a key has no entry to set a bit
+ * in: its record says so (PC_RING_REFUSED in the length word), and the
+ * worker creates the key once it has made room.  Such a record is lost if
+ * the ring is full; the key's next read asks again.
+ *
  * Records are a uint32 length, the Oid of the role that made the request
  * (a new key's fetch waits for that role's turn, see scheduler.h), and the
  * key's bytes, padded to 4 bytes, written circularly.  ring_lock protects
@@ -71,18 +76,23 @@ ring_read(PcRequestRing *ring, uint64 pos, void *dst, Size n)
 		memcpy((char *) dst + first, ring->data, n - first);
 }
 
-/* Append a key asked for by role; false if the ring has no room for it. */
+/*
+ * Append a key asked for by role (refused: that found no room to create
+ * it); false if the ring has no room for it.
+ */
 bool
-pc_ring_push(const char *key, uint32 len, Oid role)
+pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 {
 	PcRequestRing *ring = pc_ring();
 	Size		need = PC_RING_RECORD(len);
+	uint32		word = refused ? len | PC_RING_REFUSED : len;
 	bool		ok = false;
 
+	Assert(len > 0 && len <= PC_MAX_KEY_BYTES);
 	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
 	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need)
 	{
-		ring_write(ring, ring->write_pos, &len, sizeof(uint32));
+		ring_write(ring, ring->write_pos, &word, sizeof(uint32));
 		ring_write(ring, ring->write_pos + sizeof(uint32), &role,
 				   sizeof(Oid));
 		ring_write(ring, ring->write_pos + PC_RING_HEADER, key, len);
@@ -94,9 +104,9 @@ pc_ring_push(const char *key, uint32 len, Oid role)
 }
 
 /*
- * Worker: move whole records, as many as fit, into buf (len, role, bytes,
- * padded as in the ring).  Returns the number of bytes copied.  A buffer of the
- * ring's capacity always takes everything.
+ * Worker: move whole records, as many as fit, into buf (length word, role,
+ * bytes, padded as in the ring).  Returns the number of bytes copied.  A
+ * buffer of the ring's capacity always takes everything.
  */
 Size
 pc_ring_drain(char *buf, Size bufsize)
@@ -107,15 +117,17 @@ pc_ring_drain(char *buf, Size bufsize)
 	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
 	while (ring->read_pos < ring->write_pos)
 	{
+		uint32		word;
 		uint32		len;
 		Size		rec;
 
-		ring_read(ring, ring->read_pos, &len, sizeof(uint32));
+		ring_read(ring, ring->read_pos, &word, sizeof(uint32));
+		len = word & ~PC_RING_REFUSED;
 		Assert(len > 0 && len <= PC_MAX_KEY_BYTES);
 		rec = PC_RING_RECORD(len);
 		if (copied + rec > bufsize)
 			break;
-		memcpy(buf + copied, &len, sizeof(uint32));
+		memcpy(buf + copied, &word, sizeof(uint32));
 		ring_read(ring, ring->read_pos + sizeof(uint32),
 				  buf + copied + sizeof(uint32), sizeof(Oid) + len);
 		copied += rec;

@@ -237,6 +237,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 			r->state = PC_STATE_PENDING;
 			r->fetch_state = PC_FETCH_PENDING;
 			pc_count(PC_CTR_REFUSED_READS, 1);
+			pc_request_send_refused(key, len);
 			return;
 		}
 		r->found = !created;

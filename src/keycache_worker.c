@@ -86,6 +86,7 @@ static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static int64 dump_resume_ms = 0;	/* the dump's next slice, not before */
 static char *ring_buf = NULL;
+static Size ring_len = 0;		/* drained into ring_buf, not yet acted on */
 static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
 									 * pc_real_now_ms() (keycache_bisect.h) */
 
@@ -596,14 +597,81 @@ process_requests(int64 now)
 		Oid			role;
 
 		memcpy(&len, ring_buf + off, sizeof(uint32));
+		len &= ~PC_RING_REFUSED;
 		memcpy(&role, ring_buf + off + sizeof(uint32), sizeof(Oid));
 		handle_request(ring_buf + off + sizeof(uint32) + sizeof(Oid), len,
 					   role, now);
 		off += sizeof(uint32) + sizeof(Oid) + TYPEALIGN(4, len);
 	}
+	ring_len = n;
 
 	if (pg_atomic_exchange_u32(&pc_shared->ring_overflow, 0) != 0)
 		scan_requests(now);
+}
+
+/*
+ * Create the keys that readers found no room for (PC_RING_REFUSED), once
+ * eviction has made room, and begin their fetches, as the readers' own
+ * requests would have: a service warming its cache reads every key once,
+ * then waits for each, and a key it could not create would otherwise be
+ * fetched alone when its wait comes.  Room that runs out meanwhile is made
+ * again; a key still without room is left to its next read.  In a
+ * transaction: counting a key for its role reads the catalog.
+ */
+static void
+create_refused_keys(int64 now)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		in_xact = false;
+	Size		off = 0;
+
+	while (off < ring_len)
+	{
+		uint32		word;
+		uint32		len;
+		Oid			role;
+		const char *key;
+
+		memcpy(&word, ring_buf + off, sizeof(uint32));
+		len = word & ~PC_RING_REFUSED;
+		memcpy(&role, ring_buf + off + sizeof(uint32), sizeof(Oid));
+		key = ring_buf + off + sizeof(uint32) + sizeof(Oid);
+		off += sizeof(uint32) + sizeof(Oid) + TYPEALIGN(4, len);
+		if ((word & PC_RING_REFUSED) != 0)
+		{
+			PcEntry    *entry;
+			bool		created;
+
+			if (!in_xact)
+			{
+				StartTransactionCommand();
+				MemoryContextSwitchTo(cxt);
+				in_xact = true;
+			}
+			entry = pc_keymap_find_or_create_for(key, len, role, &created);
+			if (entry == NULL)
+			{
+				/* room runs out again: make more, as a reader would ask */
+				evict_for_memory();
+				evict_for_roles();
+				entry = pc_keymap_find_or_create_for(key, len, role,
+													 &created);
+			}
+			if (entry == NULL)
+				continue;
+			if (created)
+				(void) pc_request_mark(entry, PC_REQ_FETCH);
+			pc_entry_release(entry);
+			if (created)
+				handle_request(key, len, role, now);
+		}
+	}
+	ring_len = 0;
+	if (in_xact)
+	{
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+	}
 }
 
 /* An eviction is due. */
@@ -1496,6 +1564,7 @@ pc_worker_main(Datum main_arg)
 		process_timers(now);
 		evict_for_memory();
 		evict_for_roles();
+		create_refused_keys(now);
 		dumping = dump_step();
 		n = sched_ready_batch(sched, now, pc_batch_size, pc_batch_interval_ms,
 							  &batch);

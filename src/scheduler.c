@@ -1447,6 +1447,25 @@ sched_owner_victim(Sched *s, uint32_t owner, SchedVisitedFn visited,
 	return NULL;
 }
 
+/*
+ * Is the small FIFO's oldest key one that holds a value and is not being
+ * fetched?  Then memory that is short is eviction's to make: its next victim
+ * is that key, read once before any fetch now waiting was asked for
+ * (unless read since, when it moves on and the next oldest is looked at),
+ * and nobody read it again.  A fetch waiting for its turn was asked for
+ * later, by a reader that may wait for it next (a cold start reads every
+ * key once, then waits for each): dropping it would cost that reader a
+ * fetch of its own, while the older key costs nobody anything.
+ */
+static bool
+once_behind_value(const Sched *s)
+{
+	const SchedEntry *oldest = s->fifo_tail[0];
+
+	return oldest != NULL && oldest->has_last_fetch &&
+		sched_evictable(oldest);
+}
+
 SchedEntry *
 sched_once_excess(Sched *s, size_t limit, bool memory_short)
 {
@@ -1456,9 +1475,12 @@ sched_once_excess(Sched *s, size_t limit, bool memory_short)
 
 	/*
 	 * A dropped fetch saves only memory: with room, every key read once is
-	 * fetched, in full batches, for a reader may wait for it next.
+	 * fetched, in full batches, for a reader may wait for it next.  Nor while
+	 * eviction has an older key read once to take (once_behind_value) and the
+	 * memory it frees.
 	 */
-	if (!memory_short || s->turn_count[1] <= limit)
+	if (!memory_short || s->turn_count[1] <= limit ||
+		once_behind_value(s))
 		return NULL;
 	/* The role with the most; of equals, the one whose turn comes first. */
 	do

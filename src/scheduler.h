@@ -364,7 +364,10 @@ extern bool sched_evictable(const SchedEntry *entry);
  * role's flood drops only its own keys as long as another role has fewer
  * waiting.  While memory has room nothing is dropped: a drop saves only
  * memory, and a service warming its cache reads every key once before it
- * waits for each, so a dropped key would be fetched again alone.
+ * waits for each, so a dropped key would be fetched again alone.  Nor
+ * while the small FIFO's oldest key holds a value and is not being
+ * fetched: eviction takes that key, read once before any waiting fetch
+ * was asked for and not read again, and the memory it frees.
  */
 #define SCHED_ONCE_BATCHES 16
 
@@ -390,8 +393,9 @@ extern size_t sched_flow_count(const Sched *s);
  * The fetch of a key read only once to drop, if memory_short (the caller's
  * judgement of the keys' memory) and more than limit such keys are due and
  * wait for their turn: the first of the role with the most of them
- * (O(roles waiting)); NULL while memory has room.  The caller drops the
- * key (from the shared map,
+ * (O(roles waiting)); NULL while memory has room, or while the small
+ * FIFO's oldest key holds a value and is not being fetched (eviction's to
+ * take first).  The caller drops the key (from the shared map,
  * then with sched_evict_victim(), which remembers it in the ghost FIFO so
  * that a second read is demand) or, if it was read meanwhile, marks it
  * demanded.

@@ -2245,6 +2245,49 @@ test_fair_fetch_bound(void **state)
 	assert_string_equal(next_batch(f, 8, 1), "eg");
 }
 
+/*
+ * While memory is short, the bound drops no fetch as long as the small
+ * FIFO's oldest key holds a value and is not being fetched: eviction takes
+ * that one first, and a fetch asked for later may be waited for next (a
+ * cold start on a cache holding keys nobody read again).  Once eviction
+ * took the keys with values, the oldest waiting fetches go.  A key with a
+ * value whose refresh is out counts for nothing: eviction passes it over.
+ */
+static void
+test_fair_fetch_bound_behind_values(void **state)
+{
+	SieveFixture *f = *state;
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	SchedEntry *e;
+
+	cached(f, "xy");
+	asked_for_all(f, "abcdef", 0);
+	assert_int_equal(sched_once_count(f->s), 6);
+	assert_null(sched_once_excess(f->s, 3, true));
+	assert_string_equal(sieve_evict(f), "x");
+	assert_null(sched_once_excess(f->s, 3, true));
+	assert_string_equal(sieve_evict(f), "y");
+	e = sched_once_excess(f->s, 3, true);
+	assert_non_null(e);
+	assert_true(entry_is_key(e, "a"));
+	sched_evict_victim(f->s, e);
+	assert_int_equal(sched_once_count(f->s), 5);
+
+	/* The oldest key's refresh is out: not eviction's to take. */
+	sched_destroy(f->s);
+	f->s = sched_create(&config, malloc, free);
+	cached(f, "z");
+	asked_for_all(f, "ab", 0);
+	assert_null(sched_once_excess(f->s, 0, true));
+	assert_non_null(sched_try_begin_fetch(f->s, "z", 1, true,
+										  DEFAULT_EXPIRY_MS + 1));
+	assert_string_equal(next_batch(f, 1, DEFAULT_EXPIRY_MS + 1), "z");
+	e = sched_once_excess(f->s, 0, true);
+	assert_non_null(e);
+	assert_true(entry_is_key(e, "a"));
+	assert_null(sched_once_excess(f->s, 0, false));
+}
+
 /* ----------------------------------------------------------------
  * Fair fetching across roles: turns, takeover, backoff, the bound
  * ----------------------------------------------------------------
@@ -2988,6 +3031,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_fair_fetch_order,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_fair_fetch_classes,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_fetch_bound_behind_values,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_fair_fetch_bound,
 										sieve_setup, sieve_teardown),
