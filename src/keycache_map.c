@@ -827,10 +827,12 @@ pc_request_send(const char *key, uint32 len)
 void
 pc_request_send_refused(const char *key, uint32 len)
 {
-	if (!pc_ring_push(key, len, GetOuterUserId(), true))
-		pc_count(PC_CTR_REQUEST_OVERFLOWS, 1);
-	pc_count(PC_CTR_FETCH_REQUESTS, 1);
-	pc_wake_worker();
+	/* Lost when its share of the ring is full: no scan finds it. */
+	if (pc_ring_push(key, len, GetOuterUserId(), true))
+	{
+		pc_count(PC_CTR_FETCH_REQUESTS, 1);
+		pc_wake_worker();
+	}
 }
 
 /* ----------------------------------------------------------------

@@ -11,8 +11,11 @@
  *
  * A reader that found no room to create a key has no entry to set a bit
  * in: its record says so (PC_RING_REFUSED in the length word), and the
- * worker creates the key once it has made room.  Such a record is lost if
- * the ring is full; the key's next read asks again.
+ * worker creates the key once it has made room.  Such records take at most
+ * a quarter of the ring, so that a role reading new keys past its bound,
+ * in a loop, cannot fill the ring and send every other reader's request
+ * through the worker's scan of the whole map.  Past that, or when the ring
+ * is full, such a record is lost; the key's next read asks again.
  *
  * Records are a uint32 length, the Oid of the role that made the request
  * (a new key's fetch waits for that role's turn, see scheduler.h), and the
@@ -44,6 +47,7 @@ pc_ring_init(PcRequestRing *ring)
 {
 	ring->write_pos = 0;
 	ring->read_pos = 0;
+	ring->refused_bytes = 0;
 	ring->capacity = PC_RING_BYTES;
 }
 
@@ -90,13 +94,16 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 
 	Assert(len > 0 && len <= PC_MAX_KEY_BYTES);
 	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
-	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need)
+	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need &&
+		(!refused || ring->refused_bytes + need <= ring->capacity / 4))
 	{
 		ring_write(ring, ring->write_pos, &word, sizeof(uint32));
 		ring_write(ring, ring->write_pos + sizeof(uint32), &role,
 				   sizeof(Oid));
 		ring_write(ring, ring->write_pos + PC_RING_HEADER, key, len);
 		ring->write_pos += need;
+		if (refused)
+			ring->refused_bytes += need;
 		ok = true;
 	}
 	LWLockRelease(pc_shared->ring_lock);
@@ -132,6 +139,11 @@ pc_ring_drain(char *buf, Size bufsize)
 				  buf + copied + sizeof(uint32), sizeof(Oid) + len);
 		copied += rec;
 		ring->read_pos += rec;
+		if ((word & PC_RING_REFUSED) != 0)
+		{
+			Assert(ring->refused_bytes >= rec);
+			ring->refused_bytes -= rec;
+		}
 	}
 	LWLockRelease(pc_shared->ring_lock);
 	return copied;

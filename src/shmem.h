@@ -110,6 +110,8 @@ typedef struct PcRequestRing
 {
 	uint64		write_pos;		/* bytes ever written */
 	uint64		read_pos;		/* bytes ever consumed */
+	uint64		refused_bytes;	/* of the records in it, those of refused
+								 * reads (keycache_ring.c) */
 	uint32		capacity;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PcRequestRing;
