@@ -212,6 +212,12 @@ typedef struct SchedEntry
 	struct SchedEntry *fifo_older;
 
 	/*
+	 * What the key weighs in the FIFOs' shares: the bytes it takes
+	 * (sched_set_bytes), 1 until the caller says.
+	 */
+	size_t		bytes;
+
+	/*
 	 * timer queue bookkeeping: index in each heap, or -1; the time, and the
 	 * order of scheduling, which breaks ties (first scheduled, first out)
 	 */
@@ -309,8 +315,14 @@ extern SchedEvictReply sched_request_evict(Sched *s, const char *key,
  *
  * visited(entry, arg) says whether the key was visited and clears the mark.
  * Returns the victim, which the caller removes (from the shared map, then
- * with sched_evict_victim()), or NULL if no key can be evicted.  Shares of
- * the FIFOs are counted in keys, not bytes.
+ * with sched_evict_victim()), or NULL if no key can be evicted.
+ *
+ * The FIFOs' shares are counted in what their keys weigh: the bytes each
+ * takes, as the caller gives them (sched_set_bytes; 1 each until then,
+ * which counts keys).  Counted in keys, a scan of values larger than the
+ * hot keys' would hold most of the memory in a small FIFO of few keys,
+ * below its share, and send the main FIFO's hand round the hot keys again
+ * and again, evicting them.
  */
 #define SCHED_SMALL_PERCENT 30
 
@@ -327,6 +339,10 @@ extern SchedEntry *sched_memory_victim(Sched *s, SchedVisitedFn visited,
 extern void sched_evict_victim(Sched *s, SchedEntry *victim);
 extern bool sched_in_ghost(const Sched *s, const char *key, size_t keylen);
 extern size_t sched_small_count(const Sched *s);
+
+/* The bytes the key takes, for the FIFOs' shares (see above). */
+extern void sched_set_bytes(Sched *s, SchedEntry *entry, size_t bytes);
+extern size_t sched_fifo_bytes(const Sched *s, bool main);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*
