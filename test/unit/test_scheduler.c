@@ -1966,7 +1966,11 @@ test_s3fifo_share_in_bytes(void **state)
 
 	cached_bytes(f, hot, 300);
 	for (i = 0; hot[i]; i++)
-		visit(f, (char[]) {hot[i], '\0'});
+	{
+		char		key[2] = {hot[i], '\0'};
+
+		visit(f, key);
+	}
 	/* the scan's first key, 4 kB: a .. g read again, promoted; it stays */
 	cached_bytes(f, "A", 4000);
 	cached_bytes(f, "B", 4000);
