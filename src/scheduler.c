@@ -127,6 +127,8 @@ struct Sched
 	size_t		nflows;
 	SchedFlow  *turn;
 	size_t		turn_count[2];	/* fetches waiting for a turn, by heap */
+	int			cached_run;		/* cached keys batched in a row while new keys
+								 * waited (SCHED_CACHED_RUN) */
 
 	/* Keys per owner */
 	SchedOwner *owners[SCHED_ROLE_BUCKETS];
@@ -1515,6 +1517,30 @@ sched_once_count(const Sched *s)
 }
 
 /*
+ * The next fetch for the open batch: a cached key's, first due first, but
+ * after SCHED_CACHED_RUN of them in a row while new keys wait, a new key's
+ * by turns (see "Fair fetching" in scheduler.h); NULL if none is due.
+ */
+static SchedEntry *
+next_fetch(Sched *s, SchedTime now)
+{
+	SchedEntry *e = NULL;
+
+	if (s->turn != NULL && s->cached_run >= SCHED_CACHED_RUN)
+		e = turn_pop(s);
+	else if ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL)
+	{
+		if (s->turn != NULL)
+			s->cached_run++;
+		return e;
+	}
+	else
+		e = turn_pop(s);
+	s->cached_run = 0;
+	return e;
+}
+
+/*
  * The batch to fetch now, if any: up to batch_size keys due for a fetch,
  * gathered since the first of them came due; handed out once that was
  * batch_interval_ms ago or the batch is full.  Returns the number of keys,
@@ -1540,9 +1566,7 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 		turn_insert(s, SCHED_QUEUE_TURN_ONCE, e,
 					e->heap_time[SCHED_QUEUE_DUE_ONCE]);
 
-	while (s->batch_count < batch_size &&
-		   ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL ||
-			(e = turn_pop(s)) != NULL))
+	while (s->batch_count < batch_size && (e = next_fetch(s, now)) != NULL)
 	{
 		if (s->batch_count == 0)
 			s->batch_opened = now;

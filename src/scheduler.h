@@ -356,9 +356,14 @@ extern bool sched_evictable(const SchedEntry *entry);
  * - new, read once so far.
  *
  * Fetches of cached keys wait in SCHED_QUEUE_DUE, in due-time order (first
- * scheduled first at the same time), and a batch takes them before any
- * other: new keys, however many a role asks for, never delay the refresh
- * of the keys already cached.
+ * scheduled first at the same time), and batches take them before any
+ * other, but for one place in every SCHED_CACHED_RUN + 1 while new keys
+ * wait for their turn: new keys, however many a role asks for, delay the
+ * refresh of the keys already cached by a quarter at most, and refetches
+ * of keys that serve meanwhile (stale within their grace period) never
+ * hold back the new keys readers read as NULL until fetched.  Without that
+ * place, refetches due faster than the fetch function answers (a short
+ * expiry) left every key evicted or new unfetched for as long as they came.
  *
  * A fetch of a new key waits for its due time (its retry backoff) in
  * SCHED_QUEUE_DUE_NEW or SCHED_QUEUE_DUE_ONCE, and from then on for its
@@ -383,6 +388,9 @@ extern bool sched_evictable(const SchedEntry *entry);
  * waits for each, so a dropped key would be fetched again alone.
  */
 #define SCHED_ONCE_BATCHES 16
+
+/* Fetches of cached keys taken in a row while new keys wait: then one new. */
+#define SCHED_CACHED_RUN 3
 
 /* The key was read again, or a reader waits for it: mark it demanded. */
 extern void sched_note_demand(Sched *s, SchedEntry *entry);

@@ -2217,6 +2217,58 @@ test_fair_fetch_order(void **state)
 	assert_int_equal(sched_once_count(f->s), 0);
 }
 
+/* Cache each one-letter key at 0, and ask for it once it is stale. */
+static void
+stale_and_asked(SieveFixture * f, const char *keys, SchedTime now)
+{
+	const char *k;
+
+	for (k = keys; *k; k++)
+		(void) sched_restore_complete(f->s, k, 1, 0, 10 * DEFAULT_EXPIRY_MS,
+									  NULL, false, 0);
+	asked_for_all(f, keys, now);
+}
+
+/*
+ * Refetches of cached keys go first, but while new keys wait for their
+ * turn, every SCHED_CACHED_RUN of them in a row are followed by one new
+ * key's fetch, in batches of any size: refetches due faster than the
+ * source answers (a short expiry) never leave a new key, or one evicted
+ * and read again, unfetched; and new keys take at most a quarter of the
+ * fetches from the cached ones.  With no new key waiting, cached keys
+ * fill the batches.
+ */
+static void
+test_fair_cached_leave_room(void **state)
+{
+	SieveFixture *f = *state;
+	SchedTime	now = DEFAULT_EXPIRY_MS + 1;
+
+	assert_int_equal(SCHED_CACHED_RUN, 3);
+	stale_and_asked(f, "stuvwxyz", now);
+	asked_for_all(f, "abc", now);
+	sched_note_demand(f->s, sched_lookup(f->s, "c", 1));
+	assert_string_equal(next_batch(f, 4, now), "stuc");
+	assert_string_equal(next_batch(f, 4, now), "vwxa");
+	/* cached keys run out: the new ones go on */
+	assert_string_equal(next_batch(f, 4, now), "yzb");
+	assert_string_equal(next_batch(f, 4, now), "");
+
+	/* Nothing new waits: the cached keys take every place. */
+	stale_and_asked(f, "mnop", now);
+	assert_string_equal(next_batch(f, 4, now), "mnop");
+
+	/* One key a batch: three cached, one new, and so on. */
+	stale_and_asked(f, "ijkl", now);
+	asked_for_all(f, "d", now);
+	assert_string_equal(next_batch(f, 1, now), "i");
+	assert_string_equal(next_batch(f, 1, now), "j");
+	assert_string_equal(next_batch(f, 1, now), "k");
+	assert_string_equal(next_batch(f, 1, now), "d");
+	assert_string_equal(next_batch(f, 1, now), "l");
+	assert_string_equal(next_batch(f, 1, now), "");
+}
+
 /*
  * A key read once keeps that status through pending answers (its retries
  * still wait behind), and loses it when read again; a key back from the
@@ -3048,6 +3100,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_s3fifo_other_evictions,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_fair_fetch_order,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_cached_leave_room,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_fair_fetch_classes,
 										sieve_setup, sieve_teardown),
