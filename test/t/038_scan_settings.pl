@@ -17,6 +17,9 @@
 # For each: at most 0.1 % of the hot-key reads made while the scan runs
 # return NULL, and none made from 10 s after it ended; the scan did fill
 # the memory (keys were evicted for it).
+#
+# Then a source slower than the hot keys' refetches: hot keys that leave
+# the cache come back while the refetches still queue.
 
 use strict;
 use warnings;
@@ -249,4 +252,103 @@ SELECT round(extract(epoch FROM max(at) - min(at))::numeric, 1)
 
 my $i = 0;
 run_setting($i++, $_) foreach @settings;
+
+# Refetches due faster than the source answers: 1,000 hot keys stale after
+# 1 s, read all the time, and a source that answers 50 keys a call, a
+# fifth of a second each (about 250 keys a second).  Hot keys that leave
+# the cache meanwhile (here by evict(); a scan or a restart may do it too)
+# must come back while the refetches still queue, not once they stop.
+{
+	my $node = projcache_node(
+		'slow',
+		conf => "projcache.max_memory = '8MB'\n"
+		  . "projcache.expiry = '1s'\n"
+		  . "projcache.grace_period = '1h'\n"
+		  . "projcache.batch_size = 50\n"
+		  . "projcache.batch_interval = '100ms'\n");
+	$node->safe_psql(
+		'postgres', q{
+CREATE TABLE public.upstream (key text PRIMARY KEY, revision text, config jsonb);
+INSERT INTO public.upstream
+SELECT 'hot' || i, 'r1', jsonb_build_object('id', i, 'blob', repeat(md5(i::text), 8))
+  FROM generate_series(1, 1000) AS i;
+CREATE FUNCTION public.fetch_slow(p_keys text[], p_revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_sleep(0.2);
+	RETURN QUERY
+	SELECT u.key,
+	       CASE WHEN u.revision = r.rev THEN 'not_modified' ELSE 'enabled' END,
+	       u.revision,
+	       CASE WHEN u.revision = r.rev THEN NULL ELSE u.config END
+	  FROM unnest(p_keys, p_revisions) AS r(k, rev)
+	  JOIN public.upstream AS u ON u.key = r.k;
+END $$;
+CREATE TABLE public.stop (at timestamptz);
+});
+	set_fetch_function($node, 'public.fetch_slow');
+	wait_for_worker($node);
+	$node->safe_psql('postgres',
+		"SELECT count(projcache.get('hot' || i)) FROM generate_series(1, 1000) AS i"
+	);
+	# (polled in entries, which asks for no fetch: a read of them all every
+	# few tenths of a second would make refetches due faster than the
+	# source answers already)
+	ok( $node->poll_query_until(
+			'postgres', q{
+SELECT count(*) = 1000 FROM projcache.entries
+ WHERE key LIKE 'hot%' AND state = 'enabled'}),
+		'slow source: the hot keys are cached');
+
+	my $reader = q{
+DO $$
+BEGIN
+	WHILE NOT EXISTS (SELECT FROM public.stop) LOOP
+		PERFORM projcache.get('hot' || i) FROM generate_series(1, 1000) AS i;
+		PERFORM pg_sleep(0.2);
+	END LOOP;
+END $$;
+};
+	my @sessions =
+	  map { start_session($node, "slowreader$_", $reader, timeout => 300) }
+	  1 .. 2;
+
+	# The refetches queue: most hot keys wait for theirs.
+	my $queued = q{
+SELECT count(*) > 300 FROM projcache.entries
+ WHERE key LIKE 'hot%' AND fetch_state = 'in_progress'};
+	ok($node->poll_query_until('postgres', $queued),
+		'slow source: refetches of the hot keys queue');
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT count(*) FILTER (WHERE projcache.evict('hot' || i))
+			   FROM generate_series(1, 20) AS i"),
+		'20',
+		'slow source: 20 hot keys evicted');
+	ok( $node->poll_query_until(
+			'postgres', q{
+SELECT count(*) = 20 FROM generate_series(1, 20) AS i
+ WHERE projcache.get('hot' || i) IS NOT NULL}),
+		'slow source: the evicted hot keys, read again, are fetched');
+	is($node->safe_psql('postgres', $queued),
+		't', 'slow source: while the refetches still queue');
+	diag(
+		'slow source: '
+		  . $node->safe_psql(
+			'postgres',
+			'SELECT format($$fetch calls %s, fetched keys %s, not_modified %s$$, '
+			  . 'fetch_calls, fetched_keys, not_modified) FROM projcache.stats'
+		  ));
+
+	$node->safe_psql('postgres', 'INSERT INTO public.stop VALUES (now())');
+	foreach my $r (@sessions)
+	{
+		my ($rc, $out, $err) = wait_session($r);
+		is($rc, 0, 'slow source: a hot reader ran') or diag($err);
+	}
+	log_shows_no_crash($node);
+	$node->stop;
+}
+
 done_testing();
