@@ -183,6 +183,7 @@ extern void pc_keymap_delete(PcEntry *entry);
 extern dsa_pointer pc_value_make(const char *revision,
 								 const struct varlena *config);
 extern void pc_value_free(dsa_pointer dp);
+extern Size pc_entry_footprint(const PcEntry *entry);
 extern void pc_value_read(const PcValue *value, Size offset, Size len,
 						  char *dst);
 extern char *pc_value_revision(const PcValue *value, bool *oom);

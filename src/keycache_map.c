@@ -316,6 +316,33 @@ pc_value_make(const char *revision, const struct varlena *config)
 }
 
 /*
+ * The bytes of projcache.max_memory an entry takes: its item in the map,
+ * its key when held apart, its value's chunks (as pc_free() counts them
+ * back).  Caller holds the entry's lock.
+ */
+Size
+pc_entry_footprint(const PcEntry *entry)
+{
+	Size		bytes = PC_ENTRY_DSA_BYTES;
+
+	PC_ASSERT_ENTRY_LOCKED();
+	if (entry->key.form == PC_KEY_DSA)
+		bytes += pc_dsa_footprint(entry->key.len);
+	if (DsaPointerIsValid(entry->value))
+	{
+		const PcValue *value = dsa_get_address(pc_area(), entry->value);
+		Size		len = value_len(value);
+
+		if (value_is_split(value))
+			bytes += pc_dsa_footprint(len - value->head_len) +
+				pc_dsa_footprint(VALUE_SPLIT_HEADER + value->head_len);
+		else
+			bytes += pc_dsa_footprint(VALUE_HEADER + len);
+	}
+	return bytes;
+}
+
+/*
  * Free a value's chunks.  The caller has unlinked it from its entry under
  * the entry's lock, so no reader can reach it, and only the worker frees
  * values: its header is still there to read.

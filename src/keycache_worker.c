@@ -171,7 +171,10 @@ worker_detach_latch(int code, Datum arg)
 	SpinLockRelease(&pc_shared->mutex);
 }
 
-/* Mirror the private times of one key into its shared entry. */
+/*
+ * Mirror the private times of one key into its shared entry, and tell the
+ * scheduler the memory the key takes now.
+ */
 static void
 mirror_entry(SchedEntry *e)
 {
@@ -207,6 +210,8 @@ mirror_entry(SchedEntry *e)
 	entry->has_refresh = e->heap_pos[SCHED_QUEUE_REFRESH] >= 0;
 	if (entry->has_refresh)
 		entry->refresh_at = e->heap_time[SCHED_QUEUE_REFRESH];
+	/* What it weighs in the eviction's FIFOs: the memory it takes. */
+	sched_set_bytes(sched, e, pc_entry_footprint(entry));
 	pc_entry_release(entry);
 }
 

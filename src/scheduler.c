@@ -105,6 +105,7 @@ struct Sched
 	SchedEntry *fifo_head[2];	/* newest */
 	SchedEntry *fifo_tail[2];	/* oldest */
 	size_t		fifo_count[2];
+	size_t		fifo_bytes[2];	/* what their keys weigh (SchedEntry.bytes) */
 
 	/*
 	 * The ghost FIFO: hashes of keys evicted from the small FIFO lately. Slot
@@ -126,6 +127,8 @@ struct Sched
 	size_t		nflows;
 	SchedFlow  *turn;
 	size_t		turn_count[2];	/* fetches waiting for a turn, by heap */
+	int			cached_run;		/* cached keys batched in a row while new keys
+								 * waited (SCHED_CACHED_RUN) */
 
 	/* Keys per owner */
 	SchedOwner *owners[SCHED_ROLE_BUCKETS];
@@ -306,6 +309,7 @@ fifo_push_head(Sched *s, SchedEntry *e, bool main)
 	if (s->fifo_tail[f] == NULL)
 		s->fifo_tail[f] = e;
 	s->fifo_count[f]++;
+	s->fifo_bytes[f] += e->bytes;
 }
 
 /* Take e out of its FIFO. */
@@ -325,6 +329,8 @@ fifo_remove(Sched *s, SchedEntry *e)
 		s->fifo_tail[f] = e->fifo_newer;
 	e->fifo_newer = e->fifo_older = NULL;
 	s->fifo_count[f]--;
+	SCHED_ASSERT(s->fifo_bytes[f] >= e->bytes);
+	s->fifo_bytes[f] -= e->bytes;
 }
 
 /* Does the ghost FIFO remember this hash? */
@@ -359,6 +365,7 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	e->keylen = keylen;
 	e->hash = sched_hash(key, keylen);
 	e->state = SCHED_PENDING;
+	e->bytes = 1;
 	e->max_age_ms = SCHED_PERIOD_DEFAULT;
 	e->stale_for_ms = SCHED_PERIOD_DEFAULT;
 	for (q = 0; q < SCHED_NUM_QUEUES; q++)
@@ -1195,6 +1202,17 @@ sched_evictable(const SchedEntry *e)
 	return !(e->state == SCHED_IN_PROGRESS && (e->dispatched || e->gathered));
 }
 
+/* Does the small FIFO hold its share of what the keys weigh? */
+static bool
+small_holds_share(const Sched *s)
+{
+	uint64_t	small = s->fifo_bytes[0];
+	uint64_t	total = small + s->fifo_bytes[1];
+
+	/* keys weigh at most the memory they take: no product overflows */
+	return small * 100 >= total * SCHED_SMALL_PERCENT;
+}
+
 /*
  * The next victim of S3-FIFO (see scheduler.h).  Each key is looked at
  * most twice per call (a key of the small FIFO may move to main, and be
@@ -1212,12 +1230,11 @@ sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 		SchedEntry *e;
 
 		/*
-		 * The small FIFO while it holds its share, unless each of its keys
-		 * was passed over in this call for being fetched.
+		 * The small FIFO while it holds its share of the bytes, unless each
+		 * of its keys was passed over in this call for being fetched.
 		 */
 		if (s->fifo_count[0] > 0 && small_looks < s->fifo_count[0] &&
-			(s->fifo_count[0] * 100 >= SCHED_SMALL_PERCENT * s->nentries ||
-			 s->fifo_count[1] == 0))
+			(small_holds_share(s) || s->fifo_count[1] == 0))
 		{
 			e = s->fifo_tail[0];
 			if (!sched_evictable(e))
@@ -1287,6 +1304,25 @@ size_t
 sched_small_count(const Sched *s)
 {
 	return s->fifo_count[0];
+}
+
+void
+sched_set_bytes(Sched *s, SchedEntry *e, size_t bytes)
+{
+	int			f = e->in_main ? 1 : 0;
+
+	if (bytes == 0)
+		bytes = 1;
+	SCHED_ASSERT(s->fifo_bytes[f] >= e->bytes);
+	s->fifo_bytes[f] -= e->bytes;
+	s->fifo_bytes[f] += bytes;
+	e->bytes = bytes;
+}
+
+size_t
+sched_fifo_bytes(const Sched *s, bool main)
+{
+	return s->fifo_bytes[main ? 1 : 0];
 }
 
 SchedEvictReply
@@ -1503,6 +1539,30 @@ sched_once_count(const Sched *s)
 }
 
 /*
+ * The next fetch for the open batch: a cached key's, first due first, but
+ * after SCHED_CACHED_RUN of them in a row while new keys wait, a new key's
+ * by turns (see "Fair fetching" in scheduler.h); NULL if none is due.
+ */
+static SchedEntry *
+next_fetch(Sched *s, SchedTime now)
+{
+	SchedEntry *e = NULL;
+
+	if (s->turn != NULL && s->cached_run >= SCHED_CACHED_RUN)
+		e = turn_pop(s);
+	else if ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL)
+	{
+		if (s->turn != NULL)
+			s->cached_run++;
+		return e;
+	}
+	else
+		e = turn_pop(s);
+	s->cached_run = 0;
+	return e;
+}
+
+/*
  * The batch to fetch now, if any: up to batch_size keys due for a fetch,
  * gathered since the first of them came due; handed out once that was
  * batch_interval_ms ago or the batch is full.  Returns the number of keys,
@@ -1528,9 +1588,7 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 		turn_insert(s, SCHED_QUEUE_TURN_ONCE, e,
 					e->heap_time[SCHED_QUEUE_DUE_ONCE]);
 
-	while (s->batch_count < batch_size &&
-		   ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL ||
-			(e = turn_pop(s)) != NULL))
+	while (s->batch_count < batch_size && (e = next_fetch(s, now)) != NULL)
 	{
 		if (s->batch_count == 0)
 			s->batch_opened = now;

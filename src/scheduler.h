@@ -212,6 +212,12 @@ typedef struct SchedEntry
 	struct SchedEntry *fifo_older;
 
 	/*
+	 * What the key weighs in the FIFOs' shares: the bytes it takes
+	 * (sched_set_bytes), 1 until the caller says.
+	 */
+	size_t		bytes;
+
+	/*
 	 * timer queue bookkeeping: index in each heap, or -1; the time, and the
 	 * order of scheduling, which breaks ties (first scheduled, first out)
 	 */
@@ -309,8 +315,14 @@ extern SchedEvictReply sched_request_evict(Sched *s, const char *key,
  *
  * visited(entry, arg) says whether the key was visited and clears the mark.
  * Returns the victim, which the caller removes (from the shared map, then
- * with sched_evict_victim()), or NULL if no key can be evicted.  Shares of
- * the FIFOs are counted in keys, not bytes.
+ * with sched_evict_victim()), or NULL if no key can be evicted.
+ *
+ * The FIFOs' shares are counted in what their keys weigh: the bytes each
+ * takes, as the caller gives them (sched_set_bytes; 1 each until then,
+ * which counts keys).  Counted in keys, a scan of values larger than the
+ * hot keys' would hold most of the memory in a small FIFO of few keys,
+ * below its share, and send the main FIFO's hand round the hot keys again
+ * and again, evicting them.
  */
 #define SCHED_SMALL_PERCENT 30
 
@@ -327,6 +339,10 @@ extern SchedEntry *sched_memory_victim(Sched *s, SchedVisitedFn visited,
 extern void sched_evict_victim(Sched *s, SchedEntry *victim);
 extern bool sched_in_ghost(const Sched *s, const char *key, size_t keylen);
 extern size_t sched_small_count(const Sched *s);
+
+/* The bytes the key takes, for the FIFOs' shares (see above). */
+extern void sched_set_bytes(Sched *s, SchedEntry *entry, size_t bytes);
+extern size_t sched_fifo_bytes(const Sched *s, bool main);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*
@@ -340,9 +356,14 @@ extern bool sched_evictable(const SchedEntry *entry);
  * - new, read once so far.
  *
  * Fetches of cached keys wait in SCHED_QUEUE_DUE, in due-time order (first
- * scheduled first at the same time), and a batch takes them before any
- * other: new keys, however many a role asks for, never delay the refresh
- * of the keys already cached.
+ * scheduled first at the same time), and batches take them before any
+ * other, but for one place in every SCHED_CACHED_RUN + 1 while new keys
+ * wait for their turn: new keys, however many a role asks for, delay the
+ * refresh of the keys already cached by a quarter at most, and refetches
+ * of keys that serve meanwhile (stale within their grace period) never
+ * hold back the new keys readers read as NULL until fetched.  Without that
+ * place, refetches due faster than the fetch function answers (a short
+ * expiry) left every key evicted or new unfetched for as long as they came.
  *
  * A fetch of a new key waits for its due time (its retry backoff) in
  * SCHED_QUEUE_DUE_NEW or SCHED_QUEUE_DUE_ONCE, and from then on for its
@@ -370,6 +391,9 @@ extern bool sched_evictable(const SchedEntry *entry);
  * was asked for and not read again, and the memory it frees.
  */
 #define SCHED_ONCE_BATCHES 16
+
+/* Fetches of cached keys taken in a row while new keys wait: then one new. */
+#define SCHED_CACHED_RUN 3
 
 /* The key was read again, or a reader waits for it: mark it demanded. */
 extern void sched_note_demand(Sched *s, SchedEntry *entry);

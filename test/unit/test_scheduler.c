@@ -1970,6 +1970,100 @@ test_s3fifo_all_visited(void **state)
 	assert_string_equal(sieve_evict(f), "b");
 }
 
+/* Cache one complete key per letter of keys, each taking 'bytes'. */
+static void
+cached_bytes(SieveFixture * f, const char *keys, size_t bytes)
+{
+	for (; *keys; keys++)
+	{
+		SchedEntry *e = sched_restore_complete(f->s, keys, 1, 0, 1000000,
+											   NULL, false, 0);
+
+		assert_non_null(e);
+		sched_set_bytes(f->s, e, bytes);
+	}
+}
+
+/*
+ * The FIFOs' shares are counted in bytes: a scan of values larger than the
+ * hot keys' holds its share of the memory with few keys, and its keys
+ * leave, never the hot ones.  Counted in keys, two scan keys beside seven
+ * hot ones were below the small FIFO's share, and the main FIFO's hand
+ * went round the hot keys, clearing their marks, and evicted them.
+ */
+static void
+test_s3fifo_share_in_bytes(void **state)
+{
+	SieveFixture *f = *state;
+	const char *hot = "abcdefg";
+	char		scan[2] = "A";
+	int			i;
+
+	cached_bytes(f, hot, 300);
+	for (i = 0; hot[i]; i++)
+	{
+		char		key[2] = {hot[i], '\0'};
+
+		visit(f, key);
+	}
+	/* the scan's first key, 4 kB: a .. g read again, promoted; it stays */
+	cached_bytes(f, "A", 4000);
+	cached_bytes(f, "B", 4000);
+	assert_string_equal(sieve_evict(f), "A");
+	assert_int_equal(sched_small_count(f->s), 1);
+	assert_true(in_main(f, "a") && in_main(f, "g"));
+	assert_int_equal(sched_fifo_bytes(f->s, true), 7 * 300);
+	assert_int_equal(sched_fifo_bytes(f->s, false), 4000);
+
+	/*
+	 * The scan goes on, two of its keys in the small FIFO at a time (2 of 9
+	 * keys, but 8,000 of 10,100 bytes), and the hot keys are not read
+	 * meanwhile: each victim is the scan's oldest.
+	 */
+	for (i = 0; i < 20; i++)
+	{
+		char		victim[2] = {(char) ('B' + i), '\0'};
+
+		scan[0] = (char) ('C' + i);
+		cached_bytes(f, scan, 4000);
+		f->v.looks = 0;
+		assert_string_equal(sieve_evict(f), victim);
+		assert_int_equal(f->v.looks, 1);	/* the main FIFO untouched */
+	}
+	assert_int_equal(sched_count(f->s), 8);
+	assert_int_equal(sched_fifo_bytes(f->s, true), 7 * 300);
+}
+
+/*
+ * A key's weight follows what it takes (a new value of another size), in
+ * whichever FIFO it is, and leaves with it; 0 counts as 1.
+ */
+static void
+test_s3fifo_bytes_follow_the_key(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *e;
+
+	cached_bytes(f, "ab", 500);
+	assert_int_equal(sched_fifo_bytes(f->s, false), 1000);
+	visit(f, "a");
+	assert_string_equal(sieve_evict(f), "b");	/* a promoted */
+	assert_int_equal(sched_fifo_bytes(f->s, false), 0);
+	assert_int_equal(sched_fifo_bytes(f->s, true), 500);
+	e = sched_lookup(f->s, "a", 1);
+	sched_set_bytes(f->s, e, 4500);
+	assert_int_equal(sched_fifo_bytes(f->s, true), 4500);
+	sched_set_bytes(f->s, e, 0);
+	assert_int_equal(sched_fifo_bytes(f->s, true), 1);
+	/* a new key weighs 1 until told */
+	assert_non_null(sched_try_begin_fetch(f->s, "c", 1, false, 0));
+	assert_int_equal(sched_fifo_bytes(f->s, false), 1);
+	assert_string_equal(sieve_evict(f), "c");
+	assert_string_equal(sieve_evict(f), "a");
+	assert_int_equal(sched_fifo_bytes(f->s, true), 0);
+	assert_int_equal(sched_fifo_bytes(f->s, false), 0);
+}
+
 /*
  * A key whose fetch is out (dispatched, or gathered into the open batch)
  * is never a victim, visited or not, in either FIFO; a pending key waiting
@@ -2156,6 +2250,58 @@ test_fair_fetch_order(void **state)
 	sched_note_demand(f->s, sched_lookup(f->s, "e", 1));
 	assert_string_equal(next_batch(f, 8, now + 2), "egf");
 	assert_int_equal(sched_once_count(f->s), 0);
+}
+
+/* Cache each one-letter key at 0, and ask for it once it is stale. */
+static void
+stale_and_asked(SieveFixture * f, const char *keys, SchedTime now)
+{
+	const char *k;
+
+	for (k = keys; *k; k++)
+		(void) sched_restore_complete(f->s, k, 1, 0, 10 * DEFAULT_EXPIRY_MS,
+									  NULL, false, 0);
+	asked_for_all(f, keys, now);
+}
+
+/*
+ * Refetches of cached keys go first, but while new keys wait for their
+ * turn, every SCHED_CACHED_RUN of them in a row are followed by one new
+ * key's fetch, in batches of any size: refetches due faster than the
+ * source answers (a short expiry) never leave a new key, or one evicted
+ * and read again, unfetched; and new keys take at most a quarter of the
+ * fetches from the cached ones.  With no new key waiting, cached keys
+ * fill the batches.
+ */
+static void
+test_fair_cached_leave_room(void **state)
+{
+	SieveFixture *f = *state;
+	SchedTime	now = DEFAULT_EXPIRY_MS + 1;
+
+	assert_int_equal(SCHED_CACHED_RUN, 3);
+	stale_and_asked(f, "stuvwxyz", now);
+	asked_for_all(f, "abc", now);
+	sched_note_demand(f->s, sched_lookup(f->s, "c", 1));
+	assert_string_equal(next_batch(f, 4, now), "stuc");
+	assert_string_equal(next_batch(f, 4, now), "vwxa");
+	/* cached keys run out: the new ones go on */
+	assert_string_equal(next_batch(f, 4, now), "yzb");
+	assert_string_equal(next_batch(f, 4, now), "");
+
+	/* Nothing new waits: the cached keys take every place. */
+	stale_and_asked(f, "mnop", now);
+	assert_string_equal(next_batch(f, 4, now), "mnop");
+
+	/* One key a batch: three cached, one new, and so on. */
+	stale_and_asked(f, "ijkl", now);
+	asked_for_all(f, "d", now);
+	assert_string_equal(next_batch(f, 1, now), "i");
+	assert_string_equal(next_batch(f, 1, now), "j");
+	assert_string_equal(next_batch(f, 1, now), "k");
+	assert_string_equal(next_batch(f, 1, now), "d");
+	assert_string_equal(next_batch(f, 1, now), "l");
+	assert_string_equal(next_batch(f, 1, now), "");
 }
 
 /*
@@ -3020,6 +3166,10 @@ main(void)
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_all_visited,
 										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_share_in_bytes,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_bytes_follow_the_key,
+										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_spares_fetches,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_admits_to_main,
@@ -3029,6 +3179,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_s3fifo_other_evictions,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_fair_fetch_order,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_fair_cached_leave_room,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_fair_fetch_classes,
 										sieve_setup, sieve_teardown),
