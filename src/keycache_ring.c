@@ -11,16 +11,16 @@
  *
  * A reader that found no room to create a key has no entry to set a bit
  * in: its record says so (PC_RING_REFUSED in the length word), and the
- * worker creates the key once it has made room.  Such records take at most
- * a quarter of the ring, so that a role reading new keys past its bound,
- * in a loop, cannot fill the ring and send every other reader's request
- * through the worker's scan of the whole map.  Past that, or when the ring
- * is full, such a record is lost; the key's next read asks again.
+ * worker creates the key once it has made room.  Such records go to a
+ * second ring of their own, so that a role reading new keys past its
+ * bound, in a loop, cannot fill the first and send every other reader's
+ * request through the worker's scan of the whole map.  When the second is
+ * full, such a record is lost; the key's next read asks again.
  *
  * Records are a uint32 length, the Oid of the role that made the request
  * (a new key's fetch waits for that role's turn, see scheduler.h), and the
  * key's bytes, padded to 4 bytes, written circularly.  ring_lock protects
- * the positions and data.
+ * the positions and data of both rings.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -36,19 +36,38 @@
 
 StaticAssertDecl(sizeof(Oid) == 4, "ring records stay 4-byte aligned");
 
+/* The two rings lie one after the other at pc_ring(). */
+#define PC_RING_STRIDE	MAXALIGN(offsetof(PcRequestRing, data) + PC_RING_BYTES)
+
+/* Both rings' size; a buffer this large takes all that pc_ring_drain has. */
 Size
 pc_ring_size(void)
 {
-	return offsetof(PcRequestRing, data) + PC_RING_BYTES;
+	return 2 * PC_RING_STRIDE;
+}
+
+/* The ring of refused reads' records, or the one of the other requests. */
+static PcRequestRing *
+ring_of(bool refused)
+{
+	return (PcRequestRing *) ((char *) pc_ring() +
+							  (refused ? PC_RING_STRIDE : 0));
 }
 
 void
-pc_ring_init(PcRequestRing *ring)
+pc_ring_init(PcRequestRing *rings)
 {
-	ring->write_pos = 0;
-	ring->read_pos = 0;
-	ring->refused_bytes = 0;
-	ring->capacity = PC_RING_BYTES;
+	int			i;
+
+	for (i = 0; i < 2; i++)
+	{
+		PcRequestRing *ring = (PcRequestRing *) ((char *) rings +
+												 i * PC_RING_STRIDE);
+
+		ring->write_pos = 0;
+		ring->read_pos = 0;
+		ring->capacity = PC_RING_BYTES;
+	}
 }
 
 /*
@@ -87,23 +106,20 @@ ring_read(PcRequestRing *ring, uint64 pos, void *dst, Size n)
 bool
 pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 {
-	PcRequestRing *ring = pc_ring();
+	PcRequestRing *ring = ring_of(refused);
 	Size		need = PC_RING_RECORD(len);
 	uint32		word = refused ? len | PC_RING_REFUSED : len;
 	bool		ok = false;
 
 	Assert(len > 0 && len <= PC_MAX_KEY_BYTES);
 	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
-	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need &&
-		(!refused || ring->refused_bytes + need <= ring->capacity / 4))
+	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need)
 	{
 		ring_write(ring, ring->write_pos, &word, sizeof(uint32));
 		ring_write(ring, ring->write_pos + sizeof(uint32), &role,
 				   sizeof(Oid));
 		ring_write(ring, ring->write_pos + PC_RING_HEADER, key, len);
 		ring->write_pos += need;
-		if (refused)
-			ring->refused_bytes += need;
 		ok = true;
 	}
 	LWLockRelease(pc_shared->ring_lock);
@@ -111,17 +127,15 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 }
 
 /*
- * Worker: move whole records, as many as fit, into buf (length word, role,
- * bytes, padded as in the ring).  Returns the number of bytes copied.  A
- * buffer of the ring's capacity always takes everything.
+ * Move whole records of one ring, as many as fit, into buf (length word,
+ * role, bytes, padded as in the ring).  Returns the bytes copied.
  */
-Size
-pc_ring_drain(char *buf, Size bufsize)
+static Size
+drain_ring(PcRequestRing *ring, char *buf, Size bufsize)
 {
-	PcRequestRing *ring = pc_ring();
 	Size		copied = 0;
 
-	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
+	Assert(LWLockHeldByMeInMode(pc_shared->ring_lock, LW_EXCLUSIVE));
 	while (ring->read_pos < ring->write_pos)
 	{
 		uint32		word;
@@ -139,12 +153,23 @@ pc_ring_drain(char *buf, Size bufsize)
 				  buf + copied + sizeof(uint32), sizeof(Oid) + len);
 		copied += rec;
 		ring->read_pos += rec;
-		if ((word & PC_RING_REFUSED) != 0)
-		{
-			Assert(ring->refused_bytes >= rec);
-			ring->refused_bytes -= rec;
-		}
 	}
+	return copied;
+}
+
+/*
+ * Worker: move the records of both rings, as many as fit, into buf, the
+ * other requests first.  Returns the number of bytes copied.  A buffer of
+ * pc_ring_size() always takes everything.
+ */
+Size
+pc_ring_drain(char *buf, Size bufsize)
+{
+	Size		copied;
+
+	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
+	copied = drain_ring(ring_of(false), buf, bufsize);
+	copied += drain_ring(ring_of(true), buf + copied, bufsize - copied);
 	LWLockRelease(pc_shared->ring_lock);
 	return copied;
 }

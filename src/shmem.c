@@ -5,7 +5,7 @@
  *
  * Everything lives in main shared memory, reserved at postmaster start:
  *
- *	 PcShared | request ring | snapshot slots | replayed keys | DSA area
+ *	 PcShared | request rings | snapshot slots | replayed keys | DSA area
  *
  * (the replayed keys: the list a standby's redo appends to, wal.h).
  *

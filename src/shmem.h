@@ -53,7 +53,7 @@ typedef enum PcCounter
  *
  * Which lock protects what:
  * - mutex (spinlock): worker_latch, worker_pid.
- * - ring_lock (LWLock): the request ring (keycache_ring.c).
+ * - ring_lock (LWLock): the request rings (keycache_ring.c).
  * - snap_map_lock (LWLock): which snapshot each slot holds (dbid, name,
  *	 registry id, generation); snap_slot_locks[i]: the rest of slot i, and
  *	 the DSA chunks it points to (snapshot_store.c).
@@ -110,8 +110,6 @@ typedef struct PcRequestRing
 {
 	uint64		write_pos;		/* bytes ever written */
 	uint64		read_pos;		/* bytes ever consumed */
-	uint64		refused_bytes;	/* of the records in it, those of refused
-								 * reads (keycache_ring.c) */
 	uint32		capacity;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PcRequestRing;

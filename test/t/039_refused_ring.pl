@@ -2,10 +2,10 @@
 #
 # A read that finds no room for a new key sends it to the worker, which
 # creates the key once it has made room (issue 29, cold start).  Such
-# requests take at most a quarter of the request ring: a role reading new
-# keys past its projcache.max_keys_per_role in a loop must not fill the
-# ring, or every other reader's request would fall back to the worker's
-# scan of the whole map (counted in stats.request_overflows).
+# requests have a request ring of their own: a role reading new keys past
+# its projcache.max_keys_per_role in a loop must not fill the other
+# requests' ring, or every other reader's request would fall back to the
+# worker's scan of the whole map (counted in stats.request_overflows).
 #
 # For each setting: a role at its bound reads 200,000 new keys, several
 # times, in sessions of its own, while a superuser (no bound) reads new
