@@ -201,14 +201,36 @@ extern void pc_check_key(text *key, const char **bytes, uint32 *len);
 
 typedef struct PcKeyDump PcKeyDump;
 
-extern PcKeyDump *pc_keys_dump_begin(void);
+/*
+ * Where a dumped key was in eviction's FIFOs.  The dump writes the keys
+ * in the order eviction would keep them (those read since it last looked
+ * at them first, then the others, each in the order next_key gives), so
+ * that a load that stops at the memory bound leaves out the ones eviction
+ * would have taken first; restored in that order, each at the oldest end
+ * of its FIFO and with its read mark, the FIFOs come back close to what
+ * they were.  Dumps of 1.2 say PC_DUMP_FIFO_UNKNOWN.
+ */
+typedef enum PcDumpFifo
+{
+	PC_DUMP_FIFO_UNKNOWN = 0,
+	PC_DUMP_FIFO_SMALL,
+	PC_DUMP_FIFO_MAIN
+} PcDumpFifo;
+
+/* The next key to dump (valid until the next call), or NULL after the last. */
+typedef const char *(*PcDumpNextKey) (void *arg, uint32 *len,
+									  PcDumpFifo *fifo);
+
+/* A key loaded from the dump, for the scheduler's state. */
+typedef void (*PcDumpRestoreFn) (const char *key, uint32 len,
+								 int64 fetched_at, int64 expires_at,
+								 int32 max_age_ms, int32 stale_for_ms,
+								 PcDumpFifo fifo);
+
+extern PcKeyDump *pc_keys_dump_begin(PcDumpNextKey next_key, void *arg);
 extern bool pc_keys_dump_step(PcKeyDump *dump, int64 deadline_ms);
 extern void pc_keys_dump_end(PcKeyDump *dump, bool discard);
-extern uint64 pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
-												 int64 fetched_at,
-												 int64 expires_at,
-												 int32 max_age_ms,
-												 int32 stale_for_ms));
+extern uint64 pc_keys_load_dump(PcDumpRestoreFn restore);
 extern void pc_keys_tombstone(const char *key, uint32 len, bool sync,
 							  bool had_value);
 extern void pc_keys_tombstones_sync(void);

@@ -86,7 +86,9 @@ typedef struct KeyRecord
 	int32		revision_len;	/* -1: no revision */
 	uint32		config_len;		/* 0: no config (disabled) */
 	uint8		state;			/* PC_STATE_ENABLED or PC_STATE_DISABLED */
-	uint8		reserved[3];
+	uint8		fifo;			/* PcDumpFifo: 0 in dumps of 1.2 */
+	uint8		visited;		/* read since eviction last looked at it */
+	uint8		reserved;
 	int32		max_age_ms;		/* its own periods, or PC_PERIOD_DEFAULT */
 	int32		stale_for_ms;
 } KeyRecord;
@@ -128,8 +130,10 @@ struct PcKeyDump
 	bool		spoiled;		/* its tombstones were given up */
 	char	  **keys;
 	uint32	   *lens;
+	uint8	   *fifos;			/* PcDumpFifo of each key */
 	int			count;
 	int			next;
+	bool		second_pass;	/* writing the keys not read since listed */
 	int64		started_ms;
 	StringInfoData record;
 	bool		oom;
@@ -513,13 +517,66 @@ tombstoned(const TombList *list, const char *key, uint32 len)
 				   tomb_key_cmp) != NULL;
 }
 
+/* Room for one more key in d's list; false (d->oom set) if none. */
+static bool
+list_grow(PcKeyDump *d, int *capacity)
+{
+	char	  **keys;
+	uint32	   *lens;
+	uint8	   *fifos;
+
+	if (d->count < *capacity)
+		return true;
+	keys = repalloc_extended(d->keys, 2 * *capacity * sizeof(char *),
+							 MCXT_ALLOC_NO_OOM);
+	if (keys != NULL)
+		d->keys = keys;
+	lens = keys ? repalloc_extended(d->lens, 2 * *capacity * sizeof(uint32),
+									MCXT_ALLOC_NO_OOM) : NULL;
+	if (lens != NULL)
+		d->lens = lens;
+	fifos = lens ? repalloc_extended(d->fifos, 2 * *capacity * sizeof(uint8),
+									 MCXT_ALLOC_NO_OOM) : NULL;
+	if (fifos == NULL)
+	{
+		d->oom = true;
+		return false;
+	}
+	d->fifos = fifos;
+	*capacity *= 2;
+	return true;
+}
+
+/* Add a copy of one key to d's list; false (d->oom set) if out of memory. */
+static bool
+list_add(PcKeyDump *d, int *capacity, const char *key, uint32 len,
+		 PcDumpFifo fifo)
+{
+	char	   *copy;
+
+	if (!list_grow(d, capacity))
+		return false;
+	copy = pc_copy_no_oom(key, len, false, NULL);
+	if (copy == NULL)
+	{
+		d->oom = true;
+		return false;
+	}
+	d->keys[d->count] = copy;
+	d->lens[d->count] = len;
+	d->fifos[d->count] = (uint8) fifo;
+	d->count++;
+	return true;
+}
+
 /*
- * List every key of the map.  Only copies are made under the partition
- * locks, with allocations that fail quietly (an ERROR must not leave a
- * lock held): a failure sets d->oom.
+ * List the keys to dump: those next_key() gives, in its order, or without
+ * it every key of the map, in the map's order.  Copies are made under the
+ * partition locks with allocations that fail quietly (an ERROR must not
+ * leave a lock held): a failure sets d->oom.
  */
 static void
-list_keys(PcKeyDump *d)
+list_keys(PcKeyDump *d, PcDumpNextKey next_key, void *arg)
 {
 	dshash_seq_status status;
 	PcEntry    *entry;
@@ -527,46 +584,26 @@ list_keys(PcKeyDump *d)
 
 	d->keys = palloc(capacity * sizeof(char *));
 	d->lens = palloc(capacity * sizeof(uint32));
+	d->fifos = palloc(capacity * sizeof(uint8));
+	if (next_key != NULL)
+	{
+		const char *key;
+		uint32		len;
+		PcDumpFifo	fifo;
+
+		while ((key = next_key(arg, &len, &fifo)) != NULL)
+			if (!list_add(d, &capacity, key, len, fifo))
+				break;
+		return;
+	}
 	pc_entry_scan_begin(&status, false);
 	while ((entry = dshash_seq_next(&status)) != NULL)
 	{
-		char	   *copy;
-
 		if (entry->state == PC_STATE_PENDING)
 			continue;
-		if (d->count == capacity)
-		{
-			char	  **keys = repalloc_extended(d->keys,
-												 2 * capacity * sizeof(char *),
-												 MCXT_ALLOC_NO_OOM);
-			uint32	   *lens;
-
-			if (keys == NULL)
-			{
-				d->oom = true;
-				break;
-			}
-			d->keys = keys;
-			lens = repalloc_extended(d->lens, 2 * capacity * sizeof(uint32),
-									 MCXT_ALLOC_NO_OOM);
-			if (lens == NULL)
-			{
-				d->oom = true;
-				break;
-			}
-			d->lens = lens;
-			capacity *= 2;
-		}
-		copy = pc_copy_no_oom(pc_key_bytes(pc_area(), &entry->key),
-							  entry->key.len, false, NULL);
-		if (copy == NULL)
-		{
-			d->oom = true;
+		if (!list_add(d, &capacity, pc_key_bytes(pc_area(), &entry->key),
+					  entry->key.len, PC_DUMP_FIFO_UNKNOWN))
 			break;
-		}
-		d->keys[d->count] = copy;
-		d->lens[d->count] = entry->key.len;
-		d->count++;
 	}
 	pc_entry_scan_end(&status);
 }
@@ -576,7 +613,7 @@ list_keys(PcKeyDump *d)
  * be written (said at LOG).
  */
 PcKeyDump *
-pc_keys_dump_begin(void)
+pc_keys_dump_begin(PcDumpNextKey next_key, void *arg)
 {
 	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext,
 											  "projcache key dump",
@@ -606,7 +643,7 @@ pc_keys_dump_begin(void)
 	/* Tombstones from now on amend this dump too. */
 	d->generation = ++tomb_generation;
 
-	list_keys(d);
+	list_keys(d, next_key, arg);
 	if (!d->oom)
 	{
 		int			i;
@@ -634,26 +671,41 @@ pc_keys_dump_begin(void)
 	return d;
 }
 
-/*
- * Copy one key's record into d->record under its partition's lock; false
- * if the key has no value any more (or the copy failed, which sets oom).
- */
-static bool
-copy_record(PcKeyDump *d, const char *key, uint32 len, int64 now)
+/* What copy_record() did with a key. */
+typedef enum RecordCopy
 {
-	PcKey		search = pc_search_key(key, len);
+	RECORD_COPIED,				/* in d->record */
+	RECORD_GONE,				/* no value any more, or out of memory */
+	RECORD_LATER				/* not read since eviction looked: pass two */
+} RecordCopy;
+
+/*
+ * Copy key i's record into d->record under its partition's lock.  The
+ * first pass takes only the keys read since eviction last looked at them,
+ * which it would keep: they go first, so that a load that stops at the
+ * memory bound leaves out those eviction would take first.
+ */
+static RecordCopy
+copy_record(PcKeyDump *d, int i, int64 now)
+{
+	PcKey		search = pc_search_key(d->keys[i], d->lens[i]);
 	PcEntry    *entry;
 	KeyRecord	rec;
-	bool		found = false;
+	RecordCopy	result = RECORD_GONE;
+	bool		visited;
 
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
-		return false;
-	if (entry->state != PC_STATE_PENDING && DsaPointerIsValid(entry->value))
+		return RECORD_GONE;
+	visited = pg_atomic_read_u32(&entry->visited) != 0;
+	if (!d->second_pass && !visited)
+		result = RECORD_LATER;
+	else if (entry->state != PC_STATE_PENDING &&
+			 DsaPointerIsValid(entry->value))
 	{
 		const PcValue *value = dsa_get_address(pc_area(), entry->value);
 		Size		value_len = Max(value->revision_len, 0) + value->config_len;
-		Size		need = sizeof(KeyRecord) + len + value_len;
+		Size		need = sizeof(KeyRecord) + d->lens[i] + value_len;
 
 		/* Grow the buffer without an ERROR while the lock is held. */
 		if (need >= (Size) d->record.maxlen)
@@ -673,27 +725,31 @@ copy_record(PcKeyDump *d, const char *key, uint32 len, int64 now)
 		{
 			memset(&rec, 0, sizeof(rec));
 			rec.age_ms = Max(now - entry->fetched_at, 0);
-			rec.keylen = len;
+			rec.keylen = d->lens[i];
 			rec.revision_len = value->revision_len;
 			rec.config_len = value->config_len;
 			rec.state = entry->state;
+			rec.fifo = d->fifos[i];
+			rec.visited = visited ? 1 : 0;
 			rec.max_age_ms = entry->max_age_ms;
 			rec.stale_for_ms = entry->stale_for_ms;
 			memcpy(d->record.data, &rec, sizeof(rec));
-			memcpy(d->record.data + sizeof(rec), key, len);
+			memcpy(d->record.data + sizeof(rec), d->keys[i], d->lens[i]);
 			pc_value_read(value, 0, value_len,
-						  d->record.data + sizeof(rec) + len);
+						  d->record.data + sizeof(rec) + d->lens[i]);
 			d->record.len = need;
-			found = true;
+			result = RECORD_COPIED;
 		}
 	}
 	pc_entry_release(entry);
-	return found;
+	return result;
 }
 
 /*
  * Write keys until deadline_ms (on pc_real_now_ms()) or the last; true
- * when the dump is complete (or failed: pc_keys_dump_end says which).
+ * when the dump is complete (or failed: pc_keys_dump_end says which).  Two
+ * passes over the list, in its order: the keys read since eviction last
+ * looked at them, then the others.
  */
 bool
 pc_keys_dump_step(PcKeyDump *d, int64 deadline_ms)
@@ -701,19 +757,34 @@ pc_keys_dump_step(PcKeyDump *d, int64 deadline_ms)
 	MemoryContext old = MemoryContextSwitchTo(d->cxt);
 	int64		now = pc_now_ms();
 
-	while (d->next < d->count && !d->oom && !d->spoiled)
+	while (!d->oom && !d->spoiled)
 	{
-		int			i = d->next++;
+		int			i;
+		RecordCopy	copied;
 
-		if (copy_record(d, d->keys[i], d->lens[i], now))
-			pc_dump_write(d->writer, d->record.data, d->record.len);
-		pfree(d->keys[i]);
-		d->keys[i] = NULL;
+		if (d->next >= d->count)
+		{
+			if (d->second_pass)
+				break;
+			d->second_pass = true;
+			d->next = 0;
+		}
+		i = d->next++;
+		if (d->keys[i] == NULL)
+			continue;
+		copied = copy_record(d, i, now);
+		if (copied != RECORD_LATER)
+		{
+			if (copied == RECORD_COPIED)
+				pc_dump_write(d->writer, d->record.data, d->record.len);
+			pfree(d->keys[i]);
+			d->keys[i] = NULL;
+		}
 		if ((d->next & 255) == 0 && pc_real_now_ms() >= deadline_ms)
 			break;
 	}
 	MemoryContextSwitchTo(old);
-	return d->next >= d->count || d->oom || d->spoiled;
+	return (d->second_pass && d->next >= d->count) || d->oom || d->spoiled;
 }
 
 /* Finish (or, with discard, give up) a dump; frees it. */
@@ -779,7 +850,8 @@ record_valid(const char *payload, uint32 len, KeyRecord *rec)
 		rec->max_age_ms > PC_MAX_PERIOD_MS ||
 		rec->stale_for_ms < PC_PERIOD_DEFAULT ||
 		rec->stale_for_ms > PC_MAX_PERIOD_MS ||
-		(rec->state != PC_STATE_ENABLED && rec->state != PC_STATE_DISABLED))
+		(rec->state != PC_STATE_ENABLED && rec->state != PC_STATE_DISABLED) ||
+		rec->fifo > PC_DUMP_FIFO_MAIN || rec->visited > 1)
 		return false;
 	value_len = (Size) Max(rec->revision_len, 0) + rec->config_len;
 	if ((Size) len != sizeof(KeyRecord) + rec->keylen + value_len)
@@ -801,10 +873,7 @@ record_valid(const char *payload, uint32 len, KeyRecord *rec)
 	return true;
 }
 
-static uint64 load_dump(void (*restore) (const char *key, uint32 len,
-										 int64 fetched_at, int64 expires_at,
-										 int32 max_age_ms,
-										 int32 stale_for_ms));
+static uint64 load_dump(PcDumpRestoreFn restore);
 
 /*
  * Load the dump into the key map, once per server start, before the
@@ -815,9 +884,7 @@ static uint64 load_dump(void (*restore) (const char *key, uint32 len,
  * readers waiting for the load read on.
  */
 uint64
-pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
-								   int64 fetched_at, int64 expires_at,
-								   int32 max_age_ms, int32 stale_for_ms))
+pc_keys_load_dump(PcDumpRestoreFn restore)
 {
 	volatile uint64 loaded;
 
@@ -831,9 +898,7 @@ pc_keys_load_dump(void (*restore) (const char *key, uint32 len,
 }
 
 static uint64
-load_dump(void (*restore) (const char *key, uint32 len,
-						   int64 fetched_at, int64 expires_at,
-						   int32 max_age_ms, int32 stale_for_ms))
+load_dump(PcDumpRestoreFn restore)
 {
 	PcDumpReader *r;
 	char	   *payload;
@@ -985,6 +1050,8 @@ load_dump(void (*restore) (const char *key, uint32 len,
 			entry->max_age_ms = rec.max_age_ms;
 			entry->stale_for_ms = rec.stale_for_ms;
 			entry->invalidated = true;
+			if (rec.visited)
+				pg_atomic_write_u32(&entry->visited, 1);
 			value = InvalidDsaPointer;
 		}
 		pc_entry_release(entry);
@@ -993,7 +1060,7 @@ load_dump(void (*restore) (const char *key, uint32 len,
 		else
 		{
 			restore(key, rec.keylen, fetched_at, expires_at, rec.max_age_ms,
-					rec.stale_for_ms);
+					rec.stale_for_ms, (PcDumpFifo) rec.fifo);
 			loaded++;
 			/* A reader may wait for it. */
 			ConditionVariableBroadcast(pc_key_cv(key, rec.keylen));

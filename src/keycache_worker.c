@@ -1355,16 +1355,51 @@ rebuild_private_state(int64 now)
  * ----------------------------------------------------------------
  */
 
-/* A key loaded from the dump: cached, stale, evicted on its own schedule. */
+/*
+ * A key loaded from the dump: cached, stale, evicted on its own schedule,
+ * in the FIFO it was in (keys come in the order the dump walked them).
+ */
 static void
 restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
-				   int64 expires_at, int32 max_age_ms, int32 stale_for_ms)
+				   int64 expires_at, int32 max_age_ms, int32 stale_for_ms,
+				   PcDumpFifo fifo)
 {
 	SchedPeriods periods = {max_age_ms, stale_for_ms};
 	SchedEntry *e = sched_restore_complete(sched, key, len, fetched_at,
 										   expires_at, &periods, false, 0);
 
+	if (fifo != PC_DUMP_FIFO_UNKNOWN)
+		sched_restore_fifo(sched, e, fifo == PC_DUMP_FIFO_MAIN);
 	mirror_entry(e);
+}
+
+/*
+ * The dump's keys, in the order eviction would keep them, so that a load
+ * that stops at the memory bound leaves out what eviction would have taken
+ * first.  arg holds the last key given.
+ */
+static const char *
+next_key_to_dump(void *arg, uint32 *len, PcDumpFifo *fifo)
+{
+	SchedEntry **last = (SchedEntry **) arg;
+
+	*last = sched_keep_order_next(sched, *last);
+	if (*last == NULL)
+		return NULL;
+	*len = (uint32) (*last)->keylen;
+	*fifo = (*last)->in_main ? PC_DUMP_FIFO_MAIN : PC_DUMP_FIFO_SMALL;
+	return (*last)->key;
+}
+
+/* Begin a dump of the keys, in the scheduler's order once it has one. */
+static PcKeyDump *
+begin_key_dump(void)
+{
+	SchedEntry *last = NULL;
+
+	if (sched == NULL)
+		return pc_keys_dump_begin(NULL, NULL);
+	return pc_keys_dump_begin(next_key_to_dump, &last);
 }
 
 /*
@@ -1418,7 +1453,7 @@ dump_step(void)
 		next_dump_ms = real_now + (int64) pc_dump_interval_s * 1000;
 		/* The snapshots are small: written at once, beside the keys. */
 		pc_snapshots_dump();
-		key_dump = pc_keys_dump_begin();
+		key_dump = begin_key_dump();
 		/* Listing the keys was the first slice. */
 		rest_after_slice(real_now);
 		return key_dump != NULL;
@@ -1457,7 +1492,7 @@ dump_at_exit(int code, Datum arg)
 	/* Exiting on an ERROR: no lock of ours may stay held while we read. */
 	LWLockReleaseAll();
 	pc_snapshots_dump();
-	d = pc_keys_dump_begin();
+	d = begin_key_dump();
 	if (d == NULL)
 		return;
 	while (!pc_keys_dump_step(d, PG_INT64_MAX))

@@ -294,20 +294,30 @@ sched_count(const Sched *s)
 	return s->nentries;
 }
 
-/* Put e at the head (newest end) of the main FIFO, or of the small one. */
+/*
+ * Put e into the main FIFO or the small one: at its head (newest end), or
+ * at its tail (oldest end) for a key restored from the dump in its order.
+ */
 static void
-fifo_push_head(Sched *s, SchedEntry *e, bool main)
+fifo_push(Sched *s, SchedEntry *e, bool main, bool at_head)
 {
 	int			f = main ? 1 : 0;
+	SchedEntry **end = at_head ? &s->fifo_head[f] : &s->fifo_tail[f];
+	SchedEntry **other = at_head ? &s->fifo_tail[f] : &s->fifo_head[f];
 
 	e->in_main = main;
-	e->fifo_older = s->fifo_head[f];
-	e->fifo_newer = NULL;
-	if (s->fifo_head[f] != NULL)
-		s->fifo_head[f]->fifo_newer = e;
-	s->fifo_head[f] = e;
-	if (s->fifo_tail[f] == NULL)
-		s->fifo_tail[f] = e;
+	e->fifo_older = at_head ? *end : NULL;
+	e->fifo_newer = at_head ? NULL : *end;
+	if (*end != NULL)
+	{
+		if (at_head)
+			(*end)->fifo_newer = e;
+		else
+			(*end)->fifo_older = e;
+	}
+	*end = e;
+	if (*other == NULL)
+		*other = e;
 	s->fifo_count[f]++;
 	s->fifo_bytes[f] += e->bytes;
 }
@@ -382,7 +392,7 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	in_ghost = ghost_holds(s, e->hash);
 	if (in_ghost)
 		s->ghosts[e->hash & (s->nghosts - 1)].hash = 0;
-	fifo_push_head(s, e, in_ghost);
+	fifo_push(s, e, in_ghost, true);
 	return e;
 }
 
@@ -1242,13 +1252,13 @@ sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 				/* being fetched: stays in the small FIFO, untouched */
 				small_looks++;
 				fifo_remove(s, e);
-				fifo_push_head(s, e, false);
+				fifo_push(s, e, false, true);
 			}
 			else if (visited(e, arg))
 			{
 				/* read again: promoted, mark cleared, its fetch demanded */
 				fifo_remove(s, e);
-				fifo_push_head(s, e, true);
+				fifo_push(s, e, true, true);
 				if (e->state == SCHED_IN_PROGRESS)
 					sched_note_demand(s, e);
 			}
@@ -1263,7 +1273,7 @@ sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 			return e;
 		/* read again since last looked at, or being fetched: reinserted */
 		fifo_remove(s, e);
-		fifo_push_head(s, e, true);
+		fifo_push(s, e, true, true);
 	}
 	return NULL;
 }
@@ -1323,6 +1333,23 @@ size_t
 sched_fifo_bytes(const Sched *s, bool main)
 {
 	return s->fifo_bytes[main ? 1 : 0];
+}
+
+SchedEntry *
+sched_keep_order_next(const Sched *s, const SchedEntry *prev)
+{
+	if (prev == NULL)
+		return s->fifo_head[1] != NULL ? s->fifo_head[1] : s->fifo_head[0];
+	if (prev->fifo_older != NULL)
+		return prev->fifo_older;
+	return prev->in_main ? s->fifo_head[0] : NULL;
+}
+
+void
+sched_restore_fifo(Sched *s, SchedEntry *e, bool main)
+{
+	fifo_remove(s, e);
+	fifo_push(s, e, main, false);
 }
 
 SchedEvictReply

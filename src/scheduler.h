@@ -346,6 +346,19 @@ extern size_t sched_fifo_bytes(const Sched *s, bool main);
 extern bool sched_evictable(const SchedEntry *entry);
 
 /*
+ * The dump keeps the FIFOs' order.  sched_keep_order_next() walks the keys
+ * in the order eviction would keep them: the main FIFO's from newest to
+ * oldest, then the small FIFO's (NULL begins, NULL ends; nothing may change
+ * the FIFOs meanwhile), so that a restart able to load only part of a dump
+ * leaves out what eviction would have taken first.  sched_restore_fifo()
+ * puts a key restored in that order at the oldest end of the FIFO it was
+ * in, which rebuilds both FIFOs as they were.
+ */
+extern SchedEntry *sched_keep_order_next(const Sched *s,
+										 const SchedEntry *prev);
+extern void sched_restore_fifo(Sched *s, SchedEntry *e, bool main);
+
+/*
  * Fair fetching.  A fetch is of one of three classes:
  *
  * - cached: keys that have a value (stale, invalidated, refreshed), which

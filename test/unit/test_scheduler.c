@@ -29,6 +29,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1955,6 +1956,82 @@ test_s3fifo_main_reinsertion_clears_marks(void **state)
 	assert_null(sieve_evict(f));
 }
 
+/* The keys in the order the dump writes them, one letter each. */
+static void
+keep_order(Sched *s, char *out)
+{
+	SchedEntry *e = NULL;
+
+	while ((e = sched_keep_order_next(s, e)) != NULL)
+	{
+		assert_int_equal(e->keylen, 1);
+		*out++ = e->in_main ? (char) toupper((unsigned char) e->key[0]) :
+			e->key[0];
+	}
+	*out = '\0';
+}
+
+/*
+ * The dump walks the keys in the order eviction keeps them, main FIFO
+ * first (newest to oldest), then the small one; restored in that order,
+ * each at the oldest end of its FIFO, the FIFOs are as they were: the same
+ * walk, the same victims.  Without sched_restore_fifo() every restored key
+ * would land in the small FIFO, newest first, and a restart after a scan
+ * would keep the scan's keys before the hot ones.
+ */
+static void
+test_s3fifo_dump_order_round_trip(void **state)
+{
+	SieveFixture *f = *state;
+	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Sched	   *restored = sched_create(&config, malloc, free);
+	char		order[32];
+	char		again[32];
+	int			i;
+
+	cached(f, "abcdefghij");
+	for (i = 0; i < 7; i++)
+	{
+		char		key[2] = {(char) ('a' + i), '\0'};
+
+		visit(f, key);
+	}
+	assert_string_equal(sieve_evict(f), "h");
+	keep_order(f->s, order);
+	assert_string_equal(order, "GFEDCBAji");
+
+	for (i = 0; order[i] != '\0'; i++)
+	{
+		char		key = (char) tolower((unsigned char) order[i]);
+		SchedEntry *e = sched_restore_complete(restored, &key, 1, 0, 1000000,
+											   NULL, false, 0);
+
+		sched_restore_fifo(restored, e, order[i] != key);
+	}
+	keep_order(restored, again);
+	assert_string_equal(again, order);
+	assert_int_equal(sched_small_count(restored), sched_small_count(f->s));
+	assert_int_equal(sched_fifo_bytes(restored, true),
+					 sched_fifo_bytes(f->s, true));
+
+	/* Nothing read since: both evict the same keys in the same order. */
+	for (;;)
+	{
+		SchedEntry *a = sched_memory_victim(f->s, test_and_clear, &f->v);
+		SchedEntry *b = sched_memory_victim(restored, test_and_clear, &f->v);
+
+		if (a == NULL || b == NULL)
+		{
+			assert_true(a == NULL && b == NULL);
+			break;
+		}
+		assert_memory_equal(a->key, b->key, 1);
+		sched_evict_victim(f->s, a);
+		sched_evict_victim(restored, b);
+	}
+	sched_destroy(restored);
+}
+
 /* Every key visited: one pass promotes them all, then the oldest goes. */
 static void
 test_s3fifo_all_visited(void **state)
@@ -3157,6 +3234,8 @@ main(void)
 		cmocka_unit_test(test_refresh_unknown_key),
 		cmocka_unit_test(test_heap_stress),
 		cmocka_unit_test_setup_teardown(test_s3fifo_unvisited_fifo,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_dump_order_round_trip,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_read_again_moves_to_main,
 										sieve_setup, sieve_teardown),
