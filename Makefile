@@ -12,7 +12,7 @@ OBJS = \
 	src/shmem.o \
 	src/subxact.o \
 	src/user_switch.o \
-	src/scheduler.o \
+	src/keycache_policy.o \
 	src/keycache_map.o \
 	src/keycache_ring.o \
 	src/keycache_fetch.o \
@@ -79,18 +79,18 @@ $(OBJS): $(wildcard src/*.h)
 # The scheduler core is plain C: it is compiled a second time, without the
 # server, into a cmocka test binary.
 UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -DSCHED_UNIT_TEST -I$(srcdir)/src
-test/unit/test_scheduler: test/unit/test_scheduler.c src/scheduler.c src/scheduler.h
-	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_scheduler.c src/scheduler.c -lcmocka -lm
-test/unit/test_bisect: test/unit/test_bisect.c src/keycache_bisect.c src/keycache_bisect.h src/scheduler.c src/scheduler.h
-	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_bisect.c src/keycache_bisect.c src/scheduler.c -lcmocka -lm
+test/unit/test_keycache_policy: test/unit/test_keycache_policy.c src/keycache_policy.c src/keycache_policy.h
+	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_keycache_policy.c src/keycache_policy.c -lcmocka -lm
+test/unit/test_bisect: test/unit/test_bisect.c src/keycache_bisect.c src/keycache_bisect.h src/keycache_policy.c src/keycache_policy.h
+	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_bisect.c src/keycache_bisect.c src/keycache_policy.c -lcmocka -lm
 
 .PHONY: unittest
-unittest: test/unit/test_scheduler test/unit/test_bisect
-	test/unit/test_scheduler
+unittest: test/unit/test_keycache_policy test/unit/test_bisect
+	test/unit/test_keycache_policy
 	test/unit/test_bisect
 
 clean: clean-unit
 .PHONY: clean-unit
 clean-unit:
-	rm -f test/unit/test_scheduler test/unit/test_bisect
+	rm -f test/unit/test_keycache_policy test/unit/test_bisect
 	rm -rf tmp_check_iso output_iso

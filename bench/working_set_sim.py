@@ -35,7 +35,7 @@ LRU fastest; S3-FIFO with a 1-bit mark and a small FIFO of 30 % comes
 closest to LRU (0.466 / 0.618 / 0.701 against SIEVE's 0.339 / 0.502 /
 0.676), keeps SIEVE's steady state (0.725) and its Zipf hit ratio (above
 LRU's), and is second only to LRU on the moving hot set.  So projcache
-evicts by it (scheduler.c); a 10 % small FIFO, as published, recovers
+evicts by it (keycache_policy.c); a 10 % small FIFO, as published, recovers
 slower here because hot keys are read about once a round, and the 2-bit
 count keeps the old hot set a pass longer.
 

@@ -66,7 +66,8 @@ typedef enum PcFetchState
 #define PC_REQ_EVICT		0x04
 #define PC_REQ_DEMAND		0x08	/* read again, or waited for, while its
 									 * fetch waits: fetch it before keys read
-									 * once (scheduler.h, "Fair fetching") */
+									 * once (keycache_policy.h, "Fair
+									 * fetching") */
 #define PC_REQ_DEMAND_OTHER 0x10	/* with PC_REQ_DEMAND: waited for by a
 									 * role other than its creator, whose turn
 									 * may come first (set only so that such a

@@ -41,7 +41,7 @@
  * batch wait for those calls only, and never share a call with it again
  * while it keeps failing.
  *
- * Like scheduler.c, this file must compile without PostgreSQL headers: it
+ * Like keycache_policy.c, this file must compile without PostgreSQL headers: it
  * is unit-tested on its own (test/unit/test_bisect.c).  Times are
  * milliseconds on the caller's clock; nothing here reads one.
  *
@@ -56,7 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "scheduler.h"
+#include "keycache_policy.h"
 
 /* What one call of the fetch function came to, as bisect_done() needs it. */
 typedef enum BisectCall

@@ -74,8 +74,8 @@
 
 #include "dump_file.h"
 #include "keycache.h"
+#include "keycache_policy.h"
 #include "projcache.h"
-#include "scheduler.h"
 #include "shmem.h"
 
 /* One key, as written: this header, the key, then the value's bytes. */

@@ -40,7 +40,7 @@
 #include "utils/timestamp.h"
 
 #include "keycache.h"
-#include "scheduler.h"
+#include "keycache_policy.h"
 #include "wal.h"
 
 /* Longest evict() waits for the worker to act. */
@@ -316,7 +316,7 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 
 /*
  * A reader is about to wait for a pending key: its fetch must not wait
- * behind keys read once (scheduler.h, "Fair fetching").  Marks the key read
+ * behind keys read once (keycache_policy.h, "Fair fetching").  Marks the key read
  * again, as a second reader would.  The worker is told when the demand is
  * new, and once more when the first reader that is not the key's creator
  * waits for it (PC_REQ_DEMAND_OTHER): its role may be the one whose turn

@@ -4,7 +4,7 @@
  *	  The "projcache scheduler" background worker, started by the launcher
  *	  (keycache_launcher.c) once projcache.database exists.
  *
- * The worker owns the key cache's private state (scheduler.c): per-key
+ * The worker owns the key cache's private state (keycache_policy.c): per-key
  * fetch state, backoff, eviction and refresh times.  Its loop:
  *
  *	 1. take readers' requests (request ring, or a scan of request bits when
@@ -45,7 +45,7 @@
 
 #include "keycache.h"
 #include "keycache_bisect.h"
-#include "scheduler.h"
+#include "keycache_policy.h"
 #include "snapshot.h"
 #include "user_switch.h"
 #include "wal.h"
@@ -56,7 +56,7 @@
 /*
  * Eviction under memory pressure: once memory use crosses the high
  * watermark, or a reader found no room for a new key, the worker evicts
- * keys (S3-FIFO, see scheduler.h) until use is below the low watermark.  Both
+ * keys (S3-FIFO, see keycache_policy.h) until use is below the low watermark.  Both
  * are shares of what projcache.max_memory leaves for keys, and only what
  * keys take is measured against them (pc_key_memory_bound): snapshot rows
  * have a budget of their own, so however much of it they hold, the worker
@@ -120,8 +120,9 @@ load_settings(void)
 
 	/*
 	 * The interval is checked against each key's own periods when the key is
-	 * fetched (scheduler.c); the settings' are what keys without periods of
-	 * their own follow, so an interval they exclude is worth a WARNING.
+	 * fetched (keycache_policy.c); the settings' are what keys without
+	 * periods of their own follow, so an interval they exclude is worth a
+	 * WARNING.
 	 */
 	if (config.refresh_interval_ms > 0 &&
 		!sched_refresh_interval_valid(config.expiry_ms, config.grace_period_ms,
@@ -358,7 +359,7 @@ evict_for_roles(void)
  * Act on the request bits a reader left on one key.  'role' made the
  * request (InvalidOid when it came from a scan of the map, which cannot
  * say: then the key's creator); the key's fetch, if it is new, waits for
- * that role's turn (scheduler.h, "Fair fetching").
+ * that role's turn (keycache_policy.h, "Fair fetching").
  */
 static void
 handle_request(const char *key, uint32 len, Oid role, int64 now)

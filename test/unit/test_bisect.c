@@ -35,7 +35,7 @@
 #include <cmocka.h>
 
 #include "keycache_bisect.h"
-#include "scheduler.h"
+#include "keycache_policy.h"
 
 #define MAX_KEYS 600
 

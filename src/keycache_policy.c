@@ -1,16 +1,17 @@
 /*-------------------------------------------------------------------------
  *
- * scheduler.c
- *	  The key cache's fetch / evict / refresh scheduler, as plain C.
+ * keycache_policy.c
+ *	  The key cache's policy: when each key is fetched, refreshed and
+ *	  evicted, as plain C.
  *
- * See scheduler.h for the state machine.  The data structures:
+ * See keycache_policy.h for the state machine.  The data structures:
  *
  * - a chained hash table of SchedEntry, keyed by the key's bytes;
  * - five binary min-heaps of entry pointers (evictions, refreshes, and the
  *	 three queues of fetches waiting for their due time, see "Fair
- *	 fetching" in scheduler.h).  Every entry records its index in each heap,
- *	 so scheduling, rescheduling and cancelling cost O(log n) and nothing
- *	 ever scans all keys;
+ *	 fetching" in keycache_policy.h).  Every entry records its index in
+ *	 each heap, so scheduling, rescheduling and cancelling cost O(log n)
+ *	 and nothing ever scans all keys;
  * - the roles whose new keys are due ("flows"): two such heaps each, in a
  *	 hash table by id, and linked in a ring whose next member's turn it is;
  * - the keys of each owner, a FIFO linked through the entries, in a hash
@@ -21,13 +22,13 @@
  *	 its ghost FIFO of hashes (see sched_memory_victim).
  *
  * This file must compile without PostgreSQL headers: it is unit-tested on
- * its own (test/unit/test_scheduler.c).
+ * its own (test/unit/test_keycache_policy.c).
  *
  * Copyright (c) 2026, projcache developers
  *
  *-------------------------------------------------------------------------
  */
-#include "scheduler.h"
+#include "keycache_policy.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -53,7 +54,7 @@ typedef struct SchedHeap
 
 /*
  * A role's fetches of new keys that are due and wait for its turn (see
- * "Fair fetching" in scheduler.h): demanded ones, then ones read once, each
+ * "Fair fetching" in keycache_policy.h): demanded ones, then ones read once, each
  * in due-time order.  It exists while it has any, and is then in the ring
  * of turns.
  */
@@ -1224,7 +1225,7 @@ small_holds_share(const Sched *s)
 }
 
 /*
- * The next victim of S3-FIFO (see scheduler.h).  Each key is looked at
+ * The next victim of S3-FIFO (see keycache_policy.h).  Each key is looked at
  * most twice per call (a key of the small FIFO may move to main, and be
  * looked at there once more), so a call ends even when every key was
  * visited or none can be evicted.
@@ -1391,7 +1392,7 @@ ensure_capacity(Sched *s, SchedEntry ***array, int *capacity, int needed)
 }
 
 /* ----------------------------------------------------------------
- * Fair fetching (see scheduler.h)
+ * Fair fetching (see keycache_policy.h)
  * ----------------------------------------------------------------
  */
 
@@ -1568,7 +1569,7 @@ sched_once_count(const Sched *s)
 /*
  * The next fetch for the open batch: a cached key's, first due first, but
  * after SCHED_CACHED_RUN of them in a row while new keys wait, a new key's
- * by turns (see "Fair fetching" in scheduler.h); NULL if none is due.
+ * by turns (see "Fair fetching" in keycache_policy.h); NULL if none is due.
  */
 static SchedEntry *
 next_fetch(Sched *s, SchedTime now)

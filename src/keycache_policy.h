@@ -1,14 +1,15 @@
 /*-------------------------------------------------------------------------
  *
- * scheduler.h
- *	  The key cache's fetch / evict / refresh scheduler, as plain C.
+ * keycache_policy.h
+ *	  The key cache's policy: when each key is fetched, refreshed and
+ *	  evicted, as plain C.
  *
  * This is the private half of the key cache: per-key fetch state machine,
  * retry backoff, expiry and refresh times, and the timer queues that drive
  * them.  It knows nothing about PostgreSQL, shared memory or SQL: the
- * scheduler worker (keycache_worker.c) feeds it requests and fetch results and
- * applies the decisions it returns to the shared key map, and the unit tests
- * (test/unit) drive it on a fake clock.
+ * worker (keycache_worker.c) feeds it requests and fetch results and
+ * applies the decisions it returns to the shared key map, and the unit
+ * tests (test/unit) drive it on a fake clock.
  *
  * Per-key fetch states:
  *
@@ -33,8 +34,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef PROJCACHE_SCHEDULER_H
-#define PROJCACHE_SCHEDULER_H
+#ifndef PROJCACHE_KEYCACHE_POLICY_H
+#define PROJCACHE_KEYCACHE_POLICY_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -500,4 +501,4 @@ extern void sched_resume_backoff(Sched *s, SchedEntry *e, int attempts,
 extern void sched_set_suspect(SchedEntry *e, bool suspect);
 extern void sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when);
 
-#endif							/* PROJCACHE_SCHEDULER_H */
+#endif							/* PROJCACHE_KEYCACHE_POLICY_H */

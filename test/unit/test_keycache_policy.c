@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
- * test_scheduler.c
- *	  cmocka unit tests of the key cache's scheduler core (src/scheduler.c).
+ * test_keycache_policy.c
+ *	  cmocka unit tests of the key cache's scheduler core (src/keycache_policy.c).
  *
  * The scheduler is plain C and reads no clock, so it is tested here without
  * a server, on a fake clock: every test keeps a SchedTime "now" and moves it
@@ -40,7 +40,7 @@
 
 #include <cmocka.h>
 
-#include "scheduler.h"
+#include "keycache_policy.h"
 
 #define KEY1 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define KEY2 "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
