@@ -897,21 +897,173 @@ pc_keys_load_dump(PcDumpRestoreFn restore)
 	return loaded;
 }
 
+/*
+ * The tombstones that amend a dump of the given generation (of that
+ * generation or later), sorted for tombstoned().  False, after giving the
+ * dumps up, if its log is damaged or missing: without it, the dump could
+ * bring back what was evicted (a dump of 1.2, generation 0, had none; any
+ * later one has its log).
+ */
+static bool
+tombstones_for(uint32 generation, TombList *tombs)
+{
+	uint32		base;
+	PcDumpLogStatus status = read_tombstones(tombs, &base);
+	int			i;
+	int			kept = 0;
+
+	if (status == PC_DUMP_LOG_DAMAGED ||
+		(status == PC_DUMP_LOG_MISSING && generation > 0))
+	{
+		free_tombstones(tombs);
+		tomb_give_up(psprintf(status == PC_DUMP_LOG_DAMAGED ?
+							  "its tombstone file \"%s\" is damaged" :
+							  "its tombstone file \"%s\" is missing",
+							  PC_KEYS_TOMB_FILE));
+		return false;
+	}
+	for (i = 0; i < tombs->count; i++)
+	{
+		if (tombs->items[i].generation >= generation)
+			tombs->items[kept++] = tombs->items[i];
+		else
+			pfree(tombs->items[i].key);
+	}
+	tombs->count = kept;
+	if (kept > 0)
+		qsort(tombs->items, kept, sizeof(TombKey), tomb_key_cmp);
+	return true;
+}
+
+/* What a load did with the dump's records, for its LOG line. */
+typedef struct LoadCounts
+{
+	uint64		loaded;
+	uint64		too_old;		/* past their lifetime */
+	uint64		bad;			/* not readable */
+	uint64		removed;		/* tombstoned */
+	bool		full;			/* stopped with memory nearly full */
+}			LoadCounts;
+
+/*
+ * Store one valid record's key in the map, stale, with its age, unless a
+ * reader's fetch cached it meanwhile; false if there was no room (which
+ * ends the load).
+ */
+static bool
+store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
+			 int64 expires_at, PcDumpRestoreFn restore, LoadCounts * counts)
+{
+	const char *data = key + rec->keylen;
+	char	   *revision = NULL;
+	struct varlena *config = NULL;
+	dsa_pointer value;
+	PcEntry    *entry;
+	bool		created;
+
+	if (rec->revision_len >= 0)
+		revision = pnstrdup(data, rec->revision_len);
+	if (rec->config_len > 0)
+	{
+		config = palloc(rec->config_len);
+		memcpy(config, data + Max(rec->revision_len, 0), rec->config_len);
+	}
+	value = pc_value_make(revision, config);
+	if (revision)
+		pfree(revision);
+	if (config)
+		pfree(config);
+	if (!DsaPointerIsValid(value))
+		return false;
+	entry = pc_keymap_find_or_create(key, rec->keylen, &created);
+	if (entry == NULL)
+	{
+		pc_value_free(value);
+		return false;
+	}
+	/* A reader may have asked for the key already: it gets the value. */
+	if (entry->state == PC_STATE_PENDING)
+	{
+		entry->value = value;
+		entry->state = rec->state;
+		entry->fetch_state = PC_FETCH_COMPLETE;
+		entry->fetched_at = fetched_at;
+		entry->expires_at = expires_at;
+		entry->max_age_ms = rec->max_age_ms;
+		entry->stale_for_ms = rec->stale_for_ms;
+		entry->invalidated = true;
+		if (rec->visited)
+			pg_atomic_write_u32(&entry->visited, 1);
+		value = InvalidDsaPointer;
+	}
+	pc_entry_release(entry);
+	if (DsaPointerIsValid(value))
+	{
+		pc_value_free(value);	/* cached meanwhile */
+		return true;
+	}
+	restore(key, rec->keylen, fetched_at, expires_at, rec->max_age_ms,
+			rec->stale_for_ms, (PcDumpFifo) rec->fifo);
+	counts->loaded++;
+	/* A reader may wait for it. */
+	ConditionVariableBroadcast(pc_key_cv(key, rec->keylen));
+	return true;
+}
+
+/*
+ * Load one record of the dump, or count why not; false once memory is
+ * nearly full (past 'high'), which ends the load.
+ */
+static bool
+load_record(const char *payload, uint32 len, const TombList *tombs,
+			int64 now, int64 since_dump_ms, Size high,
+			PcDumpRestoreFn restore, LoadCounts * counts)
+{
+	KeyRecord	rec;
+	const char *key;
+	int64		age;
+	int64		lifetime;
+
+	if (!record_valid(payload, len, &rec))
+	{
+		counts->bad++;
+		return true;
+	}
+	key = payload + sizeof(KeyRecord);
+	bloom_add_element(dumped_keys, (unsigned char *) key, rec.keylen);
+	if (tombstoned(tombs, key, rec.keylen))
+	{
+		counts->removed++;
+		return true;
+	}
+	age = rec.age_ms + since_dump_ms;
+	/* past the end of its own periods, under the settings now */
+	lifetime = sched_period(rec.max_age_ms, pc_expiry_ms) +
+		sched_period(rec.stale_for_ms, pc_grace_period_ms);
+	if (age > lifetime)
+	{
+		counts->too_old++;
+		return true;
+	}
+	if (pc_key_memory_used() > high ||
+		!store_record(&rec, key, now - age, now - age + lifetime, restore,
+					  counts))
+	{
+		counts->full = true;
+		return false;
+	}
+	return true;
+}
+
 static uint64
 load_dump(PcDumpRestoreFn restore)
 {
 	PcDumpReader *r;
 	char	   *payload;
 	uint32		len;
-	uint64		loaded = 0;
-	uint64		too_old = 0;
-	uint64		bad = 0;
-	uint64		removed = 0;
-	bool		full = false;
+	LoadCounts	counts = {0};
 	TombList	tombs;
-	uint32		base;
 	uint32		generation;
-	PcDumpLogStatus tomb_status;
 	int64		now = pc_now_ms();
 	int64		since_dump_ms;
 	long		secs;
@@ -925,40 +1077,11 @@ load_dump(PcDumpRestoreFn restore)
 		remove_file(PC_KEYS_TOMB_FILE);
 		return 0;
 	}
-
-	/*
-	 * The tombstones written since it began (of its generation or later).
-	 * Without them, the dump could bring back what was evicted: a dump of 1.2
-	 * (generation 0) had none, any later one has its log.
-	 */
 	generation = pc_dump_generation(r);
-	tomb_status = read_tombstones(&tombs, &base);
-	if (tomb_status == PC_DUMP_LOG_DAMAGED ||
-		(tomb_status == PC_DUMP_LOG_MISSING && generation > 0))
+	if (!tombstones_for(generation, &tombs))
 	{
 		pc_dump_close(r);
-		free_tombstones(&tombs);
-		tomb_give_up(tomb_status == PC_DUMP_LOG_DAMAGED ?
-					 psprintf("its tombstone file \"%s\" is damaged",
-							  PC_KEYS_TOMB_FILE) :
-					 psprintf("its tombstone file \"%s\" is missing",
-							  PC_KEYS_TOMB_FILE));
 		return 0;
-	}
-	{
-		int			i;
-		int			kept = 0;
-
-		for (i = 0; i < tombs.count; i++)
-		{
-			if (tombs.items[i].generation >= generation)
-				tombs.items[kept++] = tombs.items[i];
-			else
-				pfree(tombs.items[i].key);
-		}
-		tombs.count = kept;
-		if (kept > 0)
-			qsort(tombs.items, kept, sizeof(TombKey), tomb_key_cmp);
 	}
 	dump_on_disk = true;
 	dumped_keys = keys_filter((int64) pc_dump_count(r));
@@ -967,113 +1090,20 @@ load_dump(PcDumpRestoreFn restore)
 						&secs, &usecs);
 	since_dump_ms = (int64) secs * 1000 + usecs / 1000;
 
-	while (!full && pc_dump_next(r, &payload, &len))
+	while (pc_dump_next(r, &payload, &len))
 	{
-		KeyRecord	rec;
-		const char *key;
-		const char *data;
-		char	   *revision = NULL;
-		struct varlena *config = NULL;
-		int64		age;
-		int64		lifetime;
-		int64		fetched_at;
-		int64		expires_at;
-		PcEntry    *entry;
-		bool		created;
-		dsa_pointer value;
+		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!record_valid(payload, len, &rec))
-		{
-			bad++;
-			pfree(payload);
-			continue;
-		}
-		key = payload + sizeof(KeyRecord);
-		bloom_add_element(dumped_keys, (unsigned char *) key, rec.keylen);
-		if (tombstoned(&tombs, key, rec.keylen))
-		{
-			removed++;
-			pfree(payload);
-			continue;
-		}
-		age = rec.age_ms + since_dump_ms;
-		/* past the end of its own periods, under the settings now */
-		lifetime = sched_period(rec.max_age_ms, pc_expiry_ms) +
-			sched_period(rec.stale_for_ms, pc_grace_period_ms);
-		if (age > lifetime)
-		{
-			too_old++;
-			pfree(payload);
-			continue;
-		}
-		if (pc_key_memory_used() > high)
-		{
-			full = true;
-			pfree(payload);
-			break;
-		}
-		data = key + rec.keylen;
-		if (rec.revision_len >= 0)
-			revision = pnstrdup(data, rec.revision_len);
-		if (rec.config_len > 0)
-		{
-			config = palloc(rec.config_len);
-			memcpy(config, data + Max(rec.revision_len, 0), rec.config_len);
-		}
-		fetched_at = now - age;
-		expires_at = fetched_at + lifetime;
-
-		value = pc_value_make(revision, config);
-		if (!DsaPointerIsValid(value))
-		{
-			full = true;
-			pfree(payload);
-			break;
-		}
-		entry = pc_keymap_find_or_create(key, rec.keylen, &created);
-		if (entry == NULL)
-		{
-			pc_value_free(value);
-			full = true;
-			pfree(payload);
-			break;
-		}
-		/* A reader may have asked for the key already: it gets the value. */
-		if (entry->state == PC_STATE_PENDING)
-		{
-			entry->value = value;
-			entry->state = rec.state;
-			entry->fetch_state = PC_FETCH_COMPLETE;
-			entry->fetched_at = fetched_at;
-			entry->expires_at = expires_at;
-			entry->max_age_ms = rec.max_age_ms;
-			entry->stale_for_ms = rec.stale_for_ms;
-			entry->invalidated = true;
-			if (rec.visited)
-				pg_atomic_write_u32(&entry->visited, 1);
-			value = InvalidDsaPointer;
-		}
-		pc_entry_release(entry);
-		if (DsaPointerIsValid(value))
-			pc_value_free(value);	/* cached meanwhile */
-		else
-		{
-			restore(key, rec.keylen, fetched_at, expires_at, rec.max_age_ms,
-					rec.stale_for_ms, (PcDumpFifo) rec.fifo);
-			loaded++;
-			/* A reader may wait for it. */
-			ConditionVariableBroadcast(pc_key_cv(key, rec.keylen));
-		}
-		if (revision)
-			pfree(revision);
-		if (config)
-			pfree(config);
+		more = load_record(payload, len, &tombs, now, since_dump_ms, high,
+						   restore, &counts);
 		pfree(payload);
+		if (!more)
+			break;
 	}
 
 	/* Keys it holds that the filter missed: any key may be in it. */
-	if (full || bad > 0)
+	if (counts.full || counts.bad > 0)
 	{
 		bloom_free(dumped_keys);
 		dumped_keys = NULL;
@@ -1087,18 +1117,20 @@ load_dump(PcDumpRestoreFn restore)
 	free_tombstones(&tombs);
 
 	SpinLockAcquire(&pc_shared->mutex);
-	pc_shared->loaded_keys = loaded;
+	pc_shared->loaded_keys = counts.loaded;
 	pc_shared->loaded_dump_age_ms = since_dump_ms;
 	SpinLockRelease(&pc_shared->mutex);
 	ereport(LOG,
 			(errmsg("projcache loaded " UINT64_FORMAT " keys from \"%s\", written %.1f s ago",
-					loaded, PC_KEYS_DUMP_FILE, (double) since_dump_ms / 1000.0),
-			 (too_old > 0 || bad > 0 || removed > 0 || full) ?
+					counts.loaded, PC_KEYS_DUMP_FILE,
+					(double) since_dump_ms / 1000.0),
+			 (counts.too_old > 0 || counts.bad > 0 || counts.removed > 0 ||
+			  counts.full) ?
 			 errdetail("Left out: " UINT64_FORMAT " past expiry + grace_period or their own periods, "
 					   UINT64_FORMAT " not readable, " UINT64_FORMAT " evicted or disabled since the dump%s.",
-					   too_old, bad, removed,
-					   full ?
+					   counts.too_old, counts.bad, counts.removed,
+					   counts.full ?
 					   "; loading stopped with memory nearly full" : "") : 0));
 	pc_dump_close(r);
-	return loaded;
+	return counts.loaded;
 }
