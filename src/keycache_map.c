@@ -513,12 +513,12 @@ role_reserve(Oid role)
 
 	if (!OidIsValid(role) || superuser_arg(role))
 		return PC_ROLE_NONE;
-	LWLockAcquire(pc_shared->role_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->role_lock, LW_SHARED);
 	n = role_slot_find(role, false);
 	if (n < 0)
 	{
 		LWLockRelease(pc_shared->role_lock);
-		LWLockAcquire(pc_shared->role_lock, LW_EXCLUSIVE);
+		pc_lock_alone(pc_shared->role_lock, LW_EXCLUSIVE);
 		n = role_slot_find(role, true);
 	}
 	slot = &pc_shared->role_slots[n];
@@ -636,7 +636,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 	 * take none before), and the key reads as one with no room.  Any other
 	 * ERROR goes on.
 	 */
-	Assert(!LWLockHeldByMe(pc_shared->snap_map_lock));
+	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
 	PG_TRY();
 	{
 		entry = dshash_find_or_insert(pc_keymap(), &search, &found);
@@ -730,8 +730,10 @@ int			pc_entry_locks_held = 0;
 PcEntry *
 pc_entry_find(const PcKey *search, bool exclusive)
 {
-	PcEntry    *entry = dshash_find(pc_keymap(), search, exclusive);
+	PcEntry    *entry;
 
+	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
+	entry = dshash_find(pc_keymap(), search, exclusive);
 #ifdef USE_ASSERT_CHECKING
 	if (entry != NULL)
 		pc_entry_locks_held++;
@@ -754,6 +756,7 @@ pc_entry_release(PcEntry *entry)
 void
 pc_entry_scan_begin(dshash_seq_status *status, bool exclusive)
 {
+	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
 	dshash_seq_init(status, pc_keymap(), exclusive);
 #ifdef USE_ASSERT_CHECKING
 	pc_entry_locks_held++;

@@ -125,7 +125,7 @@ pc_replay_init(void)
 	 * their keys' flags: clear every flag, then mark again from the list.
 	 */
 	set_awaiting_all(false);
-	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
 	pending->marked = 0;
 	pending->overflow_marked = false;
 	LWLockRelease(pc_shared->wal_lock);
@@ -235,7 +235,7 @@ take_new_items(void)
 	bool		mark_all;
 	int			ndropped;
 
-	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->wal_lock, LW_SHARED);
 	n = pending->used - pending->marked;
 	mark_all = pending->overflowed && !pending->overflow_marked;
 	LWLockRelease(pc_shared->wal_lock);
@@ -248,7 +248,7 @@ take_new_items(void)
 	 * under the exclusive lock.
 	 */
 	copy = palloc(Max(n, 1));
-	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
 	memcpy(copy, pending->data + pending->marked, n);
 	pending->marked += n;
 	mark_all = pending->overflowed && !pending->overflow_marked;
@@ -310,7 +310,7 @@ resolve_items(PcRefetchFn refetch)
 	bool		any_ended = false;
 
 	/* Items before 'marked' change only here: read them without the lock. */
-	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->wal_lock, LW_SHARED);
 	marked = pending->marked;
 	LWLockRelease(pc_shared->wal_lock);
 	if (marked == 0)
@@ -339,7 +339,7 @@ resolve_items(PcRefetchFn refetch)
 
 	/* Copy the ended items out, and close the gaps under the lock. */
 	ended = palloc(marked);
-	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
 	for (pos = 0, kept = 0; pos < marked;)
 	{
 		PcWalItem  *item = (PcWalItem *) (pending->data + pos);
@@ -423,7 +423,7 @@ resolve_overflow(void)
 	int			i;
 	int			kept;
 
-	LWLockAcquire(pc_shared->wal_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->wal_lock, LW_SHARED);
 	n = pending->ndropped;
 	memcpy(xids, pending->dropped_xids, n * sizeof(TransactionId));
 	lost_xid = pending->lost_xid;
@@ -434,7 +434,7 @@ resolve_overflow(void)
 	if (TransactionIdIsValid(lost_xid))
 		lost_ended = TransactionIdPrecedes(lost_xid, oldest_running_xid());
 
-	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
 	Assert(pending->overflowed && pending->ndropped >= n);
 	for (i = 0, kept = 0; i < pending->ndropped; i++)
 	{

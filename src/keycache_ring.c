@@ -112,7 +112,7 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 	bool		ok = false;
 
 	Assert(len > 0 && len <= PC_MAX_KEY_BYTES);
-	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->ring_lock, LW_EXCLUSIVE);
 	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need)
 	{
 		ring_write(ring, ring->write_pos, &word, sizeof(uint32));
@@ -167,7 +167,7 @@ pc_ring_drain(char *buf, Size bufsize)
 {
 	Size		copied;
 
-	LWLockAcquire(pc_shared->ring_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->ring_lock, LW_EXCLUSIVE);
 	copied = drain_ring(ring_of(false), buf, bufsize);
 	copied += drain_ring(ring_of(true), buf + copied, bufsize - copied);
 	LWLockRelease(pc_shared->ring_lock);

@@ -562,3 +562,28 @@ pc_report_oom(const char *what)
 			 errmsg("out of memory"),
 			 errdetail("Could not copy %s.", what)));
 }
+
+#ifdef USE_ASSERT_CHECKING
+/*
+ * Whether this backend may take a lock of the given kind now (see "Lock
+ * order" in shmem.h): it holds no lock of ours, or, for a slot lock, none
+ * but snap_map_lock.
+ */
+bool
+pc_lock_order_ok(PcLockKind kind)
+{
+	int			i;
+
+	if (pc_entry_locks_held > 0 ||
+		LWLockHeldByMe(pc_shared->ring_lock) ||
+		LWLockHeldByMe(pc_shared->role_lock) ||
+		LWLockHeldByMe(pc_shared->wal_lock) ||
+		LWLockHeldByMe(pc_shared->snap_tomb_lock))
+		return false;
+	for (i = 0; i < pc_shared->max_snapshots; i++)
+		if (LWLockHeldByMe(&pc_shared->snap_slot_locks[i].lock))
+			return false;
+	return kind == PC_LOCK_SNAP_SLOT ||
+		!LWLockHeldByMe(pc_shared->snap_map_lock);
+}
+#endif

@@ -84,6 +84,19 @@ typedef enum PcCounter
  *	 rows), clock_offset_ms, ring_overflow, role_room_wanted and each
  *	 slot's room_wanted, config_generation, registry_generation,
  *	 keys_restoring, restore_wait_until: atomics.
+ *
+ * Lock order.  Only two of these locks nest, and always the same way:
+ * snap_map_lock, then one of snap_slot_locks (a reader pins the slot it
+ * found; redo of a snapshot's refresh marks its slot stale).  Never a
+ * slot lock, then the map lock; never two slot locks.  Every other lock of
+ * ours (a key map partition, ring_lock, role_lock, wal_lock,
+ * snap_tomb_lock) and snap_map_lock itself are taken with no lock of ours
+ * held, and none of ours is taken under them.  Below all of them come the
+ * DSA area's own lock (an allocation under a partition or slot lock) and,
+ * last, the spinlock mutex, under which nothing is taken.  pc_lock_alone()
+ * and pc_lock_slot() take a lock of each kind and assert the order
+ * (assert-enabled builds); key map partitions assert it in
+ * keycache_map.c's entry functions.
  * ----------------------------------------------------------------
  */
 /*
@@ -208,5 +221,30 @@ extern void pc_require_loaded(void);
 extern char *pc_copy_no_oom(const void *src, Size len, bool nul_terminate,
 							bool *oom);
 pg_noreturn extern void pc_report_oom(const char *what);
+
+/* Lock order (see "Lock order" above). */
+typedef enum PcLockKind
+{
+	PC_LOCK_ALONE,				/* with no lock of ours held */
+	PC_LOCK_SNAP_SLOT			/* with none held but snap_map_lock */
+} PcLockKind;
+
+extern bool pc_lock_order_ok(PcLockKind kind);
+
+/* Take a lock that nests in no other of ours. */
+static inline void
+pc_lock_alone(LWLock *lock, LWLockMode mode)
+{
+	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
+	LWLockAcquire(lock, mode);
+}
+
+/* Take a snapshot slot's lock, alone or under snap_map_lock. */
+static inline void
+pc_lock_slot(LWLock *lock, LWLockMode mode)
+{
+	Assert(pc_lock_order_ok(PC_LOCK_SNAP_SLOT));
+	LWLockAcquire(lock, mode);
+}
 
 #endif							/* PROJCACHE_SHMEM_H */

@@ -178,7 +178,7 @@ pc_snapshot_bury(SnapReg *reg)
 	t.crc = tombstone_crc(&t);
 
 	/* Not while the scheduler rewrites the file: it would lose this one. */
-	LWLockAcquire(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
 	existed = stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) == 0;
 	fd = OpenTransientFilePerm(PC_SNAPSHOTS_TOMBSTONE_FILE,
 							   O_WRONLY | O_CREAT | O_APPEND | PG_BINARY,
@@ -305,7 +305,7 @@ static void prune_tombstones_locked(TimestampTz needed_since);
 static void
 prune_tombstones(TimestampTz needed_since)
 {
-	LWLockAcquire(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
 	prune_tombstones_locked(needed_since);
 	LWLockRelease(pc_shared->snap_tomb_lock);
 }

@@ -203,7 +203,7 @@ uncharge(PcSnapRef ref, Size footprint)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
 	{
 		Assert(s->charged >= footprint);
@@ -223,7 +223,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	PcSnapSlot *s = &slots()[index];
 
 	Assert(LWLockHeldByMeInMode(pc_shared->snap_map_lock, LW_EXCLUSIVE));
-	LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
+	pc_lock_slot(slot_lock(index), LW_EXCLUSIVE);
 	left->data = s->data;
 	left->data_bytes = s->data_bytes;
 	left->error = s->last_error;
@@ -322,7 +322,7 @@ free_slot(void)
 	for (i = 0; i < n; i++)
 		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbids[i])))
 			dbids[i] = InvalidOid;
-	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 
 	for (i = 0; i < n; i++)
 	{
@@ -374,7 +374,7 @@ recent_ref(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 			r->reg_stamp != reg_stamp)
 			continue;
 		s = &slots()[r->ref.index];
-		LWLockAcquire(slot_lock(r->ref.index), LW_SHARED);
+		pc_lock_slot(slot_lock(r->ref.index), LW_SHARED);
 		same = s->in_use && s->generation == r->ref.generation &&
 			s->dbid == dbid && s->reg_id == reg_id &&
 			s->reg_stamp == reg_stamp && s->owner == owner &&
@@ -532,7 +532,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	if (recent_ref(dbid, name, reg_id, reg_stamp, owner, &ref))
 		return ref;
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
 	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp) &&
 		slots()[index].owner == owner)
@@ -548,7 +548,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	/* A catalog lookup: not under the LWLock. */
 	exempt = superuser_arg(owner);
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
 	if (index < 0)
 	{
@@ -566,7 +566,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		/* Its owner changed (REASSIGN OWNED): the slot is counted anew. */
 		if (slots()[index].owner != owner)
 		{
-			LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
+			pc_lock_slot(slot_lock(index), LW_EXCLUSIVE);
 			slots()[index].owner = owner;
 			LWLockRelease(slot_lock(index));
 		}
@@ -606,7 +606,7 @@ pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 	int			index;
 	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	index = find_slot(dbid, name);
 	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
 		reset_slot(index, InvalidOid, "", 0, 0, InvalidOid, false, &left);
@@ -629,7 +629,7 @@ pc_snap_slots_of(Oid dbid)
 	int			nkeys = 0;
 	int			i;
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
 	for (i = 0; i < n; i++)
 	{
 		PcSnapSlot *s = &slots()[i];
@@ -770,7 +770,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 	bool		found = false;
 	bool		oom = false;
 
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
 		!s->restored &&
 		(!only_fresh || (!s->marked_stale && now - s->fetched_at_ms < ttl_ms)))
@@ -941,7 +941,7 @@ pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
 	PcSnapSlot *s = &slots()[ref.index];
 	bool		fresh;
 
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	*loaded = s->generation == ref.generation && DsaPointerIsValid(s->data);
 	fresh = *loaded && !s->restored && !s->marked_stale &&
 		now - s->fetched_at_ms < ttl_ms;
@@ -960,7 +960,7 @@ pc_snap_awaits_load(PcSnapRef ref)
 	PcSnapSlot *s = &slots()[ref.index];
 	bool		awaits;
 
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	awaits = s->generation == ref.generation && DsaPointerIsValid(s->data) &&
 		s->restored;
 	LWLockRelease(slot_lock(ref.index));
@@ -1022,7 +1022,7 @@ pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
 		int64		lease_left;
 		bool		wait;
 
-		LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+		pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 		wait = worth_waiting(s, ref, real_now, &lease_left);
 		LWLockRelease(slot_lock(ref.index));
 		if (!wait)
@@ -1062,7 +1062,7 @@ pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
 	if (ttl_ms < 1)
 		ttl_ms = 1;
 	/* reset_slot() changes the generation under the exclusive lock. */
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	prev = pg_atomic_read_u64(&s->last_attempt_ms);
 	prev_ms = (int64) prev;
 	if (s->generation != ref.generation)
@@ -1097,7 +1097,7 @@ pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at, int64 prev_attempt)
 	PcSnapSlot *s = &slots()[ref.index];
 	uint64		expected = (uint64) claimed_at;
 
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation)
 		(void) pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &expected,
 											  (uint64) prev_attempt);
@@ -1116,7 +1116,7 @@ pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
 	PcSnapSlot *s = &slots()[ref.index];
 	bool		taken = false;
 
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation)
 	{
 		uint64		until = pg_atomic_read_u64(&s->lease_until_ms);
@@ -1139,7 +1139,7 @@ pc_snap_lease_drop(PcSnapRef ref)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation &&
 		pg_atomic_read_u32(&s->lease_pid) == (uint32) MyProcPid)
 	{
@@ -1161,7 +1161,7 @@ pc_snap_stale_marks(PcSnapRef ref)
 	PcSnapSlot *s = &slots()[ref.index];
 	uint64		marks;
 
-	LWLockAcquire(slot_lock(ref.index), LW_SHARED);
+	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
 	marks = s->stale_marks;
 	LWLockRelease(slot_lock(ref.index));
 	return marks;
@@ -1177,13 +1177,13 @@ pc_snap_mark_stale(Oid dbid, const char *name)
 {
 	int			index;
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
 	if (index >= 0)
 	{
 		PcSnapSlot *s = &slots()[index];
 
-		LWLockAcquire(slot_lock(index), LW_EXCLUSIVE);
+		pc_lock_slot(slot_lock(index), LW_EXCLUSIVE);
 		s->marked_stale = true;
 		s->stale_marks++;
 		LWLockRelease(slot_lock(index));
@@ -1213,7 +1213,7 @@ slot_owner(PcSnapRef ref)
 	PcSnapSlot *s = &slots()[ref.index];
 	Oid			owner = InvalidOid;
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
 	if (s->generation == ref.generation)
 		owner = s->owner;
 	LWLockRelease(pc_shared->snap_map_lock);
@@ -1245,7 +1245,7 @@ charge(PcSnapRef ref, Oid owner, bool exempt, Size footprint,
 	Size		held = 0;
 	int			i;
 
-	LWLockAcquire(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	for (i = 0; i < pc_shared->max_snapshots; i++)
 		if (slots()[i].in_use && slots()[i].owner == owner)
 			held += slots()[i].charged;
@@ -1345,7 +1345,7 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 	}
 	memcpy(dsa_get_address(pc_area(), dp), blob, size);
 
-	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation &&
 		(!restored || (!s->buried && !DsaPointerIsValid(s->data))))
 	{
@@ -1450,7 +1450,7 @@ note_failure(PcSnapRef ref, const char *message, int64 now,
 	int64		age = -1;
 
 	*tombstone = false;
-	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
 	{
 		s->refresh_errors++;
@@ -1557,7 +1557,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	int64		last_attempt;
 
 	memset(info, 0, sizeof(PcSnapInfo));
-	LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
 	index = find_slot(dbid, name);
 	if (index < 0 || !slot_is(&slots()[index], reg_id, reg_stamp))
 	{
@@ -1565,7 +1565,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		return false;
 	}
 	s = &slots()[index];
-	LWLockAcquire(slot_lock(index), LW_SHARED);
+	pc_lock_slot(slot_lock(index), LW_SHARED);
 	info->loaded = DsaPointerIsValid(s->data);
 	info->rows = s->rows;
 	info->bytes = info->loaded ? s->data_bytes : 0;
@@ -1610,7 +1610,7 @@ pc_snap_take_dump_check(PcSnapRef ref)
 	PcSnapSlot *s = &slots()[ref.index];
 	bool		take = false;
 
-	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation && !s->dump_checked)
 	{
 		s->dump_checked = true;
@@ -1631,7 +1631,7 @@ pc_snap_dump_check_done(PcSnapRef ref)
 {
 	PcSnapSlot *s = &slots()[ref.index];
 
-	LWLockAcquire(slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation && s->dump_check_pid == MyProcPid)
 		s->dump_check_pid = 0;
 	LWLockRelease(slot_lock(ref.index));
@@ -1662,7 +1662,7 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 		char	   *blob = NULL;
 
 		memset(&snap, 0, sizeof(snap));
-		LWLockAcquire(pc_shared->snap_map_lock, LW_SHARED);
+		pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
 		if (s->in_use)
 		{
 			snap.dbid = s->dbid;
@@ -1675,11 +1675,11 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 		if (!OidIsValid(snap.dbid))
 			continue;
 
-		LWLockAcquire(slot_lock(i), LW_EXCLUSIVE);
+		pc_lock_slot(slot_lock(i), LW_EXCLUSIVE);
 		if (s->generation == generation && DsaPointerIsValid(s->data))
 			s->tombstone_due = true;
 		LWLockRelease(slot_lock(i));
-		LWLockAcquire(slot_lock(i), LW_SHARED);
+		pc_lock_slot(slot_lock(i), LW_SHARED);
 		if (s->generation == generation && DsaPointerIsValid(s->data))
 		{
 			blob = palloc_extended(s->data_bytes,

@@ -305,7 +305,7 @@ redo_unreadable(XLogReaderState *record, const char *what)
 	TransactionId xid = XLogRecGetXid(record);
 	PcWalPending *pending = pc_wal_pending();
 
-	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
 	note_dropped(pending, xid);
 	LWLockRelease(pc_shared->wal_lock);
 	pc_wake_worker();
@@ -345,7 +345,7 @@ redo_invalidate(XLogReaderState *record)
 	}
 
 	pending = pc_wal_pending();
-	LWLockAcquire(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
 	if (pending->capacity - pending->used >= need)
 	{
 		AppendState st = {pending, xid};
