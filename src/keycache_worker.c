@@ -1082,7 +1082,9 @@ finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
  * rest are put back, unasked, until suspects may have the worker again.
  *
  * Each call counts as one fetch error at most, whether it failed or some
- * rows broke the contract.
+ * rows broke the contract (keycache_fetch.c, and here for breaches found
+ * as answers are applied); a value that could not be stored counts once
+ * more, in apply_answer().
  */
 static void
 run_batch(SchedEntry **batch, int n, int64 now)

@@ -175,7 +175,7 @@ report_no_load_worker(SnapReg *reg, const char *error)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg("snapshot \"%s\" cannot be loaded now; no load worker is free",
+			 errmsg("no load worker is free for snapshot \"%s\"",
 					reg->name),
 			 errdetail("%s", error),
 			 errhint("Retry once a load has finished.")));
@@ -187,9 +187,10 @@ warn_no_load_worker(SnapReg *reg, const char *error)
 {
 	ereport(WARNING,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg("refresh of snapshot \"%s\" postponed, serving the last good snapshot; no load worker is free",
+			 errmsg("no load worker is free to refresh snapshot \"%s\"",
 					reg->name),
-			 errdetail("%s", error)));
+			 errdetail("%s; the last good snapshot is served meanwhile.",
+					   error)));
 }
 
 /* ----------------------------------------------------------------
@@ -202,7 +203,7 @@ report_dropped(SnapReg *reg)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-			 errmsg("snapshot \"%s\" unavailable; it was dropped while being read",
+			 errmsg("snapshot \"%s\" was dropped while being read",
 					reg->name)));
 }
 
@@ -219,19 +220,19 @@ report_awaiting_load(SnapReg *reg, PcLoadStatus status, const char *error)
 	if (error != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-				 errmsg("snapshot \"%s\" unavailable; its load failed", reg->name),
+				 errmsg("load of snapshot \"%s\" failed", reg->name),
 				 errdetail("%s", error),
 				 errhint("Its rows from before the restart are served once a load as its owner has been tried.")));
 	if (!may_load())
 		ereport(ERROR,
 				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-				 errmsg("snapshot \"%s\" unavailable; it is not loaded yet",
+				 errmsg("snapshot \"%s\" is not loaded yet",
 						reg->name),
 				 errdetail("Its rows from before the restart are served once a load as its owner has been tried, and a transaction that has written data does not load snapshots."),
 				 errhint("Read the snapshot before writing, or outside this transaction.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-			 errmsg("snapshot \"%s\" unavailable; it is being loaded",
+			 errmsg("snapshot \"%s\" is being loaded",
 					reg->name),
 			 errdetail("Its rows from before the restart are served once a load as its owner has been tried, and another session is trying it."),
 			 errhint("Retry once that load has finished.")));
@@ -275,7 +276,7 @@ acquire_slot(SnapReg *reg)
 	if (reg->created_here)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-				 errmsg("snapshot \"%s\" unavailable; it is not loaded yet",
+				 errmsg("snapshot \"%s\" is not loaded yet",
 						reg->name),
 				 errdetail("It was created by this transaction; it is loaded after that commits.")));
 	ref = pc_snap_acquire(MyDatabaseId, reg->name, reg->id, reg->stamp,
@@ -395,7 +396,7 @@ retry:
 	if (!may_load())
 		ereport(ERROR,
 				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-				 errmsg("snapshot \"%s\" unavailable; it is not loaded yet",
+				 errmsg("snapshot \"%s\" is not loaded yet",
 						reg->name),
 				 errdetail("A transaction that has written data does not load snapshots."),
 				 errhint("Read the snapshot before writing, or outside this transaction.")));
@@ -423,10 +424,10 @@ retry:
 					wait_ms = Max(reg->ttl_ms - (now - since), 0);
 				ereport(ERROR,
 						(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-						 errmsg("snapshot \"%s\" unavailable; cold-start retry throttled, retry available in %lld seconds",
+						 errmsg("snapshot \"%s\" unavailable, retry available in %lld seconds",
 								reg->name,
 								(long long) ((wait_ms + 999) / 1000)),
-						 errdetail("It has not been loaded yet, and its last load attempt was less than its TTL ago.")));
+						 errdetail("Its cold-start loads are throttled: it has not been loaded yet, and its last load attempt was less than its TTL ago.")));
 			}
 			break;
 		case PC_CLAIM_WON:
@@ -476,7 +477,7 @@ retry:
 	{
 		ereport(ERROR,
 				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-				 errmsg("snapshot \"%s\" unavailable; its first load failed",
+				 errmsg("first load of snapshot \"%s\" failed",
 						reg->name),
 				 errdetail("%s", error),
 				 errhint("Retry in %lld seconds.",

@@ -193,7 +193,7 @@ my $offset = log_offset($node);
 ($rc, $out, $err) = psql_verbose_in($node, 'postgres',
 	"SELECT count(*) FROM projcache.snapshot('big') AS b(id int, pad text);");
 isnt($rc, 0, 'the cold read of a snapshot larger than max_memory fails');
-like($err, qr/ERROR:  PC001: snapshot "big" unavailable; its first load failed/,
+like($err, qr/ERROR:  PC001: first load of snapshot "big" failed/,
 	'with SQLSTATE PC001');
 like($err, qr/\nDETAIL:  [^\n]*projcache\.max_memory/,
 	'and a DETAIL naming projcache.max_memory');
@@ -210,7 +210,7 @@ cmp_ok($used1 - $used0, '<', 16384,
 # Still throttled within its TTL: no second load of 3 MB.
 ($rc, $out, $err) = psql_verbose_in($node, 'postgres',
 	"SELECT count(*) FROM projcache.snapshot('big') AS b(id int, pad text);");
-like($err, qr/ERROR:  PC001: snapshot "big" unavailable; cold-start retry throttled/,
+like($err, qr/ERROR:  PC001: snapshot "big" unavailable, retry available in/,
 	'a second cold read within the TTL is throttled (PC001)');
 
 # A snapshot that fits.

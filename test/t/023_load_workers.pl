@@ -217,7 +217,7 @@ is($out, '1', 'a: and a new login of a non-superuser still succeeds');
 ($rc, $out, $err) = psql_as($nested, 'ops',
 	'SELECT * FROM projcache.snapshot(\'out2\') AS t(x int)');
 like($err,
-	qr/ERROR:  PC001: snapshot "out2" unavailable; its first load failed\nDETAIL:  snapshot "in2" cannot be loaded by the load of another snapshot/,
+	qr/ERROR:  PC001: first load of snapshot "out2" failed\nDETAIL:  snapshot "in2" cannot be loaded by the load of another snapshot/,
 	'a: snapshot() of a cold snapshot inside a load is refused; the outer cold load fails with PC001'
 );
 is( $nested->safe_psql(
@@ -419,7 +419,7 @@ for my $i (1 .. 4)
 	$refused .= $result[2];
 }
 like($refused,
-	qr/ERROR:  53400: snapshot "hog\d" cannot be loaded now; no load worker is free\nDETAIL:  role "hog" has 2 snapshot loads running, and projcache.max_load_workers_per_role is 2/,
+	qr/ERROR:  53400: no load worker is free for snapshot "hog\d"\nDETAIL:  role "hog" has 2 snapshot loads running, and projcache.max_load_workers_per_role is 2/,
 	'd: with 53400, naming the role\'s bound');
 is( $node->safe_psql(
 		'postgres',
@@ -445,7 +445,7 @@ wait_load_workers($node, 4,
 ($rc, $out, $err) = psql_as($node, 'other',
 	"SELECT x FROM projcache.snapshot('cold1') AS t(x int)");
 like($err,
-	qr/ERROR:  53400: snapshot "cold1" cannot be loaded now; no load worker is free\nDETAIL:  no background worker slot is free for the snapshot load; raise max_worker_processes/,
+	qr/ERROR:  53400: no load worker is free for snapshot "cold1"\nDETAIL:  no background worker slot is free for the snapshot load; raise max_worker_processes/,
 	'd: a cold read that finds no worker slot fails with 53400');
 is( $node->safe_psql(
 		'postgres',
@@ -471,7 +471,7 @@ ok( $node->poll_query_until(
 ($rc, $out, $err) = psql_as($node, 'other',
 	"SELECT x FROM projcache.snapshot('cold2') AS t(x int)");
 like($err,
-	qr/ERROR:  53400: snapshot "cold2" cannot be loaded now; no load worker is free\nDETAIL:  3 snapshot loads are running, and projcache.max_load_workers is 3/,
+	qr/ERROR:  53400: no load worker is free for snapshot "cold2"\nDETAIL:  3 snapshot loads are running, and projcache.max_load_workers is 3/,
 	'd: a cold read past projcache.max_load_workers fails with 53400');
 $node->safe_psql('postgres',
 	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'load_h2b'"

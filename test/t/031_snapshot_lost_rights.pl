@@ -282,7 +282,7 @@ $node->safe_psql('postgres', 'DELETE FROM public.down');
 $node->safe_psql('postgres', "UPDATE public.sa4b SET v = v || '-new'");
 my $got = read_snapshot('rdr', 'sa4b',
 	before => "BEGIN;\nCREATE TEMP TABLE wrote ();\n");
-like($got, qr/^PC001: snapshot "sa4b" unavailable; it is not loaded yet/,
+like($got, qr/^PC001: snapshot "sa4b" is not loaded yet/,
 	'4b: a transaction that has written (and so does not load) gets no restored rows');
 is( snapshot_info('sa4b',
 		"status, age BETWEEN interval '2h' AND interval '2h 5min'"),
@@ -401,7 +401,7 @@ ok( $node->poll_query_until(
 	),
 	'7: the first reader\'s load waits');
 like(read_snapshot('rdr', 'sa7'),
-	qr/^PC001: snapshot "sa7" unavailable; it is being loaded/,
+	qr/^PC001: snapshot "sa7" is being loaded/,
 	'7: a second reader meanwhile gets no restored rows');
 $node->safe_psql('postgres',
 	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'blocker_sa7'"
