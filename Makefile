@@ -24,6 +24,8 @@ OBJS = \
 	src/keycache_dump.o \
 	src/dump_file.o \
 	src/snapshot_store.o \
+	src/snapshot_claim.o \
+	src/snapshot_copy.o \
 	src/snapshot_load.o \
 	src/snapshot_registry.o \
 	src/snapshot_regcache.o \

@@ -59,9 +59,28 @@ typedef struct PcSnapKey
 extern List *pc_snap_slots_of(Oid dbid);
 extern void pc_snap_forget(Oid dbid, const char *name, int64 reg_id,
 						   int64 reg_stamp);
-extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms,
-						 bool only_fresh, char **blob, Size *size,
-						 int64 *rows);
+
+/* A snapshot's last attempt time when no attempt was made yet. */
+#define PC_NEVER	PG_INT64_MIN
+
+extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
+							int64 rows, int64 now, uint64 stale_marks,
+							char **refusal);
+extern bool pc_snap_publish_restored(PcSnapRef ref, const char *blob,
+									 Size size, int64 rows, int64 loaded_at,
+									 char **refusal);
+extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
+									int64 now, bool rights_checked);
+extern bool pc_snap_record_lost_rights(PcSnapRef ref, const char *message,
+									   int64 now);
+extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
+							 int64 reg_stamp, PcSnapInfo *info);
+
+/* ----------------------------------------------------------------
+ * Freshness, the cold-start claim and the refresh lease
+ * (snapshot_claim.c)
+ * ----------------------------------------------------------------
+ */
 extern bool pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms,
 							 bool *loaded);
 extern bool pc_snap_awaits_load(PcSnapRef ref);
@@ -76,9 +95,6 @@ typedef enum PcSnapWait
 
 extern PcSnapWait pc_snap_wait_restore(PcSnapRef ref, int64 deadline);
 
-/* A snapshot's last attempt time when no attempt was made yet. */
-#define PC_NEVER	PG_INT64_MIN
-
 typedef enum PcClaim
 {
 	PC_CLAIM_WON,
@@ -90,25 +106,21 @@ extern PcClaim pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
 								  int64 *throttled_since, int64 *prev_attempt);
 extern void pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at,
 								 int64 prev_attempt);
-extern void pc_snap_trim_local_copy(void);
-extern void pc_snap_pin_copy(const char *blob);
-extern void pc_snap_unpin_copy(const char *blob);
 extern bool pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms);
 extern void pc_snap_lease_drop(PcSnapRef ref);
 extern uint64 pc_snap_stale_marks(PcSnapRef ref);
 extern void pc_snap_mark_stale(Oid dbid, const char *name);
-extern bool pc_snap_publish(PcSnapRef ref, const char *blob, Size size,
-							int64 rows, int64 now, uint64 stale_marks,
-							char **refusal);
-extern bool pc_snap_publish_restored(PcSnapRef ref, const char *blob,
-									 Size size, int64 rows, int64 loaded_at,
-									 char **refusal);
-extern int64 pc_snap_record_failure(PcSnapRef ref, const char *message,
-									int64 now, bool rights_checked);
-extern bool pc_snap_record_lost_rights(PcSnapRef ref, const char *message,
-									   int64 now);
-extern bool pc_snap_describe(Oid dbid, const char *name, int64 reg_id,
-							 int64 reg_stamp, PcSnapInfo *info);
+
+/* ----------------------------------------------------------------
+ * This backend's copies of the rows (snapshot_copy.c)
+ * ----------------------------------------------------------------
+ */
+extern bool pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms,
+						 bool only_fresh, char **blob, Size *size,
+						 int64 *rows);
+extern void pc_snap_trim_local_copy(void);
+extern void pc_snap_pin_copy(const char *blob);
+extern void pc_snap_unpin_copy(const char *blob);
 
 /* ----------------------------------------------------------------
  * Snapshot loads in a background worker (snapshot_load.c)
@@ -179,6 +191,18 @@ extern void pc_snap_probe_begin(PcSnapIndexProbe *probe,
 extern bool pc_snap_probe_next(PcSnapIndexProbe *probe, uint64 *offset);
 extern PGDLLEXPORT void pc_snapshot_load_main(Datum main_arg);
 
+
+/* ----------------------------------------------------------------
+ * The snapshots' dump (snapshot_dump.c)
+ * ----------------------------------------------------------------
+ */
+#define PC_SNAPSHOTS_DUMP_FILE	"projcache_snapshots.dump"
+#define PC_SNAPSHOTS_RESTORE_FILE	"projcache_snapshots.restore"
+#define PC_SNAPSHOTS_TOMBSTONE_FILE	"projcache_snapshots.tombstones"
+
+extern void pc_snapshots_dump(void);
+extern void pc_snapshots_adopt_dump(void);
+
 /* A loaded snapshot as the dump sees it (pc_snap_dump_slots). */
 typedef struct PcSnapDumped
 {
@@ -197,17 +221,6 @@ extern void pc_snap_dump_check_done(PcSnapRef ref);
 extern void pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap,
 											 const char *blob, void *arg),
 							   void *arg, int64 now);
-
-/* ----------------------------------------------------------------
- * The snapshots' dump (snapshot_dump.c)
- * ----------------------------------------------------------------
- */
-#define PC_SNAPSHOTS_DUMP_FILE	"projcache_snapshots.dump"
-#define PC_SNAPSHOTS_RESTORE_FILE	"projcache_snapshots.restore"
-#define PC_SNAPSHOTS_TOMBSTONE_FILE	"projcache_snapshots.tombstones"
-
-extern void pc_snapshots_dump(void);
-extern void pc_snapshots_adopt_dump(void);
 
 
 /* ----------------------------------------------------------------

@@ -59,6 +59,9 @@
  * writing a tombstone fail, at LOG, the restored rows are still not served
  * before a load, which drops them again.)
  *
+ * The slots' side of it (who checks the dump for a slot's rows, and each
+ * slot's rows handed to a dump) is at the end of this file.
+ *
  * Copyright (c) 2026, projcache developers
  *
  *-------------------------------------------------------------------------
@@ -80,6 +83,7 @@
 #include "projcache.h"
 #include "shmem.h"
 #include "snapshot.h"
+#include "snapshot_slot.h"
 
 /* One snapshot, as written: this header, then its rows. */
 #define PC_SNAPSHOT_CARRIES 3
@@ -621,4 +625,113 @@ restore_from_file(SnapReg *reg, PcSnapRef ref)
 	}
 	pc_dump_close(r);
 	return restored;
+}
+
+/* ----------------------------------------------------------------
+ * The slots' side: checking the dump once per slot, and its rows
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Should the dump be looked at for this slot's rows?  Once per slot and
+ * generation, and only while it has none and is not buried: true for the
+ * first caller.
+ */
+bool
+pc_snap_take_dump_check(PcSnapRef ref)
+{
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
+	bool		take = false;
+
+	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
+	if (s->generation == ref.generation && !s->dump_checked)
+	{
+		s->dump_checked = true;
+		take = !DsaPointerIsValid(s->data) && !s->buried;
+		if (take)
+			s->dump_check_pid = MyProcPid;
+	}
+	LWLockRelease(pc_snap_slot_lock(ref.index));
+	return take;
+}
+
+/*
+ * The check pc_snap_take_dump_check() gave this backend is over (its rows
+ * published, or none found): readers waiting for it look again.
+ */
+void
+pc_snap_dump_check_done(PcSnapRef ref)
+{
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
+
+	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
+	if (s->generation == ref.generation && s->dump_check_pid == MyProcPid)
+		s->dump_check_pid = 0;
+	LWLockRelease(pc_snap_slot_lock(ref.index));
+	ConditionVariableBroadcast(&s->cv);
+}
+
+/*
+ * Hand each loaded snapshot to emit(): which registration it caches, its
+ * rows' age, and a copy of its rows (made under the slot's lock, with an
+ * allocation that fails quietly: a slot that cannot be copied is left out).
+ * A buried slot is handed over too, with no rows (blob NULL), so that the
+ * dump carries none of its registration's.  A slot whose rows are dumped
+ * is due a tombstone should it be buried later (noted before the copy, so
+ * that a burial in between writes one).
+ */
+void
+pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
+								 void *arg),
+				   void *arg, int64 now)
+{
+	int			i;
+
+	for (i = 0; i < pc_shared->max_snapshots; i++)
+	{
+		PcSnapSlot *s = &pc_snap_slots()[i];
+		PcSnapDumped snap;
+		uint64		generation;
+		char	   *blob = NULL;
+
+		memset(&snap, 0, sizeof(snap));
+		pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
+		if (s->in_use)
+		{
+			snap.dbid = s->dbid;
+			strlcpy(snap.name, s->name, NAMEDATALEN);
+			snap.reg_id = s->reg_id;
+			snap.reg_stamp = s->reg_stamp;
+		}
+		generation = s->generation;
+		LWLockRelease(pc_shared->snap_map_lock);
+		if (!OidIsValid(snap.dbid))
+			continue;
+
+		pc_lock_slot(pc_snap_slot_lock(i), LW_EXCLUSIVE);
+		if (s->generation == generation && DsaPointerIsValid(s->data))
+			s->tombstone_due = true;
+		LWLockRelease(pc_snap_slot_lock(i));
+		pc_lock_slot(pc_snap_slot_lock(i), LW_SHARED);
+		if (s->generation == generation && DsaPointerIsValid(s->data))
+		{
+			blob = palloc_extended(s->data_bytes,
+								   MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+			if (blob != NULL)
+			{
+				memcpy(blob, dsa_get_address(pc_area(), s->data),
+					   s->data_bytes);
+				snap.size = s->data_bytes;
+				snap.rows = s->rows;
+				snap.age_ms = Max(now - s->loaded_at_ms, 0);
+			}
+		}
+		else if (s->generation == generation && s->buried)
+			snap.buried = true;
+		LWLockRelease(pc_snap_slot_lock(i));
+		if (blob != NULL || snap.buried)
+			emit(&snap, blob, arg);
+		if (blob != NULL)
+			pfree(blob);
+	}
 }

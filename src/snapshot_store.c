@@ -21,23 +21,9 @@
  * per slot (charged): the footprint of the slot's rows, plus that of rows
  * being published into it, which until the swap exist beside the old ones.
  *
- * Locking:
- * - snap_map_lock: in_use, dbid, name, reg_id, reg_stamp, owner, charged
- *	 and generation of every slot.
- *	 A slot is assigned under it in exclusive mode; readers find their slot
- *	 under it in shared mode, then keep only (index, generation).
- * - the slot's own LWLock: data, sizes, times, counters and last_error.
- *	 Readers copy the rows out under it in shared mode and release it before
- *	 returning anything, so no lock is held while the executor consumes
- *	 rows; a load runs its query holding no lock at all and takes the lock
- *	 exclusively only to swap in the new chunk.  A reader thus sees the old
- *	 rows or the new ones, never a mix, and never waits for a query.
- * - last_attempt_ms, lease_until_ms and lease_pid: atomics, changed under
- *	 the slot's lock in shared mode (so that a reassignment, which holds it
- *	 exclusively, cannot interleave).
- *
- * Every operation checks the generation it was given: if the slot was
- * reassigned meanwhile (the snapshot was dropped), it does nothing.
+ * Locking: see snapshot_slot.h.  Freshness, the cold-start claim and the
+ * refresh lease are in snapshot_claim.c, this backend's copies of the rows
+ * in snapshot_copy.c, the slots' side of the dump in snapshot_dump.c.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -55,85 +41,12 @@
 #include "utils/syscache.h"
 
 #include "snapshot.h"
-
+#include "snapshot_slot.h"
 
 /* ----------------------------------------------------------------
  * The slots in shared memory
  * ----------------------------------------------------------------
  */
-
-typedef struct PcSnapSlot
-{
-	/* under snap_map_lock */
-	bool		in_use;
-	Oid			dbid;
-	char		name[NAMEDATALEN];
-	int64		reg_id;			/* the registry row this slot caches: its id */
-	int64		reg_stamp;		/* and its creation time, since ids restart
-								 * when the extension is created again */
-	uint64		generation;		/* bumped whenever the slot is reassigned */
-	Oid			owner;			/* the registration's owner, whose shares the
-								 * slot counts against (also under the slot's
-								 * lock, for recent_ref) */
-	Size		charged;		/* snapshot_memory bytes counted against the
-								 * owner at this generation: the rows, and
-								 * rows being published */
-
-	/* atomics */
-	pg_atomic_uint64 last_attempt_ms;	/* int64; PC_NEVER if none */
-	pg_atomic_uint64 lease_until_ms;	/* int64; a refresh is running until */
-	pg_atomic_uint32 lease_pid; /* the backend holding the lease, or 0 */
-
-	/* under the slot's lock */
-	dsa_pointer data;			/* the rows, or InvalidDsaPointer (cold) */
-	Size		data_bytes;
-	int64		rows;
-	uint64		version;		/* bumped at each publish */
-	int64		loaded_at_ms;	/* last successful load */
-	int64		fetched_at_ms;	/* last attempt since the first success */
-	bool		last_failed;	/* the last attempt failed */
-	int64		refresh_errors;
-	dsa_pointer last_error;		/* NUL-terminated, or InvalidDsaPointer */
-	Size		last_error_bytes;
-	bool		error_unstored; /* last attempt failed; no room for its text */
-	bool		marked_stale;	/* refreshed on the primary (WAL redo): stale
-								 * until the next load */
-	uint64		stale_marks;	/* times it was so marked, ever */
-	bool		dump_checked;	/* the dump was looked at for its rows
-								 * (snapshot_dump.c) */
-	bool		restored;		/* the rows came from the dump and no load as
-								 * the owner was tried since: not served */
-	bool		buried;			/* rows dropped for lost rights: the dump
-								 * keeps none of this registration's, and
-								 * restores none (until rows are loaded) */
-	bool		tombstone_due;	/* a file may hold its rows, written after its
-								 * last tombstone (or in an earlier server
-								 * lifetime): burying it writes one */
-	int			dump_check_pid; /* the reader looking at the dump for its
-								 * rows, or 0 */
-	int64		restore_wait_until; /* on pc_real_now_ms(): readers wait for
-									 * the first load of restored rows until
-									 * then, not later */
-
-	/*
-	 * Readers waiting for restored rows' first load as the owner, or for the
-	 * dump's check, sleep on it; broadcast when rows are published, a load
-	 * fails, the lease is dropped, the check ends or the slot is reset.
-	 */
-	ConditionVariable cv;
-} PcSnapSlot;
-
-static PcSnapSlot *
-slots(void)
-{
-	return (PcSnapSlot *) ((char *) pc_shared + pc_shared->snap_offset);
-}
-
-static LWLock *
-slot_lock(int index)
-{
-	return &pc_shared->snap_slot_locks[index].lock;
-}
 
 Size
 pc_snap_shmem_size(int max_snapshots)
@@ -201,7 +114,7 @@ free_leftovers(SlotLeftovers *left)
 static void
 uncharge(PcSnapRef ref, Size footprint)
 {
-	PcSnapSlot *s = &slots()[ref.index];
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 
 	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
@@ -220,10 +133,10 @@ static void
 reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 		   int64 reg_stamp, Oid owner, bool in_use, SlotLeftovers *left)
 {
-	PcSnapSlot *s = &slots()[index];
+	PcSnapSlot *s = &pc_snap_slots()[index];
 
 	Assert(LWLockHeldByMeInMode(pc_shared->snap_map_lock, LW_EXCLUSIVE));
-	pc_lock_slot(slot_lock(index), LW_EXCLUSIVE);
+	pc_lock_slot(pc_snap_slot_lock(index), LW_EXCLUSIVE);
 	left->data = s->data;
 	left->data_bytes = s->data_bytes;
 	left->error = s->last_error;
@@ -257,7 +170,7 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 	pg_atomic_write_u64(&s->last_attempt_ms, (uint64) PC_NEVER);
 	pg_atomic_write_u64(&s->lease_until_ms, 0);
 	pg_atomic_write_u32(&s->lease_pid, 0);
-	LWLockRelease(slot_lock(index));
+	LWLockRelease(pc_snap_slot_lock(index));
 	/* Readers waiting on the old snapshot look again (and find it gone). */
 	ConditionVariableBroadcast(&s->cv);
 }
@@ -266,15 +179,15 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
  * The slot caching snapshot (dbid, name), or -1.  Caller holds
  * snap_map_lock.
  */
-static int
-find_slot(Oid dbid, const char *name)
+int
+pc_snap_find_slot(Oid dbid, const char *name)
 {
 	int			i;
 
 	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
 	for (i = 0; i < pc_shared->max_snapshots; i++)
 	{
-		PcSnapSlot *s = &slots()[i];
+		PcSnapSlot *s = &pc_snap_slots()[i];
 
 		if (s->in_use && s->dbid == dbid && strcmp(s->name, name) == 0)
 			return i;
@@ -306,7 +219,7 @@ free_slot(void)
 
 	Assert(LWLockHeldByMeInMode(pc_shared->snap_map_lock, LW_EXCLUSIVE));
 	for (i = 0; i < n; i++)
-		if (!slots()[i].in_use)
+		if (!pc_snap_slots()[i].in_use)
 			return i;
 
 	dbids = palloc_extended(n * sizeof(Oid), MCXT_ALLOC_NO_OOM);
@@ -315,8 +228,8 @@ free_slot(void)
 		return -1;
 	for (i = 0; i < n; i++)
 	{
-		dbids[i] = slots()[i].dbid;
-		generations[i] = slots()[i].generation;
+		dbids[i] = pc_snap_slots()[i].dbid;
+		generations[i] = pc_snap_slots()[i].generation;
 	}
 	LWLockRelease(pc_shared->snap_map_lock);
 	for (i = 0; i < n; i++)
@@ -326,9 +239,9 @@ free_slot(void)
 
 	for (i = 0; i < n; i++)
 	{
-		if (!slots()[i].in_use)
+		if (!pc_snap_slots()[i].in_use)
 			return i;
-		if (OidIsValid(dbids[i]) && slots()[i].generation == generations[i])
+		if (OidIsValid(dbids[i]) && pc_snap_slots()[i].generation == generations[i])
 			return i;			/* its database is gone */
 	}
 	return -1;
@@ -373,13 +286,13 @@ recent_ref(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		if (!OidIsValid(r->dbid) || r->dbid != dbid || r->reg_id != reg_id ||
 			r->reg_stamp != reg_stamp)
 			continue;
-		s = &slots()[r->ref.index];
-		pc_lock_slot(slot_lock(r->ref.index), LW_SHARED);
+		s = &pc_snap_slots()[r->ref.index];
+		pc_lock_slot(pc_snap_slot_lock(r->ref.index), LW_SHARED);
 		same = s->in_use && s->generation == r->ref.generation &&
 			s->dbid == dbid && s->reg_id == reg_id &&
 			s->reg_stamp == reg_stamp && s->owner == owner &&
 			strcmp(s->name, name) == 0;
-		LWLockRelease(slot_lock(r->ref.index));
+		LWLockRelease(pc_snap_slot_lock(r->ref.index));
 		if (same)
 		{
 			*ref = r->ref;
@@ -450,7 +363,7 @@ check_slot_shares(Oid dbid, Oid owner, int except)
 	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
 	for (i = 0; i < pc_shared->max_snapshots; i++)
 	{
-		PcSnapSlot *s = &slots()[i];
+		PcSnapSlot *s = &pc_snap_slots()[i];
 
 		if (!s->in_use || i == except)
 			continue;
@@ -533,12 +446,12 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		return ref;
 
 	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
-	index = find_slot(dbid, name);
-	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp) &&
-		slots()[index].owner == owner)
+	index = pc_snap_find_slot(dbid, name);
+	if (index >= 0 && slot_is(&pc_snap_slots()[index], reg_id, reg_stamp) &&
+		pc_snap_slots()[index].owner == owner)
 	{
 		ref.index = index;
-		ref.generation = slots()[index].generation;
+		ref.generation = pc_snap_slots()[index].generation;
 		LWLockRelease(pc_shared->snap_map_lock);
 		remember_ref(dbid, reg_id, reg_stamp, ref);
 		return ref;
@@ -549,26 +462,26 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	exempt = superuser_arg(owner);
 
 	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
-	index = find_slot(dbid, name);
+	index = pc_snap_find_slot(dbid, name);
 	if (index < 0)
 	{
 		index = free_slot();
 		/* free_slot() may release the lock: look again. */
-		if (find_slot(dbid, name) >= 0)
-			index = find_slot(dbid, name);
+		if (pc_snap_find_slot(dbid, name) >= 0)
+			index = pc_snap_find_slot(dbid, name);
 	}
 	if (index < 0)
 		refusal = SLOT_NONE_FREE;
-	else if (slots()[index].in_use && slots()[index].dbid == dbid &&
-			 strcmp(slots()[index].name, name) == 0 &&
-			 slot_is(&slots()[index], reg_id, reg_stamp))
+	else if (pc_snap_slots()[index].in_use && pc_snap_slots()[index].dbid == dbid &&
+			 strcmp(pc_snap_slots()[index].name, name) == 0 &&
+			 slot_is(&pc_snap_slots()[index], reg_id, reg_stamp))
 	{
 		/* Its owner changed (REASSIGN OWNED): the slot is counted anew. */
-		if (slots()[index].owner != owner)
+		if (pc_snap_slots()[index].owner != owner)
 		{
-			pc_lock_slot(slot_lock(index), LW_EXCLUSIVE);
-			slots()[index].owner = owner;
-			LWLockRelease(slot_lock(index));
+			pc_lock_slot(pc_snap_slot_lock(index), LW_EXCLUSIVE);
+			pc_snap_slots()[index].owner = owner;
+			LWLockRelease(pc_snap_slot_lock(index));
 		}
 	}
 	else
@@ -591,7 +504,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		report_slot_refusal(refusal, dbid, owner);
 	}
 	ref.index = index;
-	ref.generation = slots()[index].generation;
+	ref.generation = pc_snap_slots()[index].generation;
 	LWLockRelease(pc_shared->snap_map_lock);
 
 	free_leftovers(&left);
@@ -607,8 +520,8 @@ pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
 	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
-	index = find_slot(dbid, name);
-	if (index >= 0 && slot_is(&slots()[index], reg_id, reg_stamp))
+	index = pc_snap_find_slot(dbid, name);
+	if (index >= 0 && slot_is(&pc_snap_slots()[index], reg_id, reg_stamp))
 		reset_slot(index, InvalidOid, "", 0, 0, InvalidOid, false, &left);
 	LWLockRelease(pc_shared->snap_map_lock);
 
@@ -632,7 +545,7 @@ pc_snap_slots_of(Oid dbid)
 	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
 	for (i = 0; i < n; i++)
 	{
-		PcSnapSlot *s = &slots()[i];
+		PcSnapSlot *s = &pc_snap_slots()[i];
 
 		if (!s->in_use || s->dbid != dbid)
 			continue;
@@ -646,549 +559,6 @@ pc_snap_slots_of(Oid dbid)
 	for (i = 0; i < nkeys; i++)
 		result = lappend(result, &keys[i]);
 	return result;
-}
-
-/* ----------------------------------------------------------------
- * This backend's copies of the rows
- * ----------------------------------------------------------------
- */
-
-/*
- * This backend's copies of the snapshots it read last, one per snapshot,
- * PC_LOCAL_COPIES at most.  They are kept between reads: reading an
- * unchanged snapshot again copies nothing, whether the backend reads
- * several in turn or together (a join of two), and a changed one is
- * copied into the buffer it had.  They cost the backend up to
- * PC_LOCAL_COPY_KEEP_BYTES in all: after a read, the least recently used
- * ones go back until the rest fit (a copy that alone exceeds it goes).
- */
-typedef struct LocalCopy
-{
-	int			index;			/* slot, or -1 */
-	uint64		generation;
-	uint64		version;
-	char	   *buf;			/* in TopMemoryContext, PC_COPY_LEAD bytes in */
-	Size		capacity;
-	Size		size;
-	int64		rows;
-	int			pins;			/* scans reading buf (pc_snap_pin_copy) */
-	uint64		last_used;		/* of local_copy_clock */
-} LocalCopy;
-
-#define PC_LOCAL_COPIES		4
-
-static LocalCopy local_copies[PC_LOCAL_COPIES] = {
-	{.index = -1}, {.index = -1}, {.index = -1}, {.index = -1}
-};
-static uint64 local_copy_clock = 0;
-
-/*
- * Zeroed bytes before every copy of the rows: a scan gives each row to the
- * executor as a heap tuple whose header starts MINIMAL_TUPLE_OFFSET bytes
- * before the stored MinimalTuple (snapshot_fdw.c), and copying such a tuple
- * reads those bytes.  For the first row they are these, inside the copy.
- */
-#define PC_COPY_LEAD	MAXALIGN(MINIMAL_TUPLE_OFFSET)
-static bool pin_callback_registered = false;
-
-/* What this backend's copies may keep between reads, in all. */
-#define PC_LOCAL_COPY_KEEP_BYTES	((Size) 8 * 1024 * 1024)
-
-/* A buffer for size bytes of rows, after the lead; NULL if out of memory. */
-static char *
-alloc_copy(MemoryContext cxt, Size size)
-{
-	char	   *buf = MemoryContextAllocExtended(cxt, PC_COPY_LEAD + size,
-												 MCXT_ALLOC_HUGE |
-												 MCXT_ALLOC_NO_OOM);
-
-	if (buf == NULL)
-		return NULL;
-	memset(buf, 0, PC_COPY_LEAD);
-	return buf + PC_COPY_LEAD;
-}
-
-static void
-free_copy(LocalCopy *lc)
-{
-	if (lc->buf != NULL)
-		pfree(lc->buf - PC_COPY_LEAD);
-	lc->buf = NULL;
-	lc->capacity = 0;
-	lc->index = -1;
-}
-
-/*
- * The copy to hold the snapshot in slot (index, generation): the one that
- * holds it already, else an empty one, else the least recently used one
- * that no scan pins.  NULL if every candidate is pinned.
- */
-static LocalCopy *
-choose_copy(int index, uint64 generation)
-{
-	LocalCopy  *victim = NULL;
-	int			i;
-
-	for (i = 0; i < PC_LOCAL_COPIES; i++)
-	{
-		LocalCopy  *lc = &local_copies[i];
-
-		if (lc->index == index && lc->generation == generation)
-			return lc;
-	}
-	for (i = 0; i < PC_LOCAL_COPIES; i++)
-	{
-		LocalCopy  *lc = &local_copies[i];
-
-		if (lc->pins > 0)
-			continue;
-		if (lc->index == -1)
-			return lc;
-		if (victim == NULL || lc->last_used < victim->last_used)
-			victim = lc;
-	}
-	return victim;
-}
-
-/*
- * Copy the rows out, if the slot holds a snapshot (and, with only_fresh,
- * one fetched within ttl_ms) that may be served: rows restored from the
- * dump are not, until a load as the owner was tried (pc_snap_awaits_load).
- * The copy is made under the slot's shared
- * lock with an allocation that cannot raise an ERROR; the caller returns
- * rows from it holding no lock.  *blob stays valid until the next call,
- * or, if the caller pins it (pc_snap_pin_copy), until it is unpinned: a
- * pinned copy is never refilled nor freed, and a read that would need it
- * refilled (the snapshot changed, or every copy is pinned) gets a copy of
- * its own in CurrentMemoryContext.
- */
-bool
-pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
-			 char **blob, Size *size, int64 *rows)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	bool		found = false;
-	bool		oom = false;
-
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
-		!s->restored &&
-		(!only_fresh || (!s->marked_stale && now - s->fetched_at_ms < ttl_ms)))
-	{
-		LocalCopy  *lc = choose_copy(ref.index, ref.generation);
-		bool		current = lc != NULL && lc->index == ref.index &&
-			lc->generation == ref.generation && lc->version == s->version;
-
-		if (!current && (lc == NULL || lc->pins > 0))
-		{
-			/* A scan still reads that copy: this one is separate. */
-			char	   *own = alloc_copy(CurrentMemoryContext, s->data_bytes);
-
-			if (own == NULL)
-				oom = true;
-			else
-			{
-				memcpy(own, dsa_get_address(pc_area(), s->data), s->data_bytes);
-				*blob = own;
-				*size = s->data_bytes;
-				*rows = s->rows;
-				found = true;
-			}
-		}
-		else if (!current)
-		{
-			if (lc->capacity < s->data_bytes)
-			{
-				char	   *grown = alloc_copy(TopMemoryContext, s->data_bytes);
-
-				if (grown == NULL)
-					oom = true;
-				else
-				{
-					free_copy(lc);
-					lc->buf = grown;
-					lc->capacity = s->data_bytes;
-				}
-			}
-			if (!oom)
-			{
-				memcpy(lc->buf, dsa_get_address(pc_area(), s->data),
-					   s->data_bytes);
-				lc->index = ref.index;
-				lc->generation = ref.generation;
-				lc->version = s->version;
-				lc->size = s->data_bytes;
-				lc->rows = s->rows;
-			}
-			else
-				lc->index = -1; /* it may hold part of a copy */
-		}
-		if (!oom && !found)
-		{
-			lc->last_used = ++local_copy_clock;
-			*blob = lc->buf;
-			*size = lc->size;
-			*rows = lc->rows;
-			found = true;
-		}
-	}
-	LWLockRelease(slot_lock(ref.index));
-
-	if (oom)
-		pc_report_oom("a snapshot");
-	return found;
-}
-
-/* Pins end with the transaction: a scan that failed never unpinned. */
-static void
-unpin_at_xact_end(XactEvent event, void *arg)
-{
-	int			i;
-
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_PREPARE)
-		for (i = 0; i < PC_LOCAL_COPIES; i++)
-			local_copies[i].pins = 0;
-}
-
-/* The backend's copy whose rows blob is, or NULL. */
-static LocalCopy *
-copy_of(const char *blob)
-{
-	int			i;
-
-	if (blob == NULL)
-		return NULL;
-	for (i = 0; i < PC_LOCAL_COPIES; i++)
-		if (local_copies[i].buf == blob)
-			return &local_copies[i];
-	return NULL;
-}
-
-/*
- * A scan that returns rows straight from the blob pc_snap_copy() gave it
- * pins it for as long as it reads; blobs other than the backend's copies
- * (see pc_snap_copy) need no pin, and pinning them does nothing.
- */
-void
-pc_snap_pin_copy(const char *blob)
-{
-	LocalCopy  *lc = copy_of(blob);
-
-	if (lc == NULL)
-		return;
-	if (!pin_callback_registered)
-	{
-		RegisterXactCallback(unpin_at_xact_end, NULL);
-		pin_callback_registered = true;
-	}
-	lc->pins++;
-}
-
-void
-pc_snap_unpin_copy(const char *blob)
-{
-	LocalCopy  *lc = copy_of(blob);
-
-	if (lc != NULL && lc->pins > 0)
-		lc->pins--;
-}
-
-/*
- * Give back the copies beyond what the backend keeps: least recently used
- * first, pinned ones never.
- */
-void
-pc_snap_trim_local_copy(void)
-{
-	Size		kept = 0;
-	int			i;
-
-	for (i = 0; i < PC_LOCAL_COPIES; i++)
-		kept += local_copies[i].capacity;
-	while (kept > PC_LOCAL_COPY_KEEP_BYTES)
-	{
-		LocalCopy  *oldest = NULL;
-
-		for (i = 0; i < PC_LOCAL_COPIES; i++)
-		{
-			LocalCopy  *lc = &local_copies[i];
-
-			if (lc->buf != NULL && lc->pins == 0 &&
-				(oldest == NULL || lc->last_used < oldest->last_used))
-				oldest = lc;
-		}
-		if (oldest == NULL)
-			break;
-		kept -= oldest->capacity;
-		free_copy(oldest);
-	}
-}
-
-/* ----------------------------------------------------------------
- * Freshness, the cold-start claim and the refresh lease
- * ----------------------------------------------------------------
- */
-
-/*
- * Is the snapshot loaded (restored rows count), and fetched within ttl_ms
- * (restored rows never are)?
- */
-bool
-pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	bool		fresh;
-
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	*loaded = s->generation == ref.generation && DsaPointerIsValid(s->data);
-	fresh = *loaded && !s->restored && !s->marked_stale &&
-		now - s->fetched_at_ms < ttl_ms;
-	LWLockRelease(slot_lock(ref.index));
-	return fresh;
-}
-
-/*
- * Does the slot hold rows restored from the dump that no load as the owner
- * has vouched for yet?  They are not served until one was tried: only a
- * load knows whether the owner may still read them.
- */
-bool
-pc_snap_awaits_load(PcSnapRef ref)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	bool		awaits;
-
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	awaits = s->generation == ref.generation && DsaPointerIsValid(s->data) &&
-		s->restored;
-	LWLockRelease(slot_lock(ref.index));
-	return awaits;
-}
-
-/*
- * What a reader may wait for in the slot, under its lock: another backend
- * reading the dump for its rows, or, before s->restore_wait_until, the
- * first load as the owner of restored rows that another backend is trying
- * (it holds the lease).  With the lease free there is nothing to wait for:
- * the reader tries the load itself, or, if it may not, fails as before.
- * *lease_left: how long the lease lasts if nobody drops it (its end wakes
- * nobody).
- */
-static bool
-worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now,
-			  int64 *lease_left)
-{
-	int			checker = s->dump_check_pid;
-	int			holder;
-	int64		until;
-
-	*lease_left = PG_INT64_MAX;
-	if (s->generation != ref.generation)
-		return false;
-	if (checker != 0 && checker != MyProcPid &&
-		BackendPidGetProc(checker) != NULL)
-		return true;
-	if (!DsaPointerIsValid(s->data) || !s->restored ||
-		real_now >= s->restore_wait_until)
-		return false;
-	holder = (int) pg_atomic_read_u32(&s->lease_pid);
-	until = (int64) pg_atomic_read_u64(&s->lease_until_ms);
-	*lease_left = until - pc_now_ms();
-	return holder != 0 && holder != MyProcPid && *lease_left > 0 &&
-		BackendPidGetProc(holder) != NULL;
-}
-
-/*
- * Right after a restart: wait, until deadline (on pc_real_now_ms()), for
- * what another backend does that this read needs, rather than fail
- * (projcache.restore_wait): its reading the dump for the slot's rows, or
- * its load as the owner of rows restored from it.  PC_SNAP_WAIT_NONE:
- * there was nothing to wait for; PC_SNAP_WAIT_WOKEN: it ended: look again;
- * PC_SNAP_WAIT_TIMEOUT: the deadline passed.  Interruptible; no lock is
- * held while sleeping.
- */
-PcSnapWait
-pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	PcSnapWait	result = PC_SNAP_WAIT_NONE;
-
-	ConditionVariablePrepareToSleep(&s->cv);
-	for (;;)
-	{
-		int64		real_now = pc_real_now_ms();
-		int64		lease_left;
-		bool		wait;
-
-		pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-		wait = worth_waiting(s, ref, real_now, &lease_left);
-		LWLockRelease(slot_lock(ref.index));
-		if (!wait)
-			break;
-		if (real_now >= deadline)
-		{
-			result = PC_SNAP_WAIT_TIMEOUT;
-			break;
-		}
-		result = PC_SNAP_WAIT_WOKEN;
-		(void) ConditionVariableTimedSleep(&s->cv,
-										   (long) Min(deadline - real_now,
-													  lease_left),
-										   pc_wait_event(PC_WAIT_SNAPSHOT_LOAD));
-	}
-	ConditionVariableCancelSleep();
-	return result;
-}
-
-/*
- * Cold start: claim the one load attempt of this TTL window.  Returns
- * PC_CLAIM_WON if the caller must load (*prev is what it replaced, for
- * pc_snap_cold_unclaim), PC_CLAIM_THROTTLED if the window is taken, with
- * *throttled_since set to the attempt that explains the wait: the one seen
- * before trying, or, when the compare-and-swap is lost, the one the winner
- * just stored (PC_NEVER if none).  PC_CLAIM_GONE: the slot was reassigned.
- */
-PcClaim
-pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
-				   int64 *throttled_since, int64 *prev_attempt)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	PcClaim		result;
-	uint64		prev;
-	int64		prev_ms;
-
-	if (ttl_ms < 1)
-		ttl_ms = 1;
-	/* reset_slot() changes the generation under the exclusive lock. */
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	prev = pg_atomic_read_u64(&s->last_attempt_ms);
-	prev_ms = (int64) prev;
-	if (s->generation != ref.generation)
-		result = PC_CLAIM_GONE;
-	else if (prev_ms != PC_NEVER && now - prev_ms < ttl_ms)
-	{
-		*throttled_since = prev_ms;
-		result = PC_CLAIM_THROTTLED;
-	}
-	else if (!pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &prev,
-											 (uint64) now))
-	{
-		*throttled_since = (int64) prev;
-		result = PC_CLAIM_THROTTLED;
-	}
-	else
-	{
-		*prev_attempt = prev_ms;
-		result = PC_CLAIM_WON;
-	}
-	LWLockRelease(slot_lock(ref.index));
-	return result;
-}
-
-/*
- * Give back a won claim whose load was cancelled: a cancel says nothing
- * about the source, so it must not close the window for everyone.
- */
-void
-pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at, int64 prev_attempt)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	uint64		expected = (uint64) claimed_at;
-
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	if (s->generation == ref.generation)
-		(void) pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &expected,
-											  (uint64) prev_attempt);
-	LWLockRelease(slot_lock(ref.index));
-}
-
-/*
- * After the first success: only one backend refreshes at a time; the
- * others serve the last good snapshot.  The lease ends when its holder
- * drops it, when lease_ms have passed, or when its holder is gone (a
- * backend terminated in the middle of a load cannot drop it).
- */
-bool
-pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	bool		taken = false;
-
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	if (s->generation == ref.generation)
-	{
-		uint64		until = pg_atomic_read_u64(&s->lease_until_ms);
-		int			holder = (int) pg_atomic_read_u32(&s->lease_pid);
-
-		if ((int64) until <= now || holder == 0 ||
-			BackendPidGetProc(holder) == NULL)
-			taken = pg_atomic_compare_exchange_u64(&s->lease_until_ms, &until,
-												   (uint64) (now +
-															 Max(lease_ms, 1)));
-		if (taken)
-			pg_atomic_write_u32(&s->lease_pid, (uint32) MyProcPid);
-	}
-	LWLockRelease(slot_lock(ref.index));
-	return taken;
-}
-
-void
-pc_snap_lease_drop(PcSnapRef ref)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	if (s->generation == ref.generation &&
-		pg_atomic_read_u32(&s->lease_pid) == (uint32) MyProcPid)
-	{
-		pg_atomic_write_u32(&s->lease_pid, 0);
-		pg_atomic_write_u64(&s->lease_until_ms, 0);
-	}
-	LWLockRelease(slot_lock(ref.index));
-	/* A reader waiting for restored rows' load may try it now. */
-	ConditionVariableBroadcast(&s->cv);
-}
-
-/*
- * How often the slot was marked stale by WAL redo; a load reads it before
- * its query starts and passes it to pc_snap_publish().
- */
-uint64
-pc_snap_stale_marks(PcSnapRef ref)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	uint64		marks;
-
-	pc_lock_slot(slot_lock(ref.index), LW_SHARED);
-	marks = s->stale_marks;
-	LWLockRelease(slot_lock(ref.index));
-	return marks;
-}
-
-/*
- * On a standby, replaying refresh_snapshot() of the primary: the snapshot
- * is stale until its next load.  Called by redo, so it allocates nothing
- * and raises nothing; a snapshot not cached here is skipped.
- */
-void
-pc_snap_mark_stale(Oid dbid, const char *name)
-{
-	int			index;
-
-	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
-	index = find_slot(dbid, name);
-	if (index >= 0)
-	{
-		PcSnapSlot *s = &slots()[index];
-
-		pc_lock_slot(slot_lock(index), LW_EXCLUSIVE);
-		s->marked_stale = true;
-		s->stale_marks++;
-		LWLockRelease(slot_lock(index));
-	}
-	LWLockRelease(pc_shared->snap_map_lock);
 }
 
 /* ----------------------------------------------------------------
@@ -1210,7 +580,7 @@ snap_memory_per_owner(void)
 static Oid
 slot_owner(PcSnapRef ref)
 {
-	PcSnapSlot *s = &slots()[ref.index];
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	Oid			owner = InvalidOid;
 
 	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
@@ -1240,15 +610,15 @@ static SnapRoom
 charge(PcSnapRef ref, Oid owner, bool exempt, Size footprint,
 	   Size *owner_bytes)
 {
-	PcSnapSlot *s = &slots()[ref.index];
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	SnapRoom	room;
 	Size		held = 0;
 	int			i;
 
 	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
 	for (i = 0; i < pc_shared->max_snapshots; i++)
-		if (slots()[i].in_use && slots()[i].owner == owner)
-			held += slots()[i].charged;
+		if (pc_snap_slots()[i].in_use && pc_snap_slots()[i].owner == owner)
+			held += pc_snap_slots()[i].charged;
 	*owner_bytes = held;
 	if (s->generation != ref.generation)
 		room = ROOM_GONE;
@@ -1285,7 +655,7 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 			 int64 now, uint64 stale_marks, bool restored, char **refusal,
 			 bool *published)
 {
-	PcSnapSlot *s = &slots()[ref.index];
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	Size		bytes = Max(size, 1);
 	Size		footprint = pc_dsa_footprint(bytes);
 	Oid			owner;
@@ -1345,7 +715,7 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 	}
 	memcpy(dsa_get_address(pc_area(), dp), blob, size);
 
-	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation &&
 		(!restored || (!s->buried && !DsaPointerIsValid(s->data))))
 	{
@@ -1374,7 +744,7 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		pg_atomic_write_u64(&s->last_attempt_ms, (uint64) now);
 		*published = true;
 	}
-	LWLockRelease(slot_lock(ref.index));
+	LWLockRelease(pc_snap_slot_lock(ref.index));
 
 	if (*published)
 		ConditionVariableBroadcast(&s->cv);
@@ -1440,7 +810,7 @@ static int64
 note_failure(PcSnapRef ref, const char *message, int64 now,
 			 bool lost_rights, bool rights_checked, bool *tombstone)
 {
-	PcSnapSlot *s = &slots()[ref.index];
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	Size		bytes;
 	dsa_pointer dp = pc_store_message(message, &bytes);
 	dsa_pointer old_error = InvalidDsaPointer;
@@ -1450,7 +820,7 @@ note_failure(PcSnapRef ref, const char *message, int64 now,
 	int64		age = -1;
 
 	*tombstone = false;
-	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
 	{
 		s->refresh_errors++;
@@ -1489,7 +859,7 @@ note_failure(PcSnapRef ref, const char *message, int64 now,
 		s->error_unstored = !DsaPointerIsValid(dp);
 		dp = InvalidDsaPointer;
 	}
-	LWLockRelease(slot_lock(ref.index));
+	LWLockRelease(pc_snap_slot_lock(ref.index));
 	/* Readers waiting for this attempt are served by its outcome. */
 	ConditionVariableBroadcast(&s->cv);
 
@@ -1558,14 +928,14 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 
 	memset(info, 0, sizeof(PcSnapInfo));
 	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
-	index = find_slot(dbid, name);
-	if (index < 0 || !slot_is(&slots()[index], reg_id, reg_stamp))
+	index = pc_snap_find_slot(dbid, name);
+	if (index < 0 || !slot_is(&pc_snap_slots()[index], reg_id, reg_stamp))
 	{
 		LWLockRelease(pc_shared->snap_map_lock);
 		return false;
 	}
-	s = &slots()[index];
-	pc_lock_slot(slot_lock(index), LW_SHARED);
+	s = &pc_snap_slots()[index];
+	pc_lock_slot(pc_snap_slot_lock(index), LW_SHARED);
 	info->loaded = DsaPointerIsValid(s->data);
 	info->rows = s->rows;
 	info->bytes = info->loaded ? s->data_bytes : 0;
@@ -1584,7 +954,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		info->last_error = pc_copy_no_oom(msg, strlen(msg), true, &oom);
 	}
 	unstored = s->error_unstored;
-	LWLockRelease(slot_lock(index));
+	LWLockRelease(pc_snap_slot_lock(index));
 	LWLockRelease(pc_shared->snap_map_lock);
 
 	if (oom)
@@ -1592,113 +962,4 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	if (info->last_error == NULL && unstored)
 		info->last_error = pstrdup(PC_UNSTORED_ERROR);
 	return true;
-}
-
-/* ----------------------------------------------------------------
- * The dump (snapshot_dump.c)
- * ----------------------------------------------------------------
- */
-
-/*
- * Should the dump be looked at for this slot's rows?  Once per slot and
- * generation, and only while it has none and is not buried: true for the
- * first caller.
- */
-bool
-pc_snap_take_dump_check(PcSnapRef ref)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-	bool		take = false;
-
-	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
-	if (s->generation == ref.generation && !s->dump_checked)
-	{
-		s->dump_checked = true;
-		take = !DsaPointerIsValid(s->data) && !s->buried;
-		if (take)
-			s->dump_check_pid = MyProcPid;
-	}
-	LWLockRelease(slot_lock(ref.index));
-	return take;
-}
-
-/*
- * The check pc_snap_take_dump_check() gave this backend is over (its rows
- * published, or none found): readers waiting for it look again.
- */
-void
-pc_snap_dump_check_done(PcSnapRef ref)
-{
-	PcSnapSlot *s = &slots()[ref.index];
-
-	pc_lock_slot(slot_lock(ref.index), LW_EXCLUSIVE);
-	if (s->generation == ref.generation && s->dump_check_pid == MyProcPid)
-		s->dump_check_pid = 0;
-	LWLockRelease(slot_lock(ref.index));
-	ConditionVariableBroadcast(&s->cv);
-}
-
-/*
- * Hand each loaded snapshot to emit(): which registration it caches, its
- * rows' age, and a copy of its rows (made under the slot's lock, with an
- * allocation that fails quietly: a slot that cannot be copied is left out).
- * A buried slot is handed over too, with no rows (blob NULL), so that the
- * dump carries none of its registration's.  A slot whose rows are dumped
- * is due a tombstone should it be buried later (noted before the copy, so
- * that a burial in between writes one).
- */
-void
-pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
-								 void *arg),
-				   void *arg, int64 now)
-{
-	int			i;
-
-	for (i = 0; i < pc_shared->max_snapshots; i++)
-	{
-		PcSnapSlot *s = &slots()[i];
-		PcSnapDumped snap;
-		uint64		generation;
-		char	   *blob = NULL;
-
-		memset(&snap, 0, sizeof(snap));
-		pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
-		if (s->in_use)
-		{
-			snap.dbid = s->dbid;
-			strlcpy(snap.name, s->name, NAMEDATALEN);
-			snap.reg_id = s->reg_id;
-			snap.reg_stamp = s->reg_stamp;
-		}
-		generation = s->generation;
-		LWLockRelease(pc_shared->snap_map_lock);
-		if (!OidIsValid(snap.dbid))
-			continue;
-
-		pc_lock_slot(slot_lock(i), LW_EXCLUSIVE);
-		if (s->generation == generation && DsaPointerIsValid(s->data))
-			s->tombstone_due = true;
-		LWLockRelease(slot_lock(i));
-		pc_lock_slot(slot_lock(i), LW_SHARED);
-		if (s->generation == generation && DsaPointerIsValid(s->data))
-		{
-			blob = palloc_extended(s->data_bytes,
-								   MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
-			if (blob != NULL)
-			{
-				memcpy(blob, dsa_get_address(pc_area(), s->data),
-					   s->data_bytes);
-				snap.size = s->data_bytes;
-				snap.rows = s->rows;
-				snap.age_ms = Max(now - s->loaded_at_ms, 0);
-			}
-		}
-		else if (s->generation == generation && s->buried)
-			snap.buried = true;
-		LWLockRelease(slot_lock(i));
-		if (blob != NULL || snap.buried)
-			emit(&snap, blob, arg);
-		if (blob != NULL)
-			pfree(blob);
-	}
 }
