@@ -1035,51 +1035,64 @@ counter_datum(PcCounter which)
 	return Int64GetDatum((int64) counter(which));
 }
 
-/* projcache.stats(): the counters, as one row. */
-Datum
-projcache_stats(PG_FUNCTION_ARGS)
+/* The buckets of the fetch-delay histogram, in their order. */
+static const char *const delay_names[] = {
+	"lte15s", "lte30s", "lte60s", "lte120s", "lte300s",
+	"lte600s", "lte1800s", "lte3600s", "gt3600s"
+};
+
+/* The counters of the stats view's 1.0 columns, in their order. */
+static const PcCounter stats_counters[] = {
+	PC_CTR_HITS, PC_CTR_MISSES, PC_CTR_PENDING_READS,
+	PC_CTR_FETCH_REQUESTS, PC_CTR_FETCH_CALLS, PC_CTR_FETCHED_KEYS,
+	PC_CTR_NOT_MODIFIED, PC_CTR_PENDING_RESULTS, PC_CTR_FETCH_ERRORS,
+	PC_CTR_EVICTIONS, PC_CTR_REFRESHES, PC_CTR_REQUEST_OVERFLOWS
+};
+
+/* The stats view's columns: 1.0's, then 1.1's six, then 1.2's six. */
+#define STATS_COLUMNS_1_0	(3 + lengthof(stats_counters) + 4)
+#define STATS_COLUMNS	(STATS_COLUMNS_1_0 + 6 + 6)
+
+/*
+ * The fetch-delay histogram as jsonb: an object of counts by bucket (whose
+ * keys jsonb sorts), or, as_list, a list of {bucket, count} in the
+ * buckets' order.
+ */
+static Datum
+delay_histogram(bool as_list)
 {
-	static const char *const delay_names[] = {
-		"lte15s", "lte30s", "lte60s", "lte120s", "lte300s",
-		"lte600s", "lte1800s", "lte3600s", "gt3600s"
-	};
-	static const PcCounter columns[] = {
-		PC_CTR_HITS, PC_CTR_MISSES, PC_CTR_PENDING_READS,
-		PC_CTR_FETCH_REQUESTS, PC_CTR_FETCH_CALLS, PC_CTR_FETCHED_KEYS,
-		PC_CTR_NOT_MODIFIED, PC_CTR_PENDING_RESULTS, PC_CTR_FETCH_ERRORS,
-		PC_CTR_EVICTIONS, PC_CTR_REFRESHES, PC_CTR_REQUEST_OVERFLOWS
-	};
-	TupleDesc	tupdesc;
-	Datum		values[3 + lengthof(columns) + 4 + 6 + 6];
-	bool		nulls[lengthof(values)];
-	StringInfoData histogram;
+	StringInfoData buf;
+	int			i;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, as_list ? '[' : '{');
+	for (i = 0; i < lengthof(delay_names); i++)
+		appendStringInfo(&buf,
+						 as_list ?
+						 "%s{\"bucket\": \"%s\", \"count\": " UINT64_FORMAT "}" :
+						 "%s\"%s\": " UINT64_FORMAT,
+						 i > 0 ? ", " : "", delay_names[i],
+						 counter(PC_CTR_DELAY_LTE15S + i));
+	appendStringInfoChar(&buf, as_list ? ']' : '}');
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+}
+
+/* The columns 1.0 declares; returns how many. */
+static int
+stats_columns_1_0(Datum *values, bool *nulls)
+{
 	int			col = 0;
 	int			i;
 	int			worker_pid;
 	TimestampTz reset;
 
-	pc_require_loaded();
-	flush_read_counts();
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	memset(nulls, false, sizeof(nulls));
 	values[col++] =
 		Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->nentries));
 	values[col++] = Int64GetDatum((int64) pc_memory_used());
 	values[col++] = Int64GetDatum((int64) pc_memory_limit());
-	for (i = 0; i < lengthof(columns); i++)
-		values[col++] = counter_datum(columns[i]);
-
-	initStringInfo(&histogram);
-	appendStringInfoChar(&histogram, '{');
-	for (i = 0; i < lengthof(delay_names); i++)
-		appendStringInfo(&histogram, "%s\"%s\": " UINT64_FORMAT,
-						 i > 0 ? ", " : "", delay_names[i],
-						 counter(PC_CTR_DELAY_LTE15S + i));
-	appendStringInfoChar(&histogram, '}');
-	values[col++] = DirectFunctionCall1(jsonb_in,
-										CStringGetDatum(histogram.data));
+	for (i = 0; i < lengthof(stats_counters); i++)
+		values[col++] = counter_datum(stats_counters[i]);
+	values[col++] = delay_histogram(false);
 
 	SpinLockAcquire(&pc_shared->mutex);
 	worker_pid = pc_shared->worker_pid;
@@ -1091,67 +1104,84 @@ projcache_stats(PG_FUNCTION_ARGS)
 		Int64GetDatum((int64)
 					  pg_atomic_read_u64(&pc_shared->config_generation));
 	values[col++] = TimestampTzGetDatum(reset);
+	Assert(col == STATS_COLUMNS_1_0);
+	return col;
+}
 
-	/* Since 1.1 (the 1.0 SQL declares the columns above only). */
+/* The columns 1.1 added: evictions by cause, refused reads, hit ratio. */
+static int
+stats_columns_1_1(Datum *values, bool *nulls)
+{
+	uint64		hits = counter(PC_CTR_HITS);
+	uint64		reads = hits + counter(PC_CTR_MISSES) +
+		counter(PC_CTR_PENDING_READS) + counter(PC_CTR_REFUSED_READS);
+	int			col = 0;
+
+	values[col++] = counter_datum(PC_CTR_EXPIRY_EVICTIONS);
+	values[col++] = counter_datum(PC_CTR_MEMORY_EVICTIONS);
+	values[col++] = counter_datum(PC_CTR_REQUESTED_EVICTIONS);
+	values[col++] = counter_datum(PC_CTR_REFUSED_READS);
+	values[col] =
+		Float8GetDatum(reads > 0 ? (double) hits / (double) reads : 0.0);
+	nulls[col++] = reads == 0;
+	values[col++] = delay_histogram(true);
+	return col;
+}
+
+/* The columns 1.2 added: fair fetching's drops, and the dumps. */
+static int
+stats_columns_1_2(Datum *values, bool *nulls)
+{
+	uint64		loaded_keys;
+	uint64		loaded_snapshots;
+	int64		loaded_age_ms;
+	bool		dump_read;
+	TimestampTz written_at;
+	uint64		dump_keys;
+	int			col = 0;
+
+	SpinLockAcquire(&pc_shared->mutex);
+	dump_read = pc_shared->keys_dump_read;
+	loaded_keys = pc_shared->loaded_keys;
+	loaded_snapshots = pc_shared->loaded_snapshots;
+	loaded_age_ms = pc_shared->loaded_dump_age_ms;
+	written_at = pc_shared->dump_written_at;
+	dump_keys = pc_shared->dump_keys;
+	SpinLockRelease(&pc_shared->mutex);
+
+	values[col++] = counter_datum(PC_CTR_DROPPED_FETCHES);
+	values[col++] = Int64GetDatum((int64) loaded_keys);
+	values[col++] = Int64GetDatum((int64) loaded_snapshots);
+	values[col] = pc_interval_from_ms(loaded_age_ms);
+	nulls[col++] = !dump_read || (loaded_keys == 0 && loaded_snapshots == 0);
+	values[col] = TimestampTzGetDatum(written_at);
+	nulls[col++] = written_at == 0;
+	values[col] = Int64GetDatum((int64) dump_keys);
+	nulls[col++] = written_at == 0;
+	return col;
+}
+
+/* projcache.stats(): the counters, as one row. */
+Datum
+projcache_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[STATS_COLUMNS];
+	bool		nulls[STATS_COLUMNS];
+	int			col;
+
+	pc_require_loaded();
+	flush_read_counts();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	memset(nulls, false, sizeof(nulls));
+	col = stats_columns_1_0(values, nulls);
+	/* The 1.0 SQL declares those only; 1.1 and 1.2 added some. */
 	if (tupdesc->natts > col)
-	{
-		uint64		hits = counter(PC_CTR_HITS);
-		uint64		reads = hits + counter(PC_CTR_MISSES) +
-			counter(PC_CTR_PENDING_READS) + counter(PC_CTR_REFUSED_READS);
-
-		values[col++] = counter_datum(PC_CTR_EXPIRY_EVICTIONS);
-		values[col++] = counter_datum(PC_CTR_MEMORY_EVICTIONS);
-		values[col++] = counter_datum(PC_CTR_REQUESTED_EVICTIONS);
-		values[col++] = counter_datum(PC_CTR_REFUSED_READS);
-		values[col] =
-			Float8GetDatum(reads > 0 ? (double) hits / (double) reads : 0.0);
-		nulls[col++] = reads == 0;
-
-		/* The same buckets in their order (jsonb sorts an object's keys). */
-		resetStringInfo(&histogram);
-		appendStringInfoChar(&histogram, '[');
-		for (i = 0; i < lengthof(delay_names); i++)
-			appendStringInfo(&histogram,
-							 "%s{\"bucket\": \"%s\", \"count\": "
-							 UINT64_FORMAT "}",
-							 i > 0 ? ", " : "", delay_names[i],
-							 counter(PC_CTR_DELAY_LTE15S + i));
-		appendStringInfoChar(&histogram, ']');
-		values[col++] = DirectFunctionCall1(jsonb_in,
-											CStringGetDatum(histogram.data));
-	}
-
-	/* Since 1.2: fair fetching, and the dumps. */
+		col += stats_columns_1_1(values + col, nulls + col);
 	if (tupdesc->natts > col)
-	{
-		uint64		loaded_keys;
-		uint64		loaded_snapshots;
-		int64		loaded_age_ms;
-		bool		dump_read;
-		TimestampTz written_at;
-		uint64		dump_keys;
-
-		SpinLockAcquire(&pc_shared->mutex);
-		dump_read = pc_shared->keys_dump_read;
-		loaded_keys = pc_shared->loaded_keys;
-		loaded_snapshots = pc_shared->loaded_snapshots;
-		loaded_age_ms = pc_shared->loaded_dump_age_ms;
-		written_at = pc_shared->dump_written_at;
-		dump_keys = pc_shared->dump_keys;
-		SpinLockRelease(&pc_shared->mutex);
-
-		values[col++] = counter_datum(PC_CTR_DROPPED_FETCHES);
-		values[col++] = Int64GetDatum((int64) loaded_keys);
-		values[col++] = Int64GetDatum((int64) loaded_snapshots);
-		values[col] = pc_interval_from_ms(loaded_age_ms);
-		nulls[col++] = !dump_read ||
-			(loaded_keys == 0 && loaded_snapshots == 0);
-		values[col] = TimestampTzGetDatum(written_at);
-		nulls[col++] = written_at == 0;
-		values[col] = Int64GetDatum((int64) dump_keys);
-		nulls[col++] = written_at == 0;
-	}
-
+		col += stats_columns_1_2(values + col, nulls + col);
 	Assert(col == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
