@@ -892,131 +892,162 @@ projcache_evict(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
+/* Every entry of the map, copied out for the entries view. */
+typedef struct EntryCopies
+{
+	PcRead	   *rows;
+	char	  **keys;			/* NUL-terminated */
+	int			count;
+	int			capacity;
+	bool		oom;			/* a copy failed: count is short */
+}			EntryCopies;
+
+/* Room for one more copy; false (c->oom set) if there is none. */
+static bool
+entry_copies_grow(EntryCopies * c)
+{
+	PcRead	   *rows;
+	char	  **keys;
+
+	if (c->count < c->capacity)
+		return true;
+	rows = repalloc_extended(c->rows, 2 * c->capacity * sizeof(PcRead),
+							 MCXT_ALLOC_NO_OOM);
+	if (rows != NULL)
+		c->rows = rows;
+	keys = rows ? repalloc_extended(c->keys, 2 * c->capacity * sizeof(char *),
+									MCXT_ALLOC_NO_OOM) : NULL;
+	if (keys == NULL)
+	{
+		c->oom = true;
+		return false;
+	}
+	c->keys = keys;
+	c->capacity *= 2;
+	return true;
+}
+
+/*
+ * Copy every entry out under a scan of the map.  Only copies are made
+ * under the partition locks, with allocations that fail quietly (an ERROR
+ * must not leave a lock held): a failure sets c->oom.
+ */
+static void
+copy_all_entries(EntryCopies * c)
+{
+	dshash_seq_status status;
+	PcEntry    *entry;
+
+	c->capacity = 256;
+	c->rows = palloc(c->capacity * sizeof(PcRead));
+	c->keys = palloc(c->capacity * sizeof(char *));
+	pc_entry_scan_begin(&status, false);
+	while ((entry = dshash_seq_next(&status)) != NULL)
+	{
+		if (!entry_copies_grow(c))
+			break;
+		c->keys[c->count] = pc_copy_no_oom(pc_key_bytes(pc_area(),
+														&entry->key),
+										   entry->key.len, true, &c->oom);
+		copy_entry(entry, true, false, &c->rows[c->count]);
+		if (c->oom || c->rows[c->count].oom)
+		{
+			c->oom = true;
+			break;
+		}
+		c->count++;
+	}
+	pc_entry_scan_end(&status);
+}
+
+#define ENTRIES_COLUMNS 16
+
+/* One row of the entries view, from one entry's copy. */
+static void
+entry_row(const char *key, PcRead *r, int64 now, Datum *values, bool *nulls)
+{
+	bool		backoff = r->retry_at > now;
+
+	memset(nulls, true, ENTRIES_COLUMNS * sizeof(bool));
+	values[0] = CStringGetTextDatum(key);
+	nulls[0] = false;
+	values[1] = CStringGetTextDatum(state_name(r->state));
+	nulls[1] = false;
+	/* Readers still see in_progress: they must not ask meanwhile. */
+	values[3] = CStringGetTextDatum(backoff ? "backoff" :
+									fetch_state_name(r->fetch_state));
+	nulls[3] = false;
+	if (r->revision != NULL)
+	{
+		values[4] = CStringGetTextDatum(r->revision);
+		nulls[4] = false;
+	}
+	values[5] = Int64GetDatum(r->value_bytes);
+	nulls[5] = false;
+	if (r->state != PC_STATE_PENDING)
+	{
+		values[2] =
+			CStringGetTextDatum(freshness_name(read_freshness(r, now)));
+		nulls[2] = false;
+		values[6] = TimestampTzGetDatum(pc_mono_to_timestamp(r->fetched_at));
+		nulls[6] = false;
+		values[7] = pc_interval_from_ms(Max(now - r->fetched_at, 0));
+		nulls[7] = false;
+		if (r->expires_at != 0)
+		{
+			values[8] = pc_interval_from_ms(r->expires_at - now);
+			nulls[8] = false;
+		}
+	}
+	if (r->has_refresh)
+	{
+		values[9] = pc_interval_from_ms(r->refresh_at - now);
+		nulls[9] = false;
+	}
+	values[10] = Int32GetDatum(r->attempts);
+	nulls[10] = false;
+	if (r->last_error != NULL)
+	{
+		values[11] = CStringGetTextDatum(r->last_error);
+		nulls[11] = false;
+	}
+	/* Since 1.1 (the 1.0 SQL declares the columns above only). */
+	values[12] = BoolGetDatum(r->visited);
+	nulls[12] = false;
+	if (backoff)
+	{
+		values[13] = TimestampTzGetDatum(pc_mono_to_timestamp(r->retry_at));
+		nulls[13] = false;
+	}
+	/* Since 1.2: the key's own fresh and stale periods, else the GUCs'. */
+	values[14] = pc_interval_from_ms(read_max_age(r));
+	nulls[14] = false;
+	values[15] = pc_interval_from_ms(read_stale_for(r));
+	nulls[15] = false;
+}
+
 /* projcache.entries(): one row per cached key. */
 Datum
 projcache_entries(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	dshash_seq_status status;
-	PcEntry    *entry;
-	PcRead	   *rows;
-	char	  **keys;
-	int			capacity = 256;
-	int			count = 0;
-	bool		oom = false;
+	EntryCopies copies = {0};
 	int64		now;
 	int			i;
 
 	pc_require_loaded();
 	InitMaterializedSRF(fcinfo, 0);
-	rows = palloc(capacity * sizeof(PcRead));
-	keys = palloc(capacity * sizeof(char *));
-
-	pc_entry_scan_begin(&status, false);
-	while ((entry = dshash_seq_next(&status)) != NULL)
-	{
-		if (count == capacity)
-		{
-			PcRead	   *r2 = repalloc_extended(rows,
-											   2 * capacity * sizeof(PcRead),
-											   MCXT_ALLOC_NO_OOM);
-			char	  **k2;
-
-			if (r2 == NULL)
-			{
-				oom = true;
-				break;
-			}
-			rows = r2;
-			k2 = repalloc_extended(keys, 2 * capacity * sizeof(char *),
-								   MCXT_ALLOC_NO_OOM);
-			if (k2 == NULL)
-			{
-				oom = true;
-				break;
-			}
-			keys = k2;
-			capacity *= 2;
-		}
-		keys[count] = pc_copy_no_oom(pc_key_bytes(pc_area(), &entry->key),
-									 entry->key.len, true, &oom);
-		copy_entry(entry, true, false, &rows[count]);
-		if (oom || rows[count].oom)
-		{
-			oom = true;
-			break;
-		}
-		count++;
-	}
-	pc_entry_scan_end(&status);
-	if (oom)
+	copy_all_entries(&copies);
+	if (copies.oom)
 		pc_report_oom("a cached value");
 
 	now = pc_now_ms();
-	for (i = 0; i < count; i++)
+	for (i = 0; i < copies.count; i++)
 	{
-		PcRead	   *r = &rows[i];
-		Datum		values[16];
-		bool		nulls[16];
-		bool		backoff = r->retry_at > now;
+		Datum		values[ENTRIES_COLUMNS];
+		bool		nulls[ENTRIES_COLUMNS];
 
-		memset(nulls, true, sizeof(nulls));
-		values[0] = CStringGetTextDatum(keys[i]);
-		nulls[0] = false;
-		values[1] = CStringGetTextDatum(state_name(r->state));
-		nulls[1] = false;
-		/* Readers still see in_progress: they must not ask meanwhile. */
-		values[3] = CStringGetTextDatum(backoff ? "backoff" :
-										fetch_state_name(r->fetch_state));
-		nulls[3] = false;
-		if (r->revision != NULL)
-		{
-			values[4] = CStringGetTextDatum(r->revision);
-			nulls[4] = false;
-		}
-		values[5] = Int64GetDatum(r->value_bytes);
-		nulls[5] = false;
-		if (r->state != PC_STATE_PENDING)
-		{
-			values[2] =
-				CStringGetTextDatum(freshness_name(read_freshness(r, now)));
-			nulls[2] = false;
-			values[6] =
-				TimestampTzGetDatum(pc_mono_to_timestamp(r->fetched_at));
-			nulls[6] = false;
-			values[7] = pc_interval_from_ms(Max(now - r->fetched_at, 0));
-			nulls[7] = false;
-			if (r->expires_at != 0)
-			{
-				values[8] = pc_interval_from_ms(r->expires_at - now);
-				nulls[8] = false;
-			}
-		}
-		if (r->has_refresh)
-		{
-			values[9] = pc_interval_from_ms(r->refresh_at - now);
-			nulls[9] = false;
-		}
-		values[10] = Int32GetDatum(r->attempts);
-		nulls[10] = false;
-		if (r->last_error != NULL)
-		{
-			values[11] = CStringGetTextDatum(r->last_error);
-			nulls[11] = false;
-		}
-		/* Since 1.1 (the 1.0 SQL declares the columns above only). */
-		values[12] = BoolGetDatum(r->visited);
-		nulls[12] = false;
-		if (backoff)
-		{
-			values[13] = TimestampTzGetDatum(pc_mono_to_timestamp(r->retry_at));
-			nulls[13] = false;
-		}
-		/* Since 1.2: the key's own fresh and stale periods, else the GUCs'. */
-		values[14] = pc_interval_from_ms(read_max_age(r));
-		nulls[14] = false;
-		values[15] = pc_interval_from_ms(read_stale_for(r));
-		nulls[15] = false;
+		entry_row(copies.keys[i], &copies.rows[i], now, values, nulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
