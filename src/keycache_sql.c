@@ -900,11 +900,11 @@ typedef struct EntryCopies
 	int			count;
 	int			capacity;
 	bool		oom;			/* a copy failed: count is short */
-}			EntryCopies;
+} EntryCopies;
 
 /* Room for one more copy; false (c->oom set) if there is none. */
 static bool
-entry_copies_grow(EntryCopies * c)
+entry_copies_grow(EntryCopies *c)
 {
 	PcRead	   *rows;
 	char	  **keys;
@@ -933,7 +933,7 @@ entry_copies_grow(EntryCopies * c)
  * must not leave a lock held): a failure sets c->oom.
  */
 static void
-copy_all_entries(EntryCopies * c)
+copy_all_entries(EntryCopies *c)
 {
 	dshash_seq_status status;
 	PcEntry    *entry;

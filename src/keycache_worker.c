@@ -1236,6 +1236,114 @@ run_batch(SchedEntry **batch, int n, int64 now)
  * ----------------------------------------------------------------
  */
 
+/* One key's shared state, as rebuild_private_state() found it. */
+typedef struct SavedEntry
+{
+	uint8		state;
+	uint8		fetch_state;
+	bool		invalidated;
+	bool		has_refresh;
+	int32		attempts;
+	SchedPeriods periods;
+	int64		fetched_at;
+	int64		expires_at;
+	int64		refresh_at;
+	bool		visited;		/* read again: its fetch is demanded */
+	int			owner;			/* its role's slot (keys per role) */
+} SavedEntry;
+
+/*
+ * Copy every key of the map and its state out under a scan (nothing under
+ * it may raise an ERROR: a failed allocation sets list->oom); returns the
+ * states, one per key of the list.
+ */
+static SavedEntry *
+save_shared_state(KeyList *list)
+{
+	dshash_seq_status status;
+	PcEntry    *entry;
+	SavedEntry *saved;
+	int			capacity = 1024;
+
+	saved = palloc(capacity * sizeof(SavedEntry));
+	pc_entry_scan_begin(&status, false);
+	while ((entry = dshash_seq_next(&status)) != NULL)
+	{
+		SavedEntry *s;
+
+		if (list->count == capacity)
+		{
+			SavedEntry *grown =
+				repalloc_extended(saved, 2 * capacity * sizeof(SavedEntry),
+								  MCXT_ALLOC_NO_OOM);
+
+			if (grown == NULL)
+			{
+				list->oom = true;
+				break;
+			}
+			saved = grown;
+			capacity *= 2;
+		}
+		keylist_add_under_lock(list, pc_key_bytes(pc_area(), &entry->key),
+							   entry->key.len);
+		if (list->oom)
+			break;
+		s = &saved[list->count - 1];
+		s->state = entry->state;
+		s->fetch_state = entry->fetch_state;
+		s->invalidated = entry->invalidated;
+		s->has_refresh = entry->has_refresh;
+		s->attempts = entry->attempts;
+		s->periods.max_age_ms = entry->max_age_ms;
+		s->periods.stale_for_ms = entry->stale_for_ms;
+		s->fetched_at = entry->fetched_at;
+		s->expires_at = entry->expires_at;
+		s->refresh_at = entry->refresh_at;
+		s->visited = pg_atomic_read_u32(&entry->visited) != 0;
+		s->owner = entry->owner;
+	}
+	pc_entry_scan_end(&status);
+	return saved;
+}
+
+/* Give the scheduler one key as the shared map holds it. */
+static void
+restore_saved_key(const char *key, uint32 len, const SavedEntry *s,
+				  int64 now)
+{
+	SchedEntry *e;
+
+	if (s->state != PC_STATE_PENDING)
+	{
+		int64		expires_at = s->expires_at;
+
+		if (expires_at == 0)
+			expires_at = s->fetched_at +
+				sched_period(s->periods.max_age_ms, pc_expiry_ms) +
+				sched_period(s->periods.stale_for_ms, pc_grace_period_ms);
+		sched_restore_complete(sched, key, len, s->fetched_at, expires_at,
+							   &s->periods, s->has_refresh, s->refresh_at);
+		if (s->invalidated)
+			sched_invalidate(sched, key, len, now);
+		else if (s->fetch_state != PC_FETCH_COMPLETE)
+			sched_try_begin_fetch(sched, key, len, false, now);
+	}
+	else
+		sched_try_begin_fetch(sched, key, len, false, now);
+	e = sched_lookup(sched, key, len);
+	if (e == NULL)
+		return;
+	if (s->attempts > 0 && !s->invalidated)
+		sched_resume_backoff(sched, e, s->attempts, now);
+	/* Its fetch, if any, waits for its creator's turn. */
+	sched_set_owner(sched, e, (uint32) s->owner);
+	sched_set_flow(sched, e, pc_role_of_slot(s->owner));
+	if (s->visited && e->state == SCHED_IN_PROGRESS)
+		sched_note_demand(sched, e);
+	mirror_entry(e);
+}
+
 /*
  * After a restart, rebuild the private state from the shared map: keys with
  * a value resume their eviction and refresh schedule; keys without one, or
@@ -1244,107 +1352,16 @@ run_batch(SchedEntry **batch, int n, int64 now)
 static void
 rebuild_private_state(int64 now)
 {
-	typedef struct Saved
-	{
-		uint8		state;
-		uint8		fetch_state;
-		bool		invalidated;
-		bool		has_refresh;
-		int32		attempts;
-		SchedPeriods periods;
-		int64		fetched_at;
-		int64		expires_at;
-		int64		refresh_at;
-		bool		visited;	/* read again: its fetch is demanded */
-		int			owner;		/* its role's slot (keys per role) */
-	} Saved;
-	dshash_seq_status status;
-	PcEntry    *entry;
 	KeyList		list;
-	Saved	   *saved;
-	int			capacity = 1024;
+	SavedEntry *saved;
 	int			i;
 
 	keylist_init(&list);
-	saved = palloc(capacity * sizeof(Saved));
-	pc_entry_scan_begin(&status, false);
-	while ((entry = dshash_seq_next(&status)) != NULL)
-	{
-		if (list.count == capacity)
-		{
-			Saved	   *grown = repalloc_extended(saved,
-												  2 * capacity * sizeof(Saved),
-												  MCXT_ALLOC_NO_OOM);
-
-			if (grown == NULL)
-			{
-				list.oom = true;
-				break;
-			}
-			saved = grown;
-			capacity *= 2;
-		}
-		keylist_add_under_lock(&list, pc_key_bytes(pc_area(), &entry->key),
-							   entry->key.len);
-		if (list.oom)
-			break;
-		saved[list.count - 1].state = entry->state;
-		saved[list.count - 1].fetch_state = entry->fetch_state;
-		saved[list.count - 1].invalidated = entry->invalidated;
-		saved[list.count - 1].has_refresh = entry->has_refresh;
-		saved[list.count - 1].attempts = entry->attempts;
-		saved[list.count - 1].periods.max_age_ms = entry->max_age_ms;
-		saved[list.count - 1].periods.stale_for_ms = entry->stale_for_ms;
-		saved[list.count - 1].fetched_at = entry->fetched_at;
-		saved[list.count - 1].expires_at = entry->expires_at;
-		saved[list.count - 1].refresh_at = entry->refresh_at;
-		saved[list.count - 1].visited =
-			pg_atomic_read_u32(&entry->visited) != 0;
-		saved[list.count - 1].owner = entry->owner;
-	}
-	pc_entry_scan_end(&status);
+	saved = save_shared_state(&list);
 	if (list.oom)
 		pc_report_oom("the keys the scheduler needs");
-
 	for (i = 0; i < list.count; i++)
-	{
-		Saved	   *s = &saved[i];
-		SchedEntry *e;
-
-		if (s->state != PC_STATE_PENDING)
-		{
-			int64		expires_at = s->expires_at;
-
-			if (expires_at == 0)
-				expires_at = s->fetched_at +
-					sched_period(s->periods.max_age_ms, pc_expiry_ms) +
-					sched_period(s->periods.stale_for_ms, pc_grace_period_ms);
-			e = sched_restore_complete(sched, list.keys[i], list.lens[i],
-									   s->fetched_at, expires_at, &s->periods,
-									   s->has_refresh, s->refresh_at);
-			if (s->invalidated)
-				sched_invalidate(sched, list.keys[i], list.lens[i], now);
-			else if (s->fetch_state != PC_FETCH_COMPLETE)
-				sched_try_begin_fetch(sched, list.keys[i], list.lens[i],
-									  false, now);
-		}
-		else
-			e = sched_try_begin_fetch(sched, list.keys[i], list.lens[i],
-									  false, now);
-		e = sched_lookup(sched, list.keys[i], list.lens[i]);
-		if (e != NULL && s->attempts > 0 && !s->invalidated)
-			sched_resume_backoff(sched, e, s->attempts, now);
-		if (e != NULL)
-		{
-			/* Its fetch, if any, waits for its creator's turn. */
-			sched_set_owner(sched, e, (uint32) s->owner);
-			sched_set_flow(sched, e, pc_role_of_slot(s->owner));
-		}
-		if (e != NULL && s->visited && e->state == SCHED_IN_PROGRESS)
-			sched_note_demand(sched, e);
-		if (e != NULL)
-			mirror_entry(e);
-	}
+		restore_saved_key(list.keys[i], list.lens[i], &saved[i], now);
 	if (list.count > 0)
 		ereport(LOG,
 				(errmsg_plural("scheduler rebuilt the state of %d cached key",
