@@ -569,6 +569,94 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 }
 
 /*
+ * Find or insert the entry of search's key, locked; NULL if dshash could
+ * not allocate it, after giving back the key's chunk dp and the role's
+ * reserved count.
+ *
+ * dshash may fail to allocate the entry (or a larger bucket array) when
+ * the area's pages are fragmented, although the count of memory used said
+ * there was room.  That failure is an out-of-memory ERROR raised with
+ * dshash's partition locks held, and before dshash changed anything.  A
+ * read must not fail for lack of room: it is caught, the locks dshash took
+ * are released (this backend holds no other LWLock here: callers take
+ * none before), and the key reads as one with no room.  Any other ERROR
+ * goes on.
+ */
+static PcEntry *
+insert_entry(PcKey *search, dsa_pointer dp, uint32 len, int owner,
+			 bool *found)
+{
+	MemoryContext callercxt = CurrentMemoryContext;
+	PcEntry    *volatile entry = NULL;
+
+	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
+	PG_TRY();
+	{
+		entry = dshash_find_or_insert(pc_keymap(), search, found);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		pc_free(dp, len);
+		role_unreserve(owner);
+		MemoryContextSwitchTo(callercxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		LWLockReleaseAll();
+		entry = NULL;
+	}
+	PG_END_TRY();
+	return entry;
+}
+
+/*
+ * Fill in an entry dshash has just inserted (locked) for a new key: its
+ * key (inline, or in the chunk dp, already filled) and a pending state
+ * counted for the role slot owner.
+ */
+static void
+init_entry(PcEntry *entry, const char *key, uint32 len, dsa_pointer dp,
+		   int owner)
+{
+	Assert(entry->key.len == len);
+	if (len <= PC_KEY_INLINE_BYTES)
+	{
+		entry->key.form = PC_KEY_INLINE;
+		memcpy(entry->key.bytes, key, len);
+	}
+	else
+	{
+		entry->key.form = PC_KEY_DSA;
+		key_set_ptr(&entry->key, &dp, sizeof(dp));
+	}
+	entry->serial = pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
+	pg_atomic_init_u32(&entry->requests, 0);
+	pg_atomic_init_u32(&entry->visited, 0);
+	entry->state = PC_STATE_PENDING;
+	entry->fetch_state = PC_FETCH_PENDING;
+	entry->invalidated = false;
+	entry->awaiting_commit = false;
+	entry->has_refresh = false;
+	entry->error_unstored = false;
+	entry->owner = (uint8) owner;
+	entry->max_age_ms = PC_PERIOD_DEFAULT;
+	entry->stale_for_ms = PC_PERIOD_DEFAULT;
+	entry->attempts = 0;
+	entry->fetched_at = 0;
+	entry->expires_at = 0;
+	entry->refresh_at = 0;
+	entry->retry_at = 0;
+	entry->value = InvalidDsaPointer;
+	entry->last_error = InvalidDsaPointer;
+	pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
+	pg_atomic_fetch_add_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
+}
+
+/*
  * The same, for a reader of role 'role': a key it creates counts for it,
  * and a role that has reached projcache.max_keys_per_role creates none
  * (NULL, as with no room; the worker is woken to evict its oldest keys).
@@ -577,8 +665,7 @@ PcEntry *
 pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 							 bool *created)
 {
-	MemoryContext callercxt = CurrentMemoryContext;
-	volatile dsa_pointer dp = InvalidDsaPointer;	/* read in PG_CATCH */
+	dsa_pointer dp = InvalidDsaPointer;
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		in_entry = len <= PC_KEY_INLINE_BYTES;
@@ -626,37 +713,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 	if (!in_entry)
 		memcpy(dsa_get_address(pc_area(), dp), key, len);
 
-	/*
-	 * dshash may still fail to allocate the entry (or a larger bucket array)
-	 * when the area's pages are fragmented, although the count above said
-	 * there was room.  That failure is an out-of-memory ERROR raised with
-	 * dshash's partition locks held, and before dshash changed anything.  A
-	 * read must not fail for lack of room: it is caught, the locks dshash
-	 * took are released (this backend holds no other LWLock here: callers
-	 * take none before), and the key reads as one with no room.  Any other
-	 * ERROR goes on.
-	 */
-	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
-	PG_TRY();
-	{
-		entry = dshash_find_or_insert(pc_keymap(), &search, &found);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		pc_free(dp, len);
-		role_unreserve(owner);
-		MemoryContextSwitchTo(callercxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
-			PG_RE_THROW();
-		FlushErrorState();
-		FreeErrorData(edata);
-		LWLockReleaseAll();
-		entry = NULL;
-	}
-	PG_END_TRY();
+	entry = insert_entry(&search, dp, len, owner, &found);
 	if (entry == NULL)
 	{
 		pg_atomic_write_u32(&pc_shared->room_wanted, 1);
@@ -674,42 +731,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 		role_unreserve(owner);
 	}
 	else
-	{
-		Assert(entry->key.len == len);
-		if (in_entry)
-		{
-			entry->key.form = PC_KEY_INLINE;
-			memcpy(entry->key.bytes, key, len);
-		}
-		else
-		{
-			dsa_pointer keydp = dp;
-
-			entry->key.form = PC_KEY_DSA;
-			key_set_ptr(&entry->key, &keydp, sizeof(keydp));
-		}
-		entry->serial = pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
-		pg_atomic_init_u32(&entry->requests, 0);
-		pg_atomic_init_u32(&entry->visited, 0);
-		entry->state = PC_STATE_PENDING;
-		entry->fetch_state = PC_FETCH_PENDING;
-		entry->invalidated = false;
-		entry->awaiting_commit = false;
-		entry->has_refresh = false;
-		entry->error_unstored = false;
-		entry->owner = (uint8) owner;
-		entry->max_age_ms = PC_PERIOD_DEFAULT;
-		entry->stale_for_ms = PC_PERIOD_DEFAULT;
-		entry->attempts = 0;
-		entry->fetched_at = 0;
-		entry->expires_at = 0;
-		entry->refresh_at = 0;
-		entry->retry_at = 0;
-		entry->value = InvalidDsaPointer;
-		entry->last_error = InvalidDsaPointer;
-		pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
-		pg_atomic_fetch_add_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
-	}
+		init_entry(entry, key, len, dp, owner);
 	*created = !found;
 	return entry;
 }
