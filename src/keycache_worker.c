@@ -1526,30 +1526,13 @@ dump_at_exit(int code, Datum arg)
  */
 
 /*
- * Entry point of the "projcache scheduler" worker.  It connects to
- * projcache.database, takes the worker's place in shared memory, rebuilds
- * its private state from the shared map, and then loops: take requests,
- * fire due timers, fetch a ready batch, else sleep on its latch until the
- * next timer (or a reader's request) is due.  SIGTERM ends it through
- * die(), also in the middle of a fetch; SIGHUP reloads the settings.
+ * One scheduler at a time: it alone deletes keys and frees their chunks.
+ * A launcher started again while its scheduler lived on waits for it
+ * (keycache_launcher.c); this is the last word, under the mutex.
  */
-void
-pc_worker_main(Datum main_arg)
+static void
+take_worker_place(void)
 {
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	pc_scheduler_connect(pc_database);
-	pgstat_report_appname("projcache scheduler");
-
-	pc_attach();
-
-	/*
-	 * One scheduler at a time: it alone deletes keys and frees their chunks.
-	 * A launcher started again while its scheduler lived on waits for it
-	 * (keycache_launcher.c); this is the last word, under the mutex.
-	 */
 	SpinLockAcquire(&pc_shared->mutex);
 	if (pc_shared->worker_pid != 0)
 	{
@@ -1565,7 +1548,15 @@ pc_worker_main(Datum main_arg)
 	pc_shared->worker_pid = MyProcPid;
 	SpinLockRelease(&pc_shared->mutex);
 	on_shmem_exit(worker_detach_latch, (Datum) 0);
+}
 
+/*
+ * The worker's memory and settings, its private state rebuilt from the
+ * shared map, and the dump loaded once per server start.
+ */
+static void
+worker_start(void)
+{
 	sched_cxt = AllocSetContextCreate(TopMemoryContext, "projcache scheduler",
 									  ALLOCSET_DEFAULT_SIZES);
 	batch_cxt = AllocSetContextCreate(TopMemoryContext, "projcache batch",
@@ -1585,14 +1576,76 @@ pc_worker_main(Datum main_arg)
 	/* Requests may have been left while no worker ran: look for them. */
 	pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
 	MemoryContextReset(batch_cxt);
+}
+
+/* SIGHUP: read the settings again. */
+static void
+reload_settings(void)
+{
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	load_settings();
+	/* A shorter dump_interval counts from now, not from the old one. */
+	if (pc_dump_interval_s > 0)
+		next_dump_ms = Min(next_dump_ms, pc_real_now_ms() +
+						   (int64) pc_dump_interval_s * 1000);
+}
+
+/*
+ * Sleep on the latch until the next timer, the WAL replay's next poll
+ * (replay_poll, or -1) or the dump's next slice is due, or a reader's
+ * request sets the latch.
+ */
+static void
+sleep_until_due(int64 now, long replay_poll, bool dumping)
+{
+	SchedTime	wake;
+	long		timeout = PC_MAX_SLEEP_MS;
+
+	if (sched_next_wakeup(sched, pc_batch_interval_ms, &wake))
+		timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
+	if (replay_poll >= 0)
+		timeout = Min(timeout, replay_poll);
+	if (dumping)
+		timeout = Min(timeout, Max(0, dump_resume_ms - pc_real_now_ms()));
+	else if (pc_dump_interval_s > 0)
+		timeout = Min(timeout, Max(0, next_dump_ms - pc_real_now_ms()));
+	if (timeout > 0)
+	{
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, pc_wait_event(PC_WAIT_WORKER));
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * Entry point of the "projcache scheduler" worker.  It connects to
+ * projcache.database, takes the worker's place in shared memory, rebuilds
+ * its private state from the shared map, and then loops: take requests,
+ * fire due timers, fetch a ready batch, else sleep on its latch until the
+ * next timer (or a reader's request) is due.  SIGTERM ends it through
+ * die(), also in the middle of a fetch; SIGHUP reloads the settings.
+ */
+void
+pc_worker_main(Datum main_arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	pc_scheduler_connect(pc_database);
+	pgstat_report_appname("projcache scheduler");
+
+	pc_attach();
+	take_worker_place();
+	worker_start();
 
 	for (;;)
 	{
 		int64		now;
-		SchedTime	wake;
 		SchedEntry **batch;
 		int			n;
-		long		timeout = PC_MAX_SLEEP_MS;
 		long		replay_poll;
 		bool		dumping;
 
@@ -1606,15 +1659,7 @@ pc_worker_main(Datum main_arg)
 		/* the disabled keys' tombstones of the last pass */
 		pc_keys_tombstones_sync();
 		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			load_settings();
-			/* A shorter dump_interval counts from now, not from the old one. */
-			if (pc_dump_interval_s > 0)
-				next_dump_ms = Min(next_dump_ms, pc_real_now_ms() +
-								   (int64) pc_dump_interval_s * 1000);
-		}
+			reload_settings();
 
 		MemoryContextSwitchTo(batch_cxt);
 		replay_poll = pc_replay_poll(refetch_replayed);
@@ -1634,22 +1679,6 @@ pc_worker_main(Datum main_arg)
 			continue;
 		}
 		MemoryContextReset(batch_cxt);
-
-		if (sched_next_wakeup(sched, pc_batch_interval_ms, &wake))
-			timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
-		if (replay_poll >= 0)
-			timeout = Min(timeout, replay_poll);
-		if (dumping)
-			timeout = Min(timeout, Max(0, dump_resume_ms - pc_real_now_ms()));
-		else if (pc_dump_interval_s > 0)
-			timeout = Min(timeout,
-						  Max(0, next_dump_ms - pc_real_now_ms()));
-		if (timeout > 0)
-		{
-			(void) WaitLatch(MyLatch,
-							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 timeout, pc_wait_event(PC_WAIT_WORKER));
-			ResetLatch(MyLatch);
-		}
+		sleep_until_due(now, replay_poll, dumping);
 	}
 }
