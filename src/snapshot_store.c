@@ -638,54 +638,34 @@ charge(PcSnapRef ref, Oid owner, bool exempt, Size footprint,
 }
 
 /*
- * Swap rows into slot ref: freshly loaded ones, or (restored) ones from the
- * dump, which fill only a slot that has none and is not buried, and which
- * are not served until a load as the owner was tried.  The chunk is
- * allocated and filled before the lock is taken; the swap itself is a few
- * stores.  Returns false, with nothing changed and *refusal saying why, if
- * the rows do not fit: in projcache.snapshot_memory, in their owner's
- * share of it, or in the area's free pages.  Until the swap the new rows
- * exist beside the old ones, so a refresh needs room for both.
- * *published says whether they were swapped in (not if the slot was
- * reassigned meanwhile, or, for restored rows, filled or buried).  Runs in
- * a transaction (it looks the owner up).
+ * Charge footprint bytes for rows of size bytes to the slot's owner (in
+ * projcache.snapshot_memory and in the owner's share).  False if they were
+ * not: *refusal says why, or is NULL if the slot was dropped meanwhile.
+ * Runs in a transaction (it looks the owner up).
  */
 static bool
-publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
-			 int64 now, uint64 stale_marks, bool restored, char **refusal,
-			 bool *published)
+charge_for_rows(PcSnapRef ref, Size size, Size footprint, char **refusal)
 {
-	PcSnapSlot *s = &pc_snap_slots()[ref.index];
-	Size		bytes = Max(size, 1);
-	Size		footprint = pc_dsa_footprint(bytes);
 	Oid			owner;
-	bool		exempt;
 	Size		owner_bytes;
 	SnapRoom	room;
-	dsa_pointer dp;
-	dsa_pointer old_data = InvalidDsaPointer;
-	Size		old_bytes = 0;
-	dsa_pointer old_error = InvalidDsaPointer;
-	Size		old_error_bytes = 0;
 
-	Assert(IsTransactionState());
 	*refusal = NULL;
-	*published = false;
 	do
 	{
 		owner = slot_owner(ref);
 		if (!OidIsValid(owner))
-			return true;		/* dropped meanwhile: nothing to publish */
-		exempt = superuser_arg(owner);
-		room = charge(ref, owner, exempt, footprint, &owner_bytes);
+			return false;		/* dropped meanwhile */
+		room = charge(ref, owner, superuser_arg(owner), footprint,
+					  &owner_bytes);
 	} while (room == ROOM_OWNER_CHANGED);
 	switch (room)
 	{
 		case ROOM_TAKEN:
-			break;
+			return true;
 		case ROOM_GONE:
 		case ROOM_OWNER_CHANGED:
-			return true;
+			return false;
 		case ROOM_OWNER_FULL:
 			{
 				char	   *rolname = GetUserNameFromId(owner, true);
@@ -702,27 +682,31 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 								pc_snap_memory_used());
 			return false;
 	}
+	return false;
+}
 
-	dp = dsa_allocate_extended(pc_area(), bytes,
-							   DSA_ALLOC_NO_OOM | DSA_ALLOC_HUGE);
-	if (!DsaPointerIsValid(dp))
-	{
-		pc_snap_memory_release(footprint);
-		uncharge(ref, footprint);
-		*refusal = psprintf("snapshot of %zu bytes found no free run of pages that large in projcache's shared memory (projcache.max_memory)",
-							size);
-		return false;
-	}
-	memcpy(dsa_get_address(pc_area(), dp), blob, size);
+/*
+ * Swap the chunk dp (bytes, rows) into the slot, under its lock, unless it
+ * was reassigned meanwhile or, for restored rows, filled or buried; the
+ * chunks it held go to *left, to free once the lock is released.  Returns
+ * whether it was swapped in.
+ */
+static bool
+swap_in_rows(PcSnapRef ref, dsa_pointer dp, Size bytes, int64 rows,
+			 int64 now, uint64 stale_marks, bool restored,
+			 SlotLeftovers *left)
+{
+	PcSnapSlot *s = &pc_snap_slots()[ref.index];
+	bool		swapped = false;
 
 	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation &&
 		(!restored || (!s->buried && !DsaPointerIsValid(s->data))))
 	{
-		old_data = s->data;
-		old_bytes = s->data_bytes;
-		old_error = s->last_error;
-		old_error_bytes = s->last_error_bytes;
+		left->data = s->data;
+		left->data_bytes = s->data_bytes;
+		left->error = s->last_error;
+		left->error_bytes = s->last_error_bytes;
 		s->data = dp;
 		s->data_bytes = bytes;
 		s->rows = rows;
@@ -742,24 +726,68 @@ publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
 		if (!restored)
 			s->buried = false;
 		pg_atomic_write_u64(&s->last_attempt_ms, (uint64) now);
-		*published = true;
+		swapped = true;
 	}
 	LWLockRelease(pc_snap_slot_lock(ref.index));
-
-	if (*published)
+	if (swapped)
 		ConditionVariableBroadcast(&s->cv);
+	return swapped;
+}
+
+/*
+ * Swap rows into slot ref: freshly loaded ones, or (restored) ones from the
+ * dump, which fill only a slot that has none and is not buried, and which
+ * are not served until a load as the owner was tried.  The chunk is
+ * allocated and filled before the lock is taken; the swap itself is a few
+ * stores.  Returns false, with nothing changed and *refusal saying why, if
+ * the rows do not fit: in projcache.snapshot_memory, in their owner's
+ * share of it, or in the area's free pages.  Until the swap the new rows
+ * exist beside the old ones, so a refresh needs room for both.
+ * *published says whether they were swapped in (not if the slot was
+ * reassigned meanwhile, or, for restored rows, filled or buried).  Runs in
+ * a transaction (it looks the owner up).
+ */
+static bool
+publish_rows(PcSnapRef ref, const char *blob, Size size, int64 rows,
+			 int64 now, uint64 stale_marks, bool restored, char **refusal,
+			 bool *published)
+{
+	Size		bytes = Max(size, 1);
+	Size		footprint = pc_dsa_footprint(bytes);
+	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
+	dsa_pointer dp;
+
+	Assert(IsTransactionState());
+	*published = false;
+	if (!charge_for_rows(ref, size, footprint, refusal))
+		return *refusal == NULL;
+
+	dp = dsa_allocate_extended(pc_area(), bytes,
+							   DSA_ALLOC_NO_OOM | DSA_ALLOC_HUGE);
+	if (!DsaPointerIsValid(dp))
+	{
+		pc_snap_memory_release(footprint);
+		uncharge(ref, footprint);
+		*refusal = psprintf("snapshot of %zu bytes found no free run of pages that large in projcache's shared memory (projcache.max_memory)",
+							size);
+		return false;
+	}
+	memcpy(dsa_get_address(pc_area(), dp), blob, size);
+
+	*published = swap_in_rows(ref, dp, bytes, rows, now, stale_marks,
+							  restored, &left);
 	if (!*published)
 	{
 		/* dropped, filled or buried meanwhile: discard ours */
 		free_rows(dp, bytes);
 		uncharge(ref, footprint);
 	}
-	else if (DsaPointerIsValid(old_data))
+	else if (DsaPointerIsValid(left.data))
 	{
-		free_rows(old_data, old_bytes);
-		uncharge(ref, pc_dsa_footprint(old_bytes));
+		free_rows(left.data, left.data_bytes);
+		uncharge(ref, pc_dsa_footprint(left.data_bytes));
 	}
-	pc_free(old_error, old_error_bytes);
+	pc_free(left.error, left.error_bytes);
 	return true;
 }
 
