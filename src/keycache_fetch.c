@@ -651,6 +651,96 @@ call_fetch_function(void *arg)
 	AtEOXact_GUC(false, call->sw.save_nestlevel);
 }
 
+/* Every item unanswered, before a call. */
+static void
+clear_answers(PcFetchItem *items, int nitems)
+{
+	int			i;
+
+	for (i = 0; i < nitems; i++)
+	{
+		items[i].answer = PC_ANSWER_DISABLED;
+		items[i].new_revision = NULL;
+		items[i].config = NULL;
+		items[i].error = NULL;
+		items[i].max_age_ms = PC_PERIOD_DEFAULT;
+		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
+		items[i].period_error = NULL;
+		items[i].unresolved = false;
+	}
+}
+
+/*
+ * Commit the call's transaction (resetting what the function left in the
+ * session), or abort it if that fails; returns the call's error, else the
+ * commit's, else NULL, copied into callercxt.
+ */
+static ErrorData *
+end_call_transaction(ErrorData *edata, MemoryContext callercxt)
+{
+	ErrorData  *volatile result = edata;
+
+	PG_TRY();
+	{
+		/* Dropping the temporary schema's contents deletes catalog rows. */
+		PushActiveSnapshot(GetTransactionSnapshot());
+		reset_session_state();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(callercxt);
+		if (result == NULL)
+			result = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/*
+ * What a call came to, said in the log and counted: one fetch error for a
+ * call that failed or whose rows broke the contract (see run_batch()).
+ */
+static PcFetchOutcome
+settle_call(FetchCall *call, ErrorData *edata, int64 started_ms, bool quiet)
+{
+	PcFetchItem *items = call->items;
+	int			nitems = call->nitems;
+	PcFetchOutcome outcome;
+	int			i;
+
+	if (edata != NULL)
+	{
+		outcome = keys_may_have_caused(edata, call->in_function) ?
+			PC_FETCH_FAILED : PC_FETCH_FAILED_ALL;
+		report_failure(items, nitems, edata, started_ms,
+					   outcome == PC_FETCH_FAILED && nitems > 1, quiet);
+		FreeErrorData(edata);
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+		return outcome;
+	}
+	if (call->unresolved > 0)
+	{
+		for (i = 0; i < nitems && !items[i].unresolved; i++)
+			;
+		Assert(i < nitems);
+		ereport(nitems > 1 || quiet ? DEBUG1 : WARNING,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg_plural("fetch function's result broke the contract for %d key",
+							   "fetch function's result broke the contract for %d keys",
+							   call->unresolved, call->unresolved),
+				 errdetail("%s", items[i].error)));
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+		return PC_FETCH_UNRESOLVED;
+	}
+	if (call->breaches > 0)
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+	return PC_FETCH_ANSWERED;
+}
+
 /*
  * Ask the fetch function for a batch of keys and fill in each item's
  * answer.  Keys the function does not return are disabled.  Never raises
@@ -683,22 +773,10 @@ pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet)
 	MemoryContext callercxt = CurrentMemoryContext;
 	int64		started_ms;
 	FetchCall	call;
-	ErrorData  *volatile edata = NULL;
+	ErrorData  *edata;
 	PcFetchOutcome outcome;
-	int			i;
 
-	for (i = 0; i < nitems; i++)
-	{
-		items[i].answer = PC_ANSWER_DISABLED;
-		items[i].new_revision = NULL;
-		items[i].config = NULL;
-		items[i].error = NULL;
-		items[i].max_age_ms = PC_PERIOD_DEFAULT;
-		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
-		items[i].period_error = NULL;
-		items[i].unresolved = false;
-	}
-
+	clear_answers(items, nitems);
 	pc_count(PC_CTR_FETCH_CALLS, 1);
 	pc_count(PC_CTR_FETCHED_KEYS, nitems);
 
@@ -737,56 +815,11 @@ pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet)
 	/* A failure from here on is the commit's. */
 	if (edata == NULL)
 		call.in_function = false;
-
-	PG_TRY();
-	{
-		/* Dropping the temporary schema's contents deletes catalog rows. */
-		PushActiveSnapshot(GetTransactionSnapshot());
-		reset_session_state();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(callercxt);
-		if (edata == NULL)
-			edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-	}
-	PG_END_TRY();
+	edata = end_call_transaction(edata, callercxt);
 	pc_unbecome_user(&call.sw);
 	MemoryContextSwitchTo(callercxt);
 
-	if (edata != NULL)
-	{
-		outcome = keys_may_have_caused(edata, call.in_function) ?
-			PC_FETCH_FAILED : PC_FETCH_FAILED_ALL;
-		report_failure(items, nitems, edata, started_ms,
-					   outcome == PC_FETCH_FAILED && nitems > 1, quiet);
-		FreeErrorData(edata);
-		pc_count(PC_CTR_FETCH_ERRORS, 1);
-	}
-	else if (call.unresolved > 0)
-	{
-		outcome = PC_FETCH_UNRESOLVED;
-		for (i = 0; i < nitems && !items[i].unresolved; i++)
-			;
-		Assert(i < nitems);
-		ereport(nitems > 1 || quiet ? DEBUG1 : WARNING,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg_plural("fetch function's result broke the contract for %d key",
-							   "fetch function's result broke the contract for %d keys",
-							   call.unresolved, call.unresolved),
-				 errdetail("%s", items[i].error)));
-		pc_count(PC_CTR_FETCH_ERRORS, 1);
-	}
-	else
-	{
-		outcome = PC_FETCH_ANSWERED;
-		if (call.breaches > 0)
-			pc_count(PC_CTR_FETCH_ERRORS, 1);
-	}
+	outcome = settle_call(&call, edata, started_ms, quiet);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return outcome;
 }
