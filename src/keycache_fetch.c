@@ -398,6 +398,107 @@ read_answer(HeapTuple tuple, TupleDesc desc, const PeriodColumn *cols,
 	return breach;
 }
 
+/* The fetch function's arguments: the keys, and their revisions. */
+static void
+fetch_arguments(const PcFetchItem *items, int nitems, Datum *args)
+{
+	Datum	   *keys = palloc(nitems * sizeof(Datum));
+	Datum	   *revs = palloc(nitems * sizeof(Datum));
+	bool	   *revnulls = palloc(nitems * sizeof(bool));
+	int			dims[1] = {nitems};
+	int			lbs[1] = {1};
+	int			i;
+
+	for (i = 0; i < nitems; i++)
+	{
+		keys[i] = PointerGetDatum(cstring_to_text_with_len(items[i].key,
+														   items[i].keylen));
+		revnulls[i] = items[i].revision == NULL;
+		revs[i] = revnulls[i] ? (Datum) 0 :
+			CStringGetTextDatum(items[i].revision);
+	}
+	args[0] = PointerGetDatum(construct_array(keys, nitems, TEXTOID, -1, false,
+											  TYPALIGN_INT));
+	args[1] = PointerGetDatum(construct_md_array(revs, revnulls, 1, dims, lbs,
+												 TEXTOID, -1, false,
+												 TYPALIGN_INT));
+}
+
+/* A matcher of the result's rows to the keys asked for. */
+static BisectMatch *
+begin_matching(const PcFetchItem *items, int nitems)
+{
+	const char **keyptrs = palloc(nitems * sizeof(char *));
+	size_t	   *keylens = palloc(nitems * sizeof(size_t));
+	int			i;
+
+	for (i = 0; i < nitems; i++)
+	{
+		keyptrs[i] = items[i].key;
+		keylens[i] = items[i].keylen;
+	}
+	return bisect_match_begin(nitems, keyptrs, keylens, match_alloc,
+							  match_free);
+}
+
+/*
+ * Match one row of the result to the key it answers and read its answer,
+ * or note the breach: one a key owns goes to that key (returns 1 if it is
+ * the key's first), one no single key owns sets *why (the first only).
+ */
+static int
+match_row(BisectMatch *match, HeapTuple tuple, TupleDesc desc,
+		  const PeriodColumn *cols, PcFetchItem *items,
+		  MemoryContext resultcxt, char **why)
+{
+	bool		isnull;
+	Datum		d;
+	text	   *keytext = NULL;
+	char	   *message = NULL;
+	int			breaches = 0;
+	int			idx;
+
+	d = SPI_getbinval(tuple, desc, 1, &isnull);
+	if (!isnull)
+		keytext = DatumGetTextPP(d);
+	switch (bisect_match_row(match,
+							 keytext ? VARDATA_ANY(keytext) : NULL,
+							 keytext ? VARSIZE_ANY_EXHDR(keytext) : 0,
+							 &idx))
+	{
+		case BISECT_ROW_ANSWER:
+			breaches = read_answer(tuple, desc, cols, &items[idx], resultcxt);
+			break;
+		case BISECT_ROW_DUPLICATE:
+			message = psprintf("fetch function returned key \"%s\" more than once",
+							   text_to_cstring(keytext));
+			breaches = key_breach(&items[idx], resultcxt, message);
+			break;
+		case BISECT_ROW_SPELLING:
+			message = psprintf("fetch function returned key \"%s\", which was not asked for (\"%s\" was, which differs only in case)",
+							   text_to_cstring(keytext),
+							   pnstrdup(items[idx].key, items[idx].keylen));
+			breaches = key_breach(&items[idx], resultcxt, message);
+			break;
+		case BISECT_ROW_AMBIGUOUS:
+		case BISECT_ROW_UNOWNED:
+			if (*why != NULL)
+				break;
+			if (keytext == NULL)
+				*why = "fetch function returned a row with a NULL key";
+			else if (idx >= 0)
+				*why = psprintf("fetch function returned key \"%s\" more than once",
+								text_to_cstring(keytext));
+			else
+				*why = psprintf("fetch function returned key \"%s\", which was not asked for",
+								text_to_cstring(keytext));
+			break;
+	}
+	if (message != NULL)
+		pfree(message);
+	return breaches;
+}
+
 /*
  * Run the SPI call and turn its rows into answers.  Runs inside the
  * subtransaction; any ERROR propagates to pc_fetch_batch().  Returns the
@@ -411,13 +512,6 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 		  int nitems, MemoryContext resultcxt, int *unresolved,
 		  bool *in_function)
 {
-	Datum	   *keys = palloc(nitems * sizeof(Datum));
-	Datum	   *revs = palloc(nitems * sizeof(Datum));
-	bool	   *revnulls = palloc(nitems * sizeof(bool));
-	const char **keyptrs = palloc(nitems * sizeof(char *));
-	size_t	   *keylens = palloc(nitems * sizeof(size_t));
-	int			dims[1] = {nitems};
-	int			lbs[1] = {1};
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Datum		args[2];
 	char		argnulls[2] = {' ', ' '};
@@ -426,25 +520,11 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 	int			ret;
 	uint64		row;
 	int			breaches = 0;
+	int			natts = 4;
 	int			i;
 
-	for (i = 0; i < nitems; i++)
-	{
-		keys[i] = PointerGetDatum(cstring_to_text_with_len(items[i].key,
-														   items[i].keylen));
-		revnulls[i] = items[i].revision == NULL;
-		revs[i] = revnulls[i] ? (Datum) 0 :
-			CStringGetTextDatum(items[i].revision);
-		keyptrs[i] = items[i].key;
-		keylens[i] = items[i].keylen;
-	}
-	args[0] = PointerGetDatum(construct_array(keys, nitems, TEXTOID, -1, false,
-											  TYPALIGN_INT));
-	args[1] = PointerGetDatum(construct_md_array(revs, revnulls, 1, dims, lbs,
-												 TEXTOID, -1, false,
-												 TYPALIGN_INT));
-	match = bisect_match_begin(nitems, keyptrs, keylens, match_alloc,
-							   match_free);
+	fetch_arguments(items, nitems, args);
+	match = begin_matching(items, nitems);
 
 	*in_function = true;
 	ret = SPI_execute_with_args(query, 2, argtypes, args, argnulls, false, 0);
@@ -452,64 +532,14 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args returned %s",
 			 SPI_result_code_string(ret));
-	{
-		int			natts = 4;
-
-		for (i = 0; i < NUM_PERIOD_COLUMNS; i++)
-			natts = Max(natts, cols[i].attnum);
-		check_result_types(SPI_tuptable->tupdesc, natts);
-	}
+	for (i = 0; i < NUM_PERIOD_COLUMNS; i++)
+		natts = Max(natts, cols[i].attnum);
+	check_result_types(SPI_tuptable->tupdesc, natts);
 
 	for (row = 0; row < SPI_processed; row++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[row];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		d;
-		text	   *keytext = NULL;
-		char	   *message = NULL;
-		int			idx;
-
-		d = SPI_getbinval(tuple, desc, 1, &isnull);
-		if (!isnull)
-			keytext = DatumGetTextPP(d);
-		switch (bisect_match_row(match,
-								 keytext ? VARDATA_ANY(keytext) : NULL,
-								 keytext ? VARSIZE_ANY_EXHDR(keytext) : 0,
-								 &idx))
-		{
-			case BISECT_ROW_ANSWER:
-				breaches += read_answer(tuple, desc, cols, &items[idx],
-										resultcxt);
-				break;
-			case BISECT_ROW_DUPLICATE:
-				message = psprintf("fetch function returned key \"%s\" more than once",
-								   text_to_cstring(keytext));
-				breaches += key_breach(&items[idx], resultcxt, message);
-				break;
-			case BISECT_ROW_SPELLING:
-				message = psprintf("fetch function returned key \"%s\", which was not asked for (\"%s\" was, which differs only in case)",
-								   text_to_cstring(keytext),
-								   pnstrdup(items[idx].key, items[idx].keylen));
-				breaches += key_breach(&items[idx], resultcxt, message);
-				break;
-			case BISECT_ROW_AMBIGUOUS:
-			case BISECT_ROW_UNOWNED:
-				if (why != NULL)
-					break;
-				if (keytext == NULL)
-					why = "fetch function returned a row with a NULL key";
-				else if (idx >= 0)
-					why = psprintf("fetch function returned key \"%s\" more than once",
-								   text_to_cstring(keytext));
-				else
-					why = psprintf("fetch function returned key \"%s\", which was not asked for",
-								   text_to_cstring(keytext));
-				break;
-		}
-		if (message != NULL)
-			pfree(message);
-	}
+		breaches += match_row(match, SPI_tuptable->vals[row],
+							  SPI_tuptable->tupdesc, cols, items, resultcxt,
+							  &why);
 
 	*unresolved = 0;
 	for (i = 0; i < nitems; i++)
