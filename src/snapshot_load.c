@@ -896,6 +896,45 @@ wait_for_worker(BackgroundWorkerHandle *handle)
 	}
 }
 
+/* The load worker to start for the task in seg. */
+static void
+describe_load_worker(BackgroundWorker *worker, dsm_segment *seg)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_ConsistentState;
+	worker->bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker->bgw_library_name, BGW_MAXLEN, "projcache");
+	snprintf(worker->bgw_function_name, BGW_MAXLEN, "pc_snapshot_load_main");
+	snprintf(worker->bgw_name, BGW_MAXLEN, "projcache snapshot load");
+	snprintf(worker->bgw_type, BGW_MAXLEN, "projcache snapshot load");
+	worker->bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));
+	worker->bgw_notify_pid = MyProcPid;
+}
+
+/* What the load worker reported in its task, copied out of the segment. */
+static PcLoadStatus
+task_result(const LoadTask *task, char **error, int *sqlerrcode)
+{
+	PcLoadStatus result = task->status;
+
+	*sqlerrcode = task->sqlerrcode;
+	*error = NULL;
+	if (result == PC_LOAD_NONE)
+	{
+		/* failed, and the owner's rights unchecked: see PcLoadStatus */
+		*sqlerrcode = ERRCODE_INTERNAL_ERROR;
+		*error = pstrdup("the snapshot load worker exited before reporting; see the server log");
+	}
+	else if (result != PC_LOAD_OK)
+		*error = pstrdup(task->error);
+	/* It failed and exited before checking the owner's rights. */
+	if (result == PC_LOAD_FAILED && !task->rights_checked)
+		result = PC_LOAD_NONE;
+	return result;
+}
+
 /*
  * Load a snapshot in a worker and wait for it.  Returns how it went, with
  * *error (and *sqlerrcode) set unless it succeeded; PC_LOAD_BUSY when no
@@ -960,18 +999,7 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 		task->serial = wait.serial;
 		task->statement_timeout_ms = StatementTimeout;
 		task->status = PC_LOAD_NONE;
-
-		memset(&worker, 0, sizeof(worker));
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
-			BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_ConsistentState;
-		worker.bgw_restart_time = BGW_NEVER_RESTART;
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "projcache");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "pc_snapshot_load_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "projcache snapshot load");
-		snprintf(worker.bgw_type, BGW_MAXLEN, "projcache snapshot load");
-		worker.bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));
-		worker.bgw_notify_pid = MyProcPid;
+		describe_load_worker(&worker, seg);
 
 		/* set inside, not before: not live across the setjmp */
 		status = BGWH_STOPPED;
@@ -1006,20 +1034,7 @@ pc_snap_load(Oid owner, Oid view, const char *query, const char *name,
 						   name, ms)));
 	}
 
-	result = task->status;
-	*sqlerrcode = task->sqlerrcode;
-	*error = NULL;
-	if (result == PC_LOAD_NONE)
-	{
-		/* failed, and the owner's rights unchecked: see PcLoadStatus */
-		*sqlerrcode = ERRCODE_INTERNAL_ERROR;
-		*error = pstrdup("the snapshot load worker exited before reporting; see the server log");
-	}
-	else if (result != PC_LOAD_OK)
-		*error = pstrdup(task->error);
-	/* It failed and exited before checking the owner's rights. */
-	if (result == PC_LOAD_FAILED && !task->rights_checked)
-		result = PC_LOAD_NONE;
+	result = task_result(task, error, sqlerrcode);
 	dsm_detach(seg);
 	return result;
 }
