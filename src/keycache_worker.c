@@ -793,124 +793,105 @@ shared_has_value(const char *key, uint32 len)
 }
 
 /*
- * Record one key's answer: private state first, then the shared entry.
- * True if the answer broke the contract in a way only this can see.
+ * Check an answer against what only the worker can see (not_modified for a
+ * key with no value), and make the value it stores: *new_value, or, if it
+ * does not fit, an error answer.  True if the answer broke the contract.
  */
 static bool
-apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
+prepare_value(const char *key, uint32 len, PcFetchItem *item,
+			  dsa_pointer *new_value)
 {
-	char	   *key = pnstrdup(e->key, e->keylen);
-	uint32		len = e->keylen;
-	SchedResult result;
-	SchedCompletion completion;
-	dsa_pointer new_value = InvalidDsaPointer;
 	Size		new_value_size = 0;
-	dsa_pointer new_error = InvalidDsaPointer;
-	Size		new_error_size = 0;
-	dsa_pointer old_value = InvalidDsaPointer;
-	dsa_pointer old_error = InvalidDsaPointer;
-	Size		old_error_size = 0;
-	PcKey		search;
-	PcEntry    *entry;
 	bool		breach = false;
-	bool		waiting;
-	SchedPeriods periods = {SCHED_PERIOD_DEFAULT, SCHED_PERIOD_DEFAULT};
 
+	*new_value = InvalidDsaPointer;
 	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
 	{
 		item->answer = PC_ANSWER_ERROR;
 		item->error = pstrdup("fetch function answered \"not_modified\" for a key with no cached value");
 		breach = true;
 	}
-	if (item->answer == PC_ANSWER_ENABLED || item->answer == PC_ANSWER_DISABLED)
+	if (item->answer != PC_ANSWER_ENABLED && item->answer != PC_ANSWER_DISABLED)
+		return breach;
+	if (item->answer == PC_ANSWER_DISABLED)
+		item->config = NULL;
+	*new_value = make_value(item, &new_value_size);
+	if (DsaPointerIsValid(*new_value))
+		return breach;
+	item->answer = PC_ANSWER_ERROR;
+	if (new_value_size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
+		item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
+							   new_value_size,
+							   pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR);
+	else
 	{
-		if (item->answer == PC_ANSWER_DISABLED)
-			item->config = NULL;
-		new_value = make_value(item, &new_value_size);
-		if (!DsaPointerIsValid(new_value))
-		{
-			item->answer = PC_ANSWER_ERROR;
-			if (new_value_size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
-				item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
-									   new_value_size,
-									   pc_key_memory_bound() /
-									   PC_MAX_VALUE_DIVISOR);
-			else
-			{
-				item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
-									   new_value_size);
-				/* evict down to the low watermark, where it fits */
-				pg_atomic_write_u32(&pc_shared->room_wanted, 1);
-			}
-			pc_count(PC_CTR_FETCH_ERRORS, 1);
-		}
+		item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
+							   new_value_size);
+		/* evict down to the low watermark, where it fits */
+		pg_atomic_write_u32(&pc_shared->room_wanted, 1);
 	}
+	/* a value that could not be stored: counted here (see run_batch) */
+	pc_count(PC_CTR_FETCH_ERRORS, 1);
+	return breach;
+}
 
+/* What the scheduler makes of an answer; counts not_modified and pending. */
+static SchedResult
+sched_result_of(const PcFetchItem *item)
+{
 	switch (item->answer)
 	{
 		case PC_ANSWER_ENABLED:
 		case PC_ANSWER_DISABLED:
-			result = SCHED_RESULT_VALUE;
-			break;
+			return SCHED_RESULT_VALUE;
 		case PC_ANSWER_NOT_MODIFIED:
-			result = SCHED_RESULT_NOT_MODIFIED;
 			pc_count(PC_CTR_NOT_MODIFIED, 1);
-			break;
+			return SCHED_RESULT_NOT_MODIFIED;
 		case PC_ANSWER_PENDING:
-			result = SCHED_RESULT_PENDING;
 			pc_count(PC_CTR_PENDING_RESULTS, 1);
-			break;
+			return SCHED_RESULT_PENDING;
 		case PC_ANSWER_ERROR:
 		default:
-			result = SCHED_RESULT_PENDING;
-			new_error = pc_store_message(item->error, &new_error_size);
-			break;
+			return SCHED_RESULT_PENDING;
 	}
-	if (result != SCHED_RESULT_PENDING)
-	{
-		count_delay(e);
-		periods.max_age_ms = item->max_age_ms;
-		periods.stale_for_ms = item->stale_for_ms;
-		/* A value stored with a period refused says why. */
-		if (item->period_error != NULL)
-			new_error = pc_store_message(item->period_error, &new_error_size);
-	}
+}
 
-	completion = sched_complete_fetch(sched, e, result, &periods, now);
-	if (completion == SCHED_EVICTED)
-	{
-		pc_value_free(new_value);
-		pc_free(new_error, new_error_size);
-		delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
-		return breach;
-	}
+/* Why a key stays pending, and when it is asked for again. */
+static char *
+pending_message(const SchedEntry *e, int64 now)
+{
+	int64		next = 0;
 
-	/* An invalidation replayed from WAL may be newer than this answer. */
-	waiting = pc_replay_key_waiting(key, len);
+	if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when)
+		next = e->fetch_when;
+	else if (e->state == SCHED_PENDING && e->has_next_attempt)
+		next = e->next_attempt;
+	if (next > now)
+		return psprintf("upstream answered \"pending\" (attempt %d); next attempt in %.1f s",
+						e->attempts, (double) (next - now) / 1000.0);
+	return psprintf("upstream answered \"pending\" (attempt %d)",
+					e->attempts);
+}
 
-	/* Say why a key stays pending, and when it is asked for again. */
-	if (item->answer == PC_ANSWER_PENDING)
-	{
-		int64		next = 0;
-		char	   *msg;
+/*
+ * Write an answer into the key's shared entry, under its lock: the new
+ * value (for SCHED_RESULT_VALUE), the fetch time and periods (for any
+ * result but pending), the message (new_error, or none), and, if an
+ * invalidation replayed from WAL waits (waiting), the mark that keeps it
+ * stale.  The chunks it replaces are freed once the lock is released.
+ */
+static void
+store_answer(const char *key, uint32 len, const SchedEntry *e,
+			 const PcFetchItem *item, SchedResult result,
+			 dsa_pointer new_value, dsa_pointer new_error,
+			 Size new_error_size, bool waiting, int64 now)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	dsa_pointer old_value = InvalidDsaPointer;
+	dsa_pointer old_error;
+	Size		old_error_size = 0;
 
-		if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when)
-			next = e->fetch_when;
-		else if (e->state == SCHED_PENDING && e->has_next_attempt)
-			next = e->next_attempt;
-		if (next > now)
-			msg = psprintf("upstream answered \"pending\" (attempt %d); next attempt in %.1f s",
-						   e->attempts, (double) (next - now) / 1000.0);
-		else
-			msg = psprintf("upstream answered \"pending\" (attempt %d)",
-						   e->attempts);
-		new_error = pc_store_message(msg, &new_error_size);
-	}
-
-	if (item->answer == PC_ANSWER_DISABLED)
-		tombstone_unless_disabled(key, len);
-
-	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
 	/* Only this process deletes entries, and not while their fetch runs. */
 	if (entry == NULL)
@@ -947,6 +928,59 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 
 	pc_value_free(old_value);
 	pc_free(old_error, old_error_size);
+}
+
+/*
+ * Record one key's answer: private state first, then the shared entry,
+ * then wake its readers.  True if the answer broke the contract in a way
+ * only this can see.
+ */
+static bool
+apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
+{
+	char	   *key = pnstrdup(e->key, e->keylen);
+	uint32		len = e->keylen;
+	SchedResult result;
+	SchedCompletion completion;
+	dsa_pointer new_value;
+	dsa_pointer new_error = InvalidDsaPointer;
+	Size		new_error_size = 0;
+	bool		breach;
+	bool		waiting;
+	SchedPeriods periods = {SCHED_PERIOD_DEFAULT, SCHED_PERIOD_DEFAULT};
+
+	breach = prepare_value(key, len, item, &new_value);
+	result = sched_result_of(item);
+	if (item->answer == PC_ANSWER_ERROR)
+		new_error = pc_store_message(item->error, &new_error_size);
+	if (result != SCHED_RESULT_PENDING)
+	{
+		count_delay(e);
+		periods.max_age_ms = item->max_age_ms;
+		periods.stale_for_ms = item->stale_for_ms;
+		/* A value stored with a period refused says why. */
+		if (item->period_error != NULL)
+			new_error = pc_store_message(item->period_error, &new_error_size);
+	}
+
+	completion = sched_complete_fetch(sched, e, result, &periods, now);
+	if (completion == SCHED_EVICTED)
+	{
+		pc_value_free(new_value);
+		pc_free(new_error, new_error_size);
+		delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
+		return breach;
+	}
+
+	/* An invalidation replayed from WAL may be newer than this answer. */
+	waiting = pc_replay_key_waiting(key, len);
+	if (item->answer == PC_ANSWER_PENDING)
+		new_error = pc_store_message(pending_message(e, now),
+									 &new_error_size);
+	if (item->answer == PC_ANSWER_DISABLED)
+		tombstone_unless_disabled(key, len);
+	store_answer(key, len, e, item, result, new_value, new_error,
+				 new_error_size, waiting, now);
 
 	if (completion == SCHED_DONE || completion == SCHED_RESCHEDULED)
 		mirror_entry(e);
