@@ -1103,6 +1103,156 @@ finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
 	return apply_answer(e, item, now);
 }
 
+/* A batch as run_batch() runs it, in batch_cxt. */
+typedef struct BatchRun
+{
+	SchedEntry **batch;
+	int			n;
+	PcFetchItem *items;			/* each key's question, then its answer */
+	PcFetchItem *call_items;	/* one call's keys */
+	uint8	   *old_states;		/* for change notices */
+	bool	   *suspect;
+	bool	   *applied;		/* its answer is applied */
+	bool	   *unresolved;		/* one call's keys no breach settled */
+} BatchRun;
+
+/* The batch's questions: each key with its current revision. */
+static void
+prepare_batch(BatchRun *run, SchedEntry **batch, int n)
+{
+	int			i;
+
+	run->batch = batch;
+	run->n = n;
+	run->items = palloc0(n * sizeof(PcFetchItem));
+	run->call_items = palloc0(n * sizeof(PcFetchItem));
+	run->old_states = palloc(n * sizeof(uint8));
+	run->suspect = palloc(n * sizeof(bool));
+	run->applied = palloc0(n * sizeof(bool));
+	run->unresolved = palloc0(n * sizeof(bool));
+	for (i = 0; i < n; i++)
+	{
+		PcKey		search = pc_search_key(batch[i]->key, batch[i]->keylen);
+		PcEntry    *entry;
+		bool		oom = false;
+
+		run->items[i].key = batch[i]->key;
+		run->items[i].keylen = batch[i]->keylen;
+		run->items[i].revision = NULL;
+		run->suspect[i] = batch[i]->suspect;
+
+		/* Pass the current revision, so the upstream can say not_modified. */
+		run->old_states[i] = PC_STATE_PENDING;
+		entry = pc_entry_find(&search, false);
+		if (entry != NULL)
+		{
+			run->old_states[i] = entry->state;
+			if (DsaPointerIsValid(entry->value))
+			{
+				PcValue    *value = dsa_get_address(pc_area(), entry->value);
+
+				run->items[i].revision = pc_value_revision(value, &oom);
+			}
+			pc_entry_release(entry);
+		}
+		if (oom)
+			pc_report_oom("the keys the scheduler needs");
+	}
+}
+
+/*
+ * One call of the plan, for its k keys; then the answers of the keys it
+ * settled are applied.  A breach found as they are applied counts one
+ * fetch error, unless the call counted one already.
+ */
+static void
+run_call(BatchRun *run, BisectPlan *plan, const int *keys, int k)
+{
+	PcFetchOutcome outcome;
+	bool		counted = false;
+	bool		breach = false;
+	int64		now;
+	int			j;
+
+	for (j = 0; j < k; j++)
+		run->call_items[j] = run->items[keys[j]];
+	outcome = pc_fetch_batch(run->call_items, k,
+							 k == 1 && run->suspect[keys[0]]);
+	for (j = 0; j < k; j++)
+	{
+		run->items[keys[j]] = run->call_items[j];
+		run->unresolved[j] = run->call_items[j].unresolved;
+		/* pc_fetch_batch() counted the call if it gave any key an error */
+		counted |= run->call_items[j].answer == PC_ANSWER_ERROR;
+	}
+	bisect_done(plan, pc_real_now_ms(), bisect_call_of(outcome),
+				run->unresolved);
+
+	/* The same keys, maybe reordered: apply those now settled. */
+	now = pc_now_ms();
+	for (j = 0; j < k; j++)
+	{
+		int			key = keys[j];
+
+		if (bisect_fate(plan, key) == BISECT_WAITING)
+			continue;
+		breach |= finish_key(plan, key, run->batch[key], &run->items[key],
+							 now);
+		run->applied[key] = true;
+	}
+	if (breach && !counted)
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+}
+
+/*
+ * The keys the plan settled without a call: those left unsplit when the
+ * budget ran out (failed together, said in one WARNING), and suspects put
+ * back.
+ */
+static void
+settle_unasked(BatchRun *run, BisectPlan *plan)
+{
+	int64		now = pc_now_ms();
+	int64		rest;
+	int			together = 0;
+	const char *together_error = NULL;
+	int			i;
+
+	suspect_resume_ms = bisect_suspect_resume(plan);
+	rest = Max(suspect_resume_ms - pc_real_now_ms(), 0);
+	for (i = 0; i < run->n; i++)
+	{
+		SchedEntry *e = run->batch[i];
+		BisectFate	fate = bisect_fate(plan, i);
+
+		if (run->applied[i])
+			continue;
+		if (fate == BISECT_POSTPONED)
+		{
+			/* by one more step of its backoff, and until suspects may go */
+			int64		step = sched_backoff_delay(e->attempts + 1,
+												   pc_max_retry_backoff_ms);
+
+			sched_defer_fetch(sched, e, now + Max(rest, step));
+			mirror_entry(e);
+			continue;
+		}
+		Assert(fate == BISECT_FAILED_TOGETHER);
+		together++;
+		together_error = run->items[i].error;
+		(void) finish_key(plan, i, e, &run->items[i], now);
+		run->applied[i] = true;
+	}
+	if (together > 0)
+		ereport(WARNING,
+				(errmsg_plural("fetch function failed for %d key",
+							   "fetch function failed for %d keys",
+							   together, together),
+				 errdetail("%s", together_error),
+				 errhint("The keys that fail were not found within projcache.fetch_timeout (%d ms); these are retried together.",
+						 pc_fetch_timeout_ms)));
+}
+
 /*
  * Fetch one batch: hand the fetch function each key with the revision the
  * map holds (so it may answer not_modified), then apply every answer to
@@ -1121,61 +1271,18 @@ finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
  * more, in apply_answer().
  */
 static void
-run_batch(SchedEntry **batch, int n, int64 now)
+run_batch(SchedEntry **batch, int n)
 {
-	PcFetchItem *items;
-	PcFetchItem *call_items;
-	uint8	   *old_states;
-	bool	   *suspect;
-	bool	   *applied;
-	bool	   *unresolved;
+	BatchRun	run;
 	BisectSettings settings;
 	BisectPlan *plan;
 	const int  *keys;
 	int			k;
-	int			together = 0;
-	const char *together_error = NULL;
-	int64		rest;
 	MemoryContext oldcxt;
-	int			i;
 
 	MemoryContextReset(batch_cxt);
 	oldcxt = MemoryContextSwitchTo(batch_cxt);
-
-	items = palloc0(n * sizeof(PcFetchItem));
-	call_items = palloc0(n * sizeof(PcFetchItem));
-	old_states = palloc(n * sizeof(uint8));
-	suspect = palloc(n * sizeof(bool));
-	applied = palloc0(n * sizeof(bool));
-	unresolved = palloc0(n * sizeof(bool));
-	for (i = 0; i < n; i++)
-	{
-		PcKey		search = pc_search_key(batch[i]->key, batch[i]->keylen);
-		PcEntry    *entry;
-		bool		oom = false;
-
-		items[i].key = batch[i]->key;
-		items[i].keylen = batch[i]->keylen;
-		items[i].revision = NULL;
-		suspect[i] = batch[i]->suspect;
-
-		/* Pass the current revision, so the upstream can say not_modified. */
-		old_states[i] = PC_STATE_PENDING;
-		entry = pc_entry_find(&search, false);
-		if (entry != NULL)
-		{
-			old_states[i] = entry->state;
-			if (DsaPointerIsValid(entry->value))
-			{
-				PcValue    *value = dsa_get_address(pc_area(), entry->value);
-
-				items[i].revision = pc_value_revision(value, &oom);
-			}
-			pc_entry_release(entry);
-		}
-		if (oom)
-			pc_report_oom("the keys the scheduler needs");
-	}
+	prepare_batch(&run, batch, n);
 
 	/*
 	 * Splitting stops after as long as one call may take; suspects get a
@@ -1185,82 +1292,13 @@ run_batch(SchedEntry **batch, int n, int64 now)
 	 */
 	settings.split_budget_ms = pc_fetch_timeout_ms;
 	settings.suspect_slice_ms = Max(pc_batch_interval_ms / 4, 1);
-	plan = bisect_begin(n, suspect, suspect_resume_ms, &settings,
+	plan = bisect_begin(n, run.suspect, suspect_resume_ms, &settings,
 						batch_cxt_alloc, batch_cxt_free);
 	while (bisect_next(plan, pc_real_now_ms(), &keys, &k))
-	{
-		PcFetchOutcome outcome;
-		bool		counted = false;
-		bool		breach = false;
-		int			j;
-
-		for (j = 0; j < k; j++)
-			call_items[j] = items[keys[j]];
-		outcome = pc_fetch_batch(call_items, k, k == 1 && suspect[keys[0]]);
-		for (j = 0; j < k; j++)
-		{
-			items[keys[j]] = call_items[j];
-			unresolved[j] = call_items[j].unresolved;
-			/* pc_fetch_batch() counted the call if it gave any key an error */
-			counted |= call_items[j].answer == PC_ANSWER_ERROR;
-		}
-		bisect_done(plan, pc_real_now_ms(), bisect_call_of(outcome),
-					unresolved);
-
-		/* The same keys, maybe reordered: apply those now settled. */
-		now = pc_now_ms();
-		for (j = 0; j < k; j++)
-		{
-			int			key = keys[j];
-
-			if (bisect_fate(plan, key) == BISECT_WAITING)
-				continue;
-			breach |= finish_key(plan, key, batch[key], &items[key], now);
-			applied[key] = true;
-		}
-		if (breach && !counted)
-			pc_count(PC_CTR_FETCH_ERRORS, 1);
-	}
-
-	/*
-	 * The keys the plan settled without a call: those left unsplit when the
-	 * budget ran out, and suspects put back.
-	 */
-	now = pc_now_ms();
-	suspect_resume_ms = bisect_suspect_resume(plan);
-	rest = Max(suspect_resume_ms - pc_real_now_ms(), 0);
-	for (i = 0; i < n; i++)
-	{
-		BisectFate	fate = bisect_fate(plan, i);
-
-		if (applied[i])
-			continue;
-		if (fate == BISECT_POSTPONED)
-		{
-			/* by one more step of its backoff, and until suspects may go */
-			int64		step = sched_backoff_delay(batch[i]->attempts + 1,
-												   pc_max_retry_backoff_ms);
-
-			sched_defer_fetch(sched, batch[i], now + Max(rest, step));
-			mirror_entry(batch[i]);
-			continue;
-		}
-		Assert(fate == BISECT_FAILED_TOGETHER);
-		together++;
-		together_error = items[i].error;
-		(void) finish_key(plan, i, batch[i], &items[i], now);
-		applied[i] = true;
-	}
-	if (together > 0)
-		ereport(WARNING,
-				(errmsg_plural("fetch function failed for %d key",
-							   "fetch function failed for %d keys",
-							   together, together),
-				 errdetail("%s", together_error),
-				 errhint("The keys that fail were not found within projcache.fetch_timeout (%d ms); these are retried together.",
-						 pc_fetch_timeout_ms)));
+		run_call(&run, plan, keys, k);
+	settle_unasked(&run, plan);
 	bisect_end(plan);
-	notify_changes(items, old_states, applied, n);
+	notify_changes(run.items, run.old_states, run.applied, n);
 
 	MemoryContextSwitchTo(oldcxt);
 }
@@ -1709,7 +1747,7 @@ pc_worker_main(Datum main_arg)
 							  &batch);
 		if (n > 0)
 		{
-			run_batch(batch, n, now);
+			run_batch(batch, n);
 			continue;
 		}
 		MemoryContextReset(batch_cxt);
