@@ -289,152 +289,84 @@ acquire_slot(SnapReg *reg)
 }
 
 /*
- * The rows a read serves, per the rules at the top of this file: the fast
- * path within the TTL; after a first success, one refresher (the lease
- * holder) while everyone else is served the last good rows, which stay
- * after a failing refresh but not after lost rights; before any success,
- * one cold load per TTL window, and PC001 for the others.  Rows restored
- * from the dump are stale and are served only once a load as the owner
- * was tried (snapshot_dump.c says why): the read that restores them, or
- * the next one to get the lease, loads at once.  The others wait for that
- * load, up to projcache.restore_wait, and are then served by its outcome
- * (the rows, unless the owner lost its rights); so do readers that come
- * while another one is reading the dump for the rows.  Only past that
- * wait do they get PC001.
+ * Refresh the snapshot as the holder of its lease (unless it was refreshed
+ * before the lease was taken), drop the lease, and say what failed.
+ * Returns the load's status (PC_LOAD_NONE if none ran, or if the worker
+ * did not report, which sets *error).
  */
-void
-pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
+static PcLoadStatus
+refresh_as_lease_holder(SnapReg *reg, PcSnapRef ref, int64 now, char **blob,
+						Size *size, int64 *nrows, char **error,
+						int *sqlerrcode)
 {
-	PcSnapRef	ref = acquire_slot(reg);
-	int64		deadline = pc_real_now_ms() + Max(pc_restore_wait_ms, 0);
-	volatile int64 now;
-	bool		loaded;
-	char	   *error = NULL;
-	int			sqlerrcode = 0;
-	int64		since = PC_NEVER;
-	int64		prev_attempt = PC_NEVER;
 	volatile PcLoadStatus status = PC_LOAD_NONE;
 
-retry:
-	for (;;)
+	/*
+	 * On FATAL the lease dies with this backend (see lease_take).  PG_CATCH
+	 * and a rethrow, not PG_FINALLY, whose flag GCC takes for one a longjmp
+	 * may clobber (-Wclobbered).
+	 */
+	PG_TRY();
 	{
-		/* A read that tried a load itself waits for nobody. */
-		bool		may_wait = status == PC_LOAD_NONE && error == NULL;
-
-		now = pc_now_ms();
-		/* Fast path: fetched within the TTL, no query. */
-		if (pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
-			return;
-
-		(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
-		/* No rows yet: the last good ones from before a restart, if dumped. */
-		if (!loaded && !pc_snapshot_restore(reg, ref) && may_wait &&
-			pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
-			continue;			/* another reader looked at the dump */
-		if (!loaded)
-			(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
-		if (!loaded)
-			break;
-
-		/*
-		 * Someone else is refreshing, or this transaction may not load: serve
-		 * the last good rows now.  (The lease lasts one TTL at most: at most
-		 * one refresh per TTL runs even if its holder hangs.)
-		 */
-		if (may_wait && may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
-		{
-			/*
-			 * On FATAL the lease dies with this backend (see lease_take).
-			 * PG_CATCH and a rethrow, not PG_FINALLY, whose flag GCC takes
-			 * for one a longjmp may clobber (-Wclobbered).
-			 */
-			PG_TRY();
-			{
-				/* It may have been refreshed before we took the lease. */
-				if (!pc_snap_copy(ref, now, reg->ttl_ms, true,
-								  blob, size, nrows))
-					status = load_and_publish(reg, ref, &error, &sqlerrcode);
-			}
-			PG_CATCH();
-			{
-				pc_snap_lease_drop(ref);
-				PG_RE_THROW();
-			}
-			PG_END_TRY();
-			pc_snap_lease_drop(ref);
-			if (status == PC_LOAD_REVOKED)
-				report_revoked(reg, ref, error, sqlerrcode);
-			/* (NONE with an error: the worker did not report) */
-			if (status == PC_LOAD_FAILED ||
-				(status == PC_LOAD_NONE && error != NULL))
-			{
-				bool		checked = status == PC_LOAD_FAILED;
-				int64		age = pc_snap_record_failure(ref, error,
-														 pc_now_ms(), checked);
-
-				/* (none served: restored rows whose load did not report) */
-				if (age >= 0)
-					warn_refresh_failed(reg, error, age);
-			}
-			if (status == PC_LOAD_BUSY && !pc_snap_awaits_load(ref))
-				warn_no_load_worker(reg, error);
-		}
-		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
-			return;
-		if (pc_snap_awaits_load(ref))
-		{
-			/* Another session tries their first load: wait for it. */
-			if (status == PC_LOAD_NONE && error == NULL &&
-				pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
-				continue;
-			report_awaiting_load(reg, status, error);
-		}
-		report_dropped(reg);
+		/* It may have been refreshed before we took the lease. */
+		if (!pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
+			status = load_and_publish(reg, ref, error, sqlerrcode);
 	}
-
-	/* Cold start: one load per TTL window. */
-	if (!may_load())
-		ereport(ERROR,
-				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-				 errmsg("snapshot \"%s\" is not loaded yet",
-						reg->name),
-				 errdetail("A transaction that has written data does not load snapshots."),
-				 errhint("Read the snapshot before writing, or outside this transaction.")));
-
-	switch (pc_snap_cold_claim(ref, now, reg->ttl_ms, &since, &prev_attempt))
+	PG_CATCH();
 	{
-		case PC_CLAIM_GONE:
-			report_dropped(reg);
-			break;
-		case PC_CLAIM_THROTTLED:
-			{
-				int64		wait_ms = reg->ttl_ms;
-
-				/*
-				 * The winner may have published by now; or rows restored
-				 * meanwhile await their first load: read them as a read that
-				 * found them would.
-				 */
-				if (pc_snap_copy(ref, now, reg->ttl_ms, false,
-								 blob, size, nrows))
-					return;
-				if (pc_snap_awaits_load(ref))
-					goto retry;
-				if (since != PC_NEVER)
-					wait_ms = Max(reg->ttl_ms - (now - since), 0);
-				ereport(ERROR,
-						(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
-						 errmsg("snapshot \"%s\" unavailable, retry available in %lld seconds",
-								reg->name,
-								(long long) ((wait_ms + 999) / 1000)),
-						 errdetail("Its cold-start loads are throttled: it has not been loaded yet, and its last load attempt was less than its TTL ago.")));
-			}
-			break;
-		case PC_CLAIM_WON:
-			break;
+		pc_snap_lease_drop(ref);
+		PG_RE_THROW();
 	}
+	PG_END_TRY();
+	pc_snap_lease_drop(ref);
+	if (status == PC_LOAD_REVOKED)
+		report_revoked(reg, ref, *error, *sqlerrcode);
+	/* (NONE with an error: the worker did not report) */
+	if (status == PC_LOAD_FAILED ||
+		(status == PC_LOAD_NONE && *error != NULL))
+	{
+		bool		checked = status == PC_LOAD_FAILED;
+		int64		age = pc_snap_record_failure(ref, *error, pc_now_ms(),
+												 checked);
 
-	/* Won: load it.  A cancelled load gives the window back. */
+		/* (none served: restored rows whose load did not report) */
+		if (age >= 0)
+			warn_refresh_failed(reg, *error, age);
+	}
+	if (status == PC_LOAD_BUSY && !pc_snap_awaits_load(ref))
+		warn_no_load_worker(reg, *error);
+	return status;
+}
+
+/* A cold start lost the claim: PC001, with when to retry. */
+static void
+report_throttled(SnapReg *reg, int64 now, int64 since)
+{
+	int64		wait_ms = reg->ttl_ms;
+
+	if (since != PC_NEVER)
+		wait_ms = Max(reg->ttl_ms - (now - since), 0);
+	ereport(ERROR,
+			(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+			 errmsg("snapshot \"%s\" unavailable, retry available in %lld seconds",
+					reg->name, (long long) ((wait_ms + 999) / 1000)),
+			 errdetail("Its cold-start loads are throttled: it has not been loaded yet, and its last load attempt was less than its TTL ago.")));
+}
+
+/*
+ * A cold start that won the claim (made at now; the attempt before it was
+ * at prev_attempt): load the snapshot and return its rows, or raise PC001.
+ * A cancelled load, or one no load worker could run, gives the window
+ * back.
+ */
+static void
+load_cold(SnapReg *reg, PcSnapRef ref, int64 now, int64 prev_attempt,
+		  char **blob, Size *size, int64 *nrows)
+{
+	volatile PcLoadStatus status = PC_LOAD_NONE;
+	char	   *error = NULL;
+	int			sqlerrcode = 0;
+
 	PG_TRY();
 	{
 		status = load_and_publish(reg, ref, &error, &sqlerrcode);
@@ -485,6 +417,112 @@ retry:
 	}
 	if (!pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
 		report_dropped(reg);
+}
+
+/*
+ * The rows a read serves, per the rules at the top of this file: the fast
+ * path within the TTL; after a first success, one refresher (the lease
+ * holder) while everyone else is served the last good rows, which stay
+ * after a failing refresh but not after lost rights; before any success,
+ * one cold load per TTL window, and PC001 for the others.  Rows restored
+ * from the dump are stale and are served only once a load as the owner
+ * was tried (snapshot_dump.c says why): the read that restores them, or
+ * the next one to get the lease, loads at once.  The others wait for that
+ * load, up to projcache.restore_wait, and are then served by its outcome
+ * (the rows, unless the owner lost its rights); so do readers that come
+ * while another one is reading the dump for the rows.  Only past that
+ * wait do they get PC001.
+ */
+void
+pc_snap_current_rows(SnapReg *reg, char **blob, Size *size, int64 *nrows)
+{
+	PcSnapRef	ref = acquire_slot(reg);
+	int64		deadline = pc_real_now_ms() + Max(pc_restore_wait_ms, 0);
+	int64		now;
+	bool		loaded;
+	char	   *error = NULL;
+	int			sqlerrcode = 0;
+	int64		since = PC_NEVER;
+	int64		prev_attempt = PC_NEVER;
+	PcLoadStatus status = PC_LOAD_NONE;
+
+retry:
+	for (;;)
+	{
+		/* A read that tried a load itself waits for nobody. */
+		bool		may_wait = status == PC_LOAD_NONE && error == NULL;
+
+		now = pc_now_ms();
+		/* Fast path: fetched within the TTL, no query. */
+		if (pc_snap_copy(ref, now, reg->ttl_ms, true, blob, size, nrows))
+			return;
+
+		(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
+		/* No rows yet: the last good ones from before a restart, if dumped. */
+		if (!loaded && !pc_snapshot_restore(reg, ref) && may_wait &&
+			pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
+			continue;			/* another reader looked at the dump */
+		if (!loaded)
+			(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
+		if (!loaded)
+			break;
+
+		/*
+		 * Someone else is refreshing, or this transaction may not load: serve
+		 * the last good rows now.  (The lease lasts one TTL at most: at most
+		 * one refresh per TTL runs even if its holder hangs.)
+		 */
+		if (may_wait && may_load() && pc_snap_lease_take(ref, now, reg->ttl_ms))
+			status = refresh_as_lease_holder(reg, ref, now, blob, size, nrows,
+											 &error, &sqlerrcode);
+		if (pc_snap_copy(ref, now, reg->ttl_ms, false, blob, size, nrows))
+			return;
+		if (pc_snap_awaits_load(ref))
+		{
+			/* Another session tries their first load: wait for it. */
+			if (status == PC_LOAD_NONE && error == NULL &&
+				pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
+				continue;
+			report_awaiting_load(reg, status, error);
+		}
+		report_dropped(reg);
+	}
+
+	/* Cold start: one load per TTL window. */
+	if (!may_load())
+		ereport(ERROR,
+				(errcode(ERRCODE_PROJCACHE_SNAPSHOT_UNAVAILABLE),
+				 errmsg("snapshot \"%s\" is not loaded yet",
+						reg->name),
+				 errdetail("A transaction that has written data does not load snapshots."),
+				 errhint("Read the snapshot before writing, or outside this transaction.")));
+
+	switch (pc_snap_cold_claim(ref, now, reg->ttl_ms, &since, &prev_attempt))
+	{
+		case PC_CLAIM_GONE:
+			report_dropped(reg);
+			break;
+		case PC_CLAIM_THROTTLED:
+			{
+				/*
+				 * The winner may have published by now; or rows restored
+				 * meanwhile await their first load: read them as a read that
+				 * found them would.
+				 */
+				if (pc_snap_copy(ref, now, reg->ttl_ms, false,
+								 blob, size, nrows))
+					return;
+				if (pc_snap_awaits_load(ref))
+					goto retry;
+				report_throttled(reg, now, since);
+			}
+			break;
+		case PC_CLAIM_WON:
+			break;
+	}
+
+	/* Won: load it. */
+	load_cold(reg, ref, now, prev_attempt, blob, size, nrows);
 }
 
 /* ----------------------------------------------------------------
