@@ -70,22 +70,36 @@
 #include "keycache_bisect.h"
 #include "user_switch.h"
 
+/* Every item unanswered, before a call. */
+static void
+clear_answers(PcFetchItem *items, int nitems)
+{
+	int			i;
+
+	for (i = 0; i < nitems; i++)
+	{
+		items[i].answer = PC_ANSWER_DISABLED;
+		items[i].new_revision = NULL;
+		items[i].config = NULL;
+		items[i].error = NULL;
+		items[i].max_age_ms = PC_PERIOD_DEFAULT;
+		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
+		items[i].period_error = NULL;
+		items[i].unresolved = false;
+	}
+}
+
 /* Batch-wide failure: every key of the batch gets the error. */
 static void
 fail_batch(PcFetchItem *items, int nitems, const char *message)
 {
 	int			i;
 
+	clear_answers(items, nitems);
 	for (i = 0; i < nitems; i++)
 	{
 		items[i].answer = PC_ANSWER_ERROR;
 		items[i].error = pstrdup(message);
-		items[i].config = NULL;
-		items[i].new_revision = NULL;
-		items[i].max_age_ms = PC_PERIOD_DEFAULT;
-		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
-		items[i].period_error = NULL;
-		items[i].unresolved = false;
 	}
 }
 
@@ -679,25 +693,6 @@ call_fetch_function(void *arg)
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	/* The settings go now; the user stays until the commit (see below). */
 	AtEOXact_GUC(false, call->sw.save_nestlevel);
-}
-
-/* Every item unanswered, before a call. */
-static void
-clear_answers(PcFetchItem *items, int nitems)
-{
-	int			i;
-
-	for (i = 0; i < nitems; i++)
-	{
-		items[i].answer = PC_ANSWER_DISABLED;
-		items[i].new_revision = NULL;
-		items[i].config = NULL;
-		items[i].error = NULL;
-		items[i].max_age_ms = PC_PERIOD_DEFAULT;
-		items[i].stale_for_ms = PC_PERIOD_DEFAULT;
-		items[i].period_error = NULL;
-		items[i].unresolved = false;
-	}
 }
 
 /*
