@@ -216,6 +216,19 @@ mirror_entry(SchedEntry *e)
 	pc_entry_release(entry);
 }
 
+/*
+ * Delete a locked entry (releasing it), count the eviction and its cause,
+ * and wake the key's readers.
+ */
+static void
+delete_locked(PcEntry *entry, const char *key, uint32 len, PcCounter cause)
+{
+	pc_keymap_delete(entry);
+	pc_count(PC_CTR_EVICTIONS, 1);
+	pc_count(cause, 1);
+	ConditionVariableBroadcast(pc_key_cv(key, len));
+}
+
 /* Remove a key from the shared map, if it is there, counting why. */
 static void
 delete_shared(const char *key, uint32 len, PcCounter cause)
@@ -228,12 +241,7 @@ delete_shared(const char *key, uint32 len, PcCounter cause)
 		pc_keys_tombstone(key, len, true, true);
 	entry = pc_entry_find(&search, true);
 	if (entry != NULL)
-	{
-		pc_keymap_delete(entry);
-		pc_count(PC_CTR_EVICTIONS, 1);
-		pc_count(cause, 1);
-		ConditionVariableBroadcast(pc_key_cv(key, len));
-	}
+		delete_locked(entry, key, len, cause);
 }
 
 /*
@@ -457,21 +465,13 @@ drop_fetches_for_nobody(void)
 			pg_atomic_read_u32(&entry->visited) == 0 &&
 			pg_atomic_read_u32(&entry->requests) == 0)
 		{
-			pc_keymap_delete(entry);
+			delete_locked(entry, e->key, e->keylen, PC_CTR_DROPPED_FETCHES);
 			dropped = true;
 		}
 		else if (entry != NULL)
 			pc_entry_release(entry);
 		if (entry == NULL || dropped)
-		{
-			if (dropped)
-			{
-				pc_count(PC_CTR_EVICTIONS, 1);
-				pc_count(PC_CTR_DROPPED_FETCHES, 1);
-				ConditionVariableBroadcast(pc_key_cv(e->key, e->keylen));
-			}
 			sched_evict_victim(sched, e);
-		}
 		else
 			sched_note_demand(sched, e);	/* read again meanwhile */
 	}
@@ -702,12 +702,7 @@ evict_due(SchedEntry *e, int64 now)
 		entry = pc_entry_find(&search, true);
 	}
 	if (entry != NULL)
-	{
-		pc_keymap_delete(entry);
-		pc_count(PC_CTR_EVICTIONS, 1);
-		pc_count(PC_CTR_EXPIRY_EVICTIONS, 1);
-		ConditionVariableBroadcast(pc_key_cv(e->key, e->keylen));
-	}
+		delete_locked(entry, e->key, e->keylen, PC_CTR_EXPIRY_EVICTIONS);
 	sched_evict(sched, e);
 }
 
