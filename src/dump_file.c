@@ -495,6 +495,17 @@ pc_dump_written_at(const PcDumpReader *r)
 	return r->written_at;
 }
 
+/* Milliseconds since it was written (0 if its time is not past). */
+int64
+pc_dump_age_ms(const PcDumpReader *r)
+{
+	long		secs;
+	int			usecs;
+
+	TimestampDifference(r->written_at, GetCurrentTimestamp(), &secs, &usecs);
+	return (int64) secs * 1000 + usecs / 1000;
+}
+
 /* The generation its writer gave it (0 for a dump of 1.2). */
 uint32
 pc_dump_generation(const PcDumpReader *r)

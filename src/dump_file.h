@@ -80,6 +80,7 @@ extern void pc_dump_discard(PcDumpWriter *w);
  */
 extern PcDumpReader *pc_dump_open(const char *path, PcDumpKind kind);
 extern TimestampTz pc_dump_written_at(const PcDumpReader *r);
+extern int64 pc_dump_age_ms(const PcDumpReader *r);
 extern uint32 pc_dump_generation(const PcDumpReader *r);
 extern uint64 pc_dump_count(const PcDumpReader *r);
 extern bool pc_dump_next(PcDumpReader *r, char **payload, uint32 *len);

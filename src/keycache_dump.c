@@ -1066,8 +1066,6 @@ load_dump(PcDumpRestoreFn restore)
 	uint32		generation;
 	int64		now = pc_now_ms();
 	int64		since_dump_ms;
-	long		secs;
-	int			usecs;
 	Size		high = pc_key_memory_bound() / 100 * 90;
 
 	r = pc_dump_open(PC_KEYS_DUMP_FILE, PC_DUMP_KEYS);
@@ -1086,9 +1084,7 @@ load_dump(PcDumpRestoreFn restore)
 	dump_on_disk = true;
 	dumped_keys = keys_filter((int64) pc_dump_count(r));
 
-	TimestampDifference(pc_dump_written_at(r), GetCurrentTimestamp(),
-						&secs, &usecs);
-	since_dump_ms = (int64) secs * 1000 + usecs / 1000;
+	since_dump_ms = pc_dump_age_ms(r);
 
 	while (pc_dump_next(r, &payload, &len))
 	{

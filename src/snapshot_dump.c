@@ -581,7 +581,7 @@ restore_from_file(SnapReg *reg, PcSnapRef ref)
 	if (r == NULL)
 		return false;
 	written_at = pc_dump_written_at(r);
-	since_dump_ms = ms_between(written_at, GetCurrentTimestamp());
+	since_dump_ms = pc_dump_age_ms(r);
 
 	while (!found && pc_dump_next(r, &payload, &len))
 	{

@@ -465,10 +465,13 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	index = pc_snap_find_slot(dbid, name);
 	if (index < 0)
 	{
+		int			found;
+
 		index = free_slot();
 		/* free_slot() may release the lock: look again. */
-		if (pc_snap_find_slot(dbid, name) >= 0)
-			index = pc_snap_find_slot(dbid, name);
+		found = pc_snap_find_slot(dbid, name);
+		if (found >= 0)
+			index = found;
 	}
 	if (index < 0)
 		refusal = SLOT_NONE_FREE;
