@@ -10,6 +10,7 @@
 #ifndef PROJCACHE_SNAPSHOT_H
 #define PROJCACHE_SNAPSHOT_H
 
+#include "executor/tuptable.h"
 #include "lib/stringinfo.h"
 #include "shmem.h"
 #include "user_switch.h"
@@ -312,6 +313,8 @@ extern void pc_snap_install_hooks(void);
 
 extern void pc_snap_current_rows(SnapReg *reg, char **blob, Size *size,
 								 int64 *nrows);
+extern void pc_snap_place_values(TupleDesc out, TupleTableSlot *stored,
+								 Datum *values, bool *nulls);
 
 /* Rows from the dump for a slot that has none (snapshot_dump.c). */
 extern bool pc_snapshot_restore(SnapReg *reg, PcSnapRef ref);

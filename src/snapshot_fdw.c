@@ -658,25 +658,10 @@ snap_iterate(ForeignScanState *node)
 	else
 	{
 		/* The foreign table has dropped columns: place the values. */
-		TupleDesc	out = slot->tts_tupleDescriptor;
-		int			src = 0;
-		int			a;
-
 		ExecClearTuple(slot);
 		ExecStoreMinimalTuple(mt, st->stored_slot, false);
-		slot_getallattrs(st->stored_slot);
-		for (a = 0; a < out->natts; a++)
-		{
-			if (TupleDescAttr(out, a)->attisdropped)
-			{
-				slot->tts_values[a] = (Datum) 0;
-				slot->tts_isnull[a] = true;
-				continue;
-			}
-			slot->tts_values[a] = st->stored_slot->tts_values[src];
-			slot->tts_isnull[a] = st->stored_slot->tts_isnull[src];
-			src++;
-		}
+		pc_snap_place_values(slot->tts_tupleDescriptor, st->stored_slot,
+							 slot->tts_values, slot->tts_isnull);
 		ExecStoreVirtualTuple(slot);
 		slot->tts_tableOid = RelationGetRelid(node->ss.ss_currentRelation);
 	}

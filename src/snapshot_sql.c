@@ -508,6 +508,33 @@ retry:
  * ----------------------------------------------------------------
  */
 
+/*
+ * A stored row (in stored, a slot of the registered row type) in the
+ * layout of out, a row type with dropped columns: each value at its
+ * column's place, NULL at the dropped ones.
+ */
+void
+pc_snap_place_values(TupleDesc out, TupleTableSlot *stored, Datum *values,
+					 bool *nulls)
+{
+	int			src = 0;
+	int			a;
+
+	slot_getallattrs(stored);
+	for (a = 0; a < out->natts; a++)
+	{
+		if (TupleDescAttr(out, a)->attisdropped)
+		{
+			values[a] = (Datum) 0;
+			nulls[a] = true;
+			continue;
+		}
+		values[a] = stored->tts_values[src];
+		nulls[a] = stored->tts_isnull[src];
+		src++;
+	}
+}
+
 /* Put the copied rows into the SRF's tuplestore, shaped as desc. */
 static void
 emit_rows(ReturnSetInfo *rsinfo, SnapReg *reg, const char *blob, Size size,
@@ -543,21 +570,7 @@ emit_rows(ReturnSetInfo *rsinfo, SnapReg *reg, const char *blob, Size size,
 			tuplestore_puttupleslot(rsinfo->setResult, slot);
 		else
 		{
-			int			src = 0;
-			int			a;
-
-			slot_getallattrs(slot);
-			for (a = 0; a < out->natts; a++)
-			{
-				if (TupleDescAttr(out, a)->attisdropped)
-				{
-					nulls[a] = true;
-					continue;
-				}
-				values[a] = slot->tts_values[src];
-				nulls[a] = slot->tts_isnull[src];
-				src++;
-			}
+			pc_snap_place_values(out, slot, values, nulls);
 			tuplestore_putvalues(rsinfo->setResult, out, values, nulls);
 		}
 		ExecClearTuple(slot);
