@@ -768,6 +768,7 @@ pc_keys_dump_step(PcKeyDump *d, int64 deadline_ms)
 				break;
 			d->second_pass = true;
 			d->next = 0;
+			continue;			/* the list may be empty */
 		}
 		i = d->next++;
 		if (d->keys[i] == NULL)
