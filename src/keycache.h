@@ -181,6 +181,34 @@ extern PcEntry *pc_keymap_find_or_create_for(const char *key, uint32 len,
 extern uint32 pc_keys_per_role_bound(void);
 extern Oid	pc_role_of_slot(int slot);
 extern void pc_keymap_delete(PcEntry *entry);
+
+/*
+ * Keys copied out of the map (or the worker's private state), each
+ * NUL-terminated, with a record of payload_size bytes beside each for the
+ * caller (zeroed; 0 for none).  Made under partition locks, so nothing
+ * here raises an ERROR: a failed allocation sets oom, which the caller
+ * reports once the locks are released (pc_report_oom).
+ */
+typedef struct PcKeyList
+{
+	char	  **keys;
+	uint32	   *lens;
+	char	   *payloads;
+	Size		payload_size;
+	int			count;
+	int			capacity;
+	bool		oom;
+} PcKeyList;
+
+extern void pc_keylist_init(PcKeyList *list, Size payload_size);
+extern bool pc_keylist_add(PcKeyList *list, const char *key, uint32 len);
+extern void pc_keylist_from_map(PcKeyList *list,
+								bool (*want) (PcEntry *entry),
+								bool (*fill) (PcEntry *entry, void *payload));
+
+/* The payload of key i. */
+#define pc_keylist_payload(list, i) \
+	((void *) ((list)->payloads + (Size) (i) * (list)->payload_size))
 extern dsa_pointer pc_value_make(const char *revision,
 								 const struct varlena *config);
 extern void pc_value_free(dsa_pointer dp);

@@ -128,10 +128,7 @@ struct PcKeyDump
 	uint32		generation;
 	bloom_filter *listed;		/* the keys listed for it */
 	bool		spoiled;		/* its tombstones were given up */
-	char	  **keys;
-	uint32	   *lens;
-	uint8	   *fifos;			/* PcDumpFifo of each key */
-	int			count;
+	PcKeyList	list;			/* the keys, each with its PcDumpFifo (uint8) */
 	int			next;
 	bool		second_pass;	/* writing the keys not read since listed */
 	int64		started_ms;
@@ -517,56 +514,31 @@ tombstoned(const TombList *list, const char *key, uint32 len)
 				   tomb_key_cmp) != NULL;
 }
 
-/* Room for one more key in d's list; false (d->oom set) if none. */
+/* Add a copy of one key to d's list; false (d->oom set) if out of memory. */
 static bool
-list_grow(PcKeyDump *d, int *capacity)
+list_add(PcKeyDump *d, const char *key, uint32 len, PcDumpFifo fifo)
 {
-	char	  **keys;
-	uint32	   *lens;
-	uint8	   *fifos;
-
-	if (d->count < *capacity)
-		return true;
-	keys = repalloc_extended(d->keys, 2 * *capacity * sizeof(char *),
-							 MCXT_ALLOC_NO_OOM);
-	if (keys != NULL)
-		d->keys = keys;
-	lens = keys ? repalloc_extended(d->lens, 2 * *capacity * sizeof(uint32),
-									MCXT_ALLOC_NO_OOM) : NULL;
-	if (lens != NULL)
-		d->lens = lens;
-	fifos = lens ? repalloc_extended(d->fifos, 2 * *capacity * sizeof(uint8),
-									 MCXT_ALLOC_NO_OOM) : NULL;
-	if (fifos == NULL)
+	if (!pc_keylist_add(&d->list, key, len))
 	{
 		d->oom = true;
 		return false;
 	}
-	d->fifos = fifos;
-	*capacity *= 2;
+	*(uint8 *) pc_keylist_payload(&d->list, d->list.count - 1) = (uint8) fifo;
 	return true;
 }
 
-/* Add a copy of one key to d's list; false (d->oom set) if out of memory. */
-static bool
-list_add(PcKeyDump *d, int *capacity, const char *key, uint32 len,
-		 PcDumpFifo fifo)
+/* Key i's FIFO, as listed. */
+static PcDumpFifo
+listed_fifo(PcKeyDump *d, int i)
 {
-	char	   *copy;
+	return (PcDumpFifo) *(uint8 *) pc_keylist_payload(&d->list, i);
+}
 
-	if (!list_grow(d, capacity))
-		return false;
-	copy = pc_copy_no_oom(key, len, false, NULL);
-	if (copy == NULL)
-	{
-		d->oom = true;
-		return false;
-	}
-	d->keys[d->count] = copy;
-	d->lens[d->count] = len;
-	d->fifos[d->count] = (uint8) fifo;
-	d->count++;
-	return true;
+/* Is the entry more than pending (a key of the dump)? */
+static bool
+has_value_state(PcEntry *entry)
+{
+	return entry->state != PC_STATE_PENDING;
 }
 
 /*
@@ -578,13 +550,7 @@ list_add(PcKeyDump *d, int *capacity, const char *key, uint32 len,
 static void
 list_keys(PcKeyDump *d, PcDumpNextKey next_key, void *arg)
 {
-	dshash_seq_status status;
-	PcEntry    *entry;
-	int			capacity = 1024;
-
-	d->keys = palloc(capacity * sizeof(char *));
-	d->lens = palloc(capacity * sizeof(uint32));
-	d->fifos = palloc(capacity * sizeof(uint8));
+	pc_keylist_init(&d->list, sizeof(uint8));
 	if (next_key != NULL)
 	{
 		const char *key;
@@ -592,20 +558,13 @@ list_keys(PcKeyDump *d, PcDumpNextKey next_key, void *arg)
 		PcDumpFifo	fifo;
 
 		while ((key = next_key(arg, &len, &fifo)) != NULL)
-			if (!list_add(d, &capacity, key, len, fifo))
+			if (!list_add(d, key, len, fifo))
 				break;
 		return;
 	}
-	pc_entry_scan_begin(&status, false);
-	while ((entry = dshash_seq_next(&status)) != NULL)
-	{
-		if (entry->state == PC_STATE_PENDING)
-			continue;
-		if (!list_add(d, &capacity, pc_key_bytes(pc_area(), &entry->key),
-					  entry->key.len, PC_DUMP_FIFO_UNKNOWN))
-			break;
-	}
-	pc_entry_scan_end(&status);
+	/* Each with PC_DUMP_FIFO_UNKNOWN, the zeroed payload. */
+	pc_keylist_from_map(&d->list, has_value_state, NULL);
+	d->oom = d->list.oom;
 }
 
 /*
@@ -648,10 +607,10 @@ pc_keys_dump_begin(PcDumpNextKey next_key, void *arg)
 	{
 		int			i;
 
-		d->listed = keys_filter(d->count);
-		for (i = 0; i < d->count; i++)
-			bloom_add_element(d->listed, (unsigned char *) d->keys[i],
-							  d->lens[i]);
+		d->listed = keys_filter(d->list.count);
+		for (i = 0; i < d->list.count; i++)
+			bloom_add_element(d->listed, (unsigned char *) d->list.keys[i],
+							  d->list.lens[i]);
 		d->writer = pc_dump_begin_generation(PC_KEYS_DUMP_FILE, PC_DUMP_KEYS,
 											 d->generation);
 	}
@@ -688,7 +647,7 @@ typedef enum RecordCopy
 static RecordCopy
 copy_record(PcKeyDump *d, int i, int64 now)
 {
-	PcKey		search = pc_search_key(d->keys[i], d->lens[i]);
+	PcKey		search = pc_search_key(d->list.keys[i], d->list.lens[i]);
 	PcEntry    *entry;
 	KeyRecord	rec;
 	RecordCopy	result = RECORD_GONE;
@@ -705,7 +664,7 @@ copy_record(PcKeyDump *d, int i, int64 now)
 	{
 		const PcValue *value = dsa_get_address(pc_area(), entry->value);
 		Size		value_len = Max(value->revision_len, 0) + value->config_len;
-		Size		need = sizeof(KeyRecord) + d->lens[i] + value_len;
+		Size		need = sizeof(KeyRecord) + d->list.lens[i] + value_len;
 
 		/* Grow the buffer without an ERROR while the lock is held. */
 		if (need >= (Size) d->record.maxlen)
@@ -725,18 +684,18 @@ copy_record(PcKeyDump *d, int i, int64 now)
 		{
 			memset(&rec, 0, sizeof(rec));
 			rec.age_ms = Max(now - entry->fetched_at, 0);
-			rec.keylen = d->lens[i];
+			rec.keylen = d->list.lens[i];
 			rec.revision_len = value->revision_len;
 			rec.config_len = value->config_len;
 			rec.state = entry->state;
-			rec.fifo = d->fifos[i];
+			rec.fifo = (uint8) listed_fifo(d, i);
 			rec.visited = visited ? 1 : 0;
 			rec.max_age_ms = entry->max_age_ms;
 			rec.stale_for_ms = entry->stale_for_ms;
 			memcpy(d->record.data, &rec, sizeof(rec));
-			memcpy(d->record.data + sizeof(rec), d->keys[i], d->lens[i]);
+			memcpy(d->record.data + sizeof(rec), d->list.keys[i], d->list.lens[i]);
 			pc_value_read(value, 0, value_len,
-						  d->record.data + sizeof(rec) + d->lens[i]);
+						  d->record.data + sizeof(rec) + d->list.lens[i]);
 			d->record.len = need;
 			result = RECORD_COPIED;
 		}
@@ -762,7 +721,7 @@ pc_keys_dump_step(PcKeyDump *d, int64 deadline_ms)
 		int			i;
 		RecordCopy	copied;
 
-		if (d->next >= d->count)
+		if (d->next >= d->list.count)
 		{
 			if (d->second_pass)
 				break;
@@ -771,21 +730,21 @@ pc_keys_dump_step(PcKeyDump *d, int64 deadline_ms)
 			continue;			/* the list may be empty */
 		}
 		i = d->next++;
-		if (d->keys[i] == NULL)
+		if (d->list.keys[i] == NULL)
 			continue;
 		copied = copy_record(d, i, now);
 		if (copied != RECORD_LATER)
 		{
 			if (copied == RECORD_COPIED)
 				pc_dump_write(d->writer, d->record.data, d->record.len);
-			pfree(d->keys[i]);
-			d->keys[i] = NULL;
+			pfree(d->list.keys[i]);
+			d->list.keys[i] = NULL;
 		}
 		if ((d->next & 255) == 0 && pc_real_now_ms() >= deadline_ms)
 			break;
 	}
 	MemoryContextSwitchTo(old);
-	return (d->second_pass && d->next >= d->count) || d->oom || d->spoiled;
+	return (d->second_pass && d->next >= d->list.count) || d->oom || d->spoiled;
 }
 
 /* Finish (or, with discard, give up) a dump; frees it. */
@@ -800,7 +759,7 @@ pc_keys_dump_end(PcKeyDump *d, bool discard)
 		ereport(LOG,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("projcache key dump given up: out of memory copying a value")));
-	if (discard || d->oom || d->spoiled || d->next < d->count)
+	if (discard || d->oom || d->spoiled || d->next < d->list.count)
 		pc_dump_discard(d->writer);
 	else if (pc_dump_finish(d->writer, &written))
 	{

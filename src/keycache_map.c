@@ -911,3 +911,98 @@ pc_check_key(text *key, const char **bytes, uint32 *len)
 	*bytes = VARDATA_ANY(key);
 	*len = (uint32) n;
 }
+
+/* ----------------------------------------------------------------
+ * Key lists (see PcKeyList in keycache.h)
+ * ----------------------------------------------------------------
+ */
+void
+pc_keylist_init(PcKeyList *list, Size payload_size)
+{
+	list->capacity = 256;
+	list->count = 0;
+	list->oom = false;
+	list->payload_size = payload_size;
+	list->keys = palloc(list->capacity * sizeof(char *));
+	list->lens = palloc(list->capacity * sizeof(uint32));
+	list->payloads = palloc0(Max(list->capacity * payload_size, 1));
+}
+
+/* Double the list's room; false (oom set) if it cannot. */
+static bool
+keylist_grow(PcKeyList *list)
+{
+	int			newcap = list->capacity * 2;
+	char	  **keys;
+	uint32	   *lens;
+	char	   *payloads;
+
+	keys = repalloc_extended(list->keys, newcap * sizeof(char *),
+							 MCXT_ALLOC_NO_OOM);
+	if (keys != NULL)
+		list->keys = keys;
+	lens = keys ? repalloc_extended(list->lens, newcap * sizeof(uint32),
+									MCXT_ALLOC_NO_OOM) : NULL;
+	if (lens != NULL)
+		list->lens = lens;
+	payloads = lens ? repalloc_extended(list->payloads,
+										Max(newcap * list->payload_size, 1),
+										MCXT_ALLOC_NO_OOM) : NULL;
+	if (payloads == NULL)
+	{
+		list->oom = true;
+		return false;
+	}
+	list->payloads = payloads;
+	list->capacity = newcap;
+	return true;
+}
+
+/* Add a copy of a key; false (oom set) if out of memory. */
+bool
+pc_keylist_add(PcKeyList *list, const char *key, uint32 len)
+{
+	char	   *copy;
+
+	if (list->oom)
+		return false;
+	if (list->count == list->capacity && !keylist_grow(list))
+		return false;
+	copy = pc_copy_no_oom(key, len, true, &list->oom);
+	if (copy == NULL)
+		return false;
+	list->keys[list->count] = copy;
+	list->lens[list->count] = len;
+	memset(pc_keylist_payload(list, list->count), 0, list->payload_size);
+	list->count++;
+	return true;
+}
+
+/*
+ * Add every key of the map that want() accepts (NULL: every one) to an
+ * initialized list, under a scan of the map, and have fill() (NULL: none)
+ * write each one's payload.  Both run under the entry's partition lock:
+ * they may not raise an ERROR; fill() returns false to stop the scan (it
+ * set list->oom).
+ */
+void
+pc_keylist_from_map(PcKeyList *list, bool (*want) (PcEntry *entry),
+					bool (*fill) (PcEntry *entry, void *payload))
+{
+	dshash_seq_status status;
+	PcEntry    *entry;
+
+	pc_entry_scan_begin(&status, false);
+	while ((entry = dshash_seq_next(&status)) != NULL)
+	{
+		if (want != NULL && !want(entry))
+			continue;
+		if (!pc_keylist_add(list, pc_key_bytes(pc_area(), &entry->key),
+							entry->key.len))
+			break;
+		if (fill != NULL &&
+			!fill(entry, pc_keylist_payload(list, list->count - 1)))
+			break;
+	}
+	pc_entry_scan_end(&status);
+}

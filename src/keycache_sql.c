@@ -892,72 +892,14 @@ projcache_evict(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-/* Every entry of the map, copied out for the entries view. */
-typedef struct EntryCopies
-{
-	PcRead	   *rows;
-	char	  **keys;			/* NUL-terminated */
-	int			count;
-	int			capacity;
-	bool		oom;			/* a copy failed: count is short */
-} EntryCopies;
-
-/* Room for one more copy; false (c->oom set) if there is none. */
+/* Copy an entry out for the entries view (a key list's payload). */
 static bool
-entry_copies_grow(EntryCopies *c)
+copy_for_view(PcEntry *entry, void *payload)
 {
-	PcRead	   *rows;
-	char	  **keys;
+	PcRead	   *r = payload;
 
-	if (c->count < c->capacity)
-		return true;
-	rows = repalloc_extended(c->rows, 2 * c->capacity * sizeof(PcRead),
-							 MCXT_ALLOC_NO_OOM);
-	if (rows != NULL)
-		c->rows = rows;
-	keys = rows ? repalloc_extended(c->keys, 2 * c->capacity * sizeof(char *),
-									MCXT_ALLOC_NO_OOM) : NULL;
-	if (keys == NULL)
-	{
-		c->oom = true;
-		return false;
-	}
-	c->keys = keys;
-	c->capacity *= 2;
-	return true;
-}
-
-/*
- * Copy every entry out under a scan of the map.  Only copies are made
- * under the partition locks, with allocations that fail quietly (an ERROR
- * must not leave a lock held): a failure sets c->oom.
- */
-static void
-copy_all_entries(EntryCopies *c)
-{
-	dshash_seq_status status;
-	PcEntry    *entry;
-
-	c->capacity = 256;
-	c->rows = palloc(c->capacity * sizeof(PcRead));
-	c->keys = palloc(c->capacity * sizeof(char *));
-	pc_entry_scan_begin(&status, false);
-	while ((entry = dshash_seq_next(&status)) != NULL)
-	{
-		if (!entry_copies_grow(c))
-			break;
-		c->keys[c->count] = pc_copy_no_oom(pc_key_bytes(pc_area(),
-														&entry->key),
-										   entry->key.len, true, &c->oom);
-		copy_entry(entry, true, false, &c->rows[c->count]);
-		if (c->oom || c->rows[c->count].oom)
-		{
-			c->oom = true;
-			break;
-		}
-		c->count++;
-	}
-	pc_entry_scan_end(&status);
+	copy_entry(entry, true, false, r);
+	return !r->oom;
 }
 
 #define ENTRIES_COLUMNS 16
@@ -1031,13 +973,14 @@ Datum
 projcache_entries(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	EntryCopies copies = {0};
+	PcKeyList	copies;
 	int64		now;
 	int			i;
 
 	pc_require_loaded();
 	InitMaterializedSRF(fcinfo, 0);
-	copy_all_entries(&copies);
+	pc_keylist_init(&copies, sizeof(PcRead));
+	pc_keylist_from_map(&copies, NULL, copy_for_view);
 	if (copies.oom)
 		pc_report_oom("a cached value");
 
@@ -1047,7 +990,8 @@ projcache_entries(PG_FUNCTION_ARGS)
 		Datum		values[ENTRIES_COLUMNS];
 		bool		nulls[ENTRIES_COLUMNS];
 
-		entry_row(copies.keys[i], &copies.rows[i], now, values, nulls);
+		entry_row(copies.keys[i], pc_keylist_payload(&copies, i), now,
+				  values, nulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -494,92 +494,22 @@ refetch_replayed(const char *key, uint32 len)
 		mirror_entry(e);
 }
 
-/* Collected keys, copied out of the map by a scan. */
-typedef struct KeyList
+/* Has a reader left requests on the entry? */
+static bool
+has_requests(PcEntry *entry)
 {
-	char	  **keys;
-	uint32	   *lens;
-	int			count;
-	int			capacity;
-	bool		oom;
-} KeyList;
-
-/*
- * Add a key to the list.  Caller holds the lock of the entry the key is
- * read from (or scans the map), so nothing here may raise an ERROR: a
- * failed allocation sets list->oom, reported once the lock is released.
- */
-static void
-keylist_add_under_lock(KeyList *list, const char *key, uint32 len)
-{
-	char	   *copy;
-
-	PC_ASSERT_ENTRY_LOCKED();
-	if (list->oom)
-		return;
-	if (list->count == list->capacity)
-	{
-		int			newcap = list->capacity ? list->capacity * 2 : 256;
-		char	  **keys = repalloc_extended(list->keys,
-											 newcap * sizeof(char *),
-											 MCXT_ALLOC_NO_OOM);
-		uint32	   *lens;
-
-		if (keys == NULL)
-		{
-			list->oom = true;
-			return;
-		}
-		list->keys = keys;
-		lens = repalloc_extended(list->lens, newcap * sizeof(uint32),
-								 MCXT_ALLOC_NO_OOM);
-		if (lens == NULL)
-		{
-			list->oom = true;
-			return;
-		}
-		list->lens = lens;
-		list->capacity = newcap;
-	}
-	copy = pc_copy_no_oom(key, len, true, NULL);
-	if (copy == NULL)
-	{
-		list->oom = true;
-		return;
-	}
-	list->keys[list->count] = copy;
-	list->lens[list->count] = len;
-	list->count++;
-}
-
-static void
-keylist_init(KeyList *list)
-{
-	list->capacity = 256;
-	list->count = 0;
-	list->oom = false;
-	list->keys = palloc(list->capacity * sizeof(char *));
-	list->lens = palloc(list->capacity * sizeof(uint32));
+	return pg_atomic_read_u32(&entry->requests) != 0;
 }
 
 /* The ring overflowed: find every entry with request bits. */
 static void
 scan_requests(int64 now)
 {
-	dshash_seq_status status;
-	PcEntry    *entry;
-	KeyList		list;
+	PcKeyList	list;
 	int			i;
 
-	keylist_init(&list);
-	pc_entry_scan_begin(&status, false);
-	while ((entry = dshash_seq_next(&status)) != NULL)
-	{
-		if (pg_atomic_read_u32(&entry->requests) != 0)
-			keylist_add_under_lock(&list, pc_key_bytes(pc_area(), &entry->key),
-								   entry->key.len);
-	}
-	pc_entry_scan_end(&status);
+	pc_keylist_init(&list, 0);
+	pc_keylist_from_map(&list, has_requests, NULL);
 	if (list.oom)
 		pc_report_oom("the keys the scheduler needs");
 
@@ -1319,59 +1249,25 @@ typedef struct SavedEntry
 	int			owner;			/* its role's slot (keys per role) */
 } SavedEntry;
 
-/*
- * Copy every key of the map and its state out under a scan (nothing under
- * it may raise an ERROR: a failed allocation sets list->oom); returns the
- * states, one per key of the list.
- */
-static SavedEntry *
-save_shared_state(KeyList *list)
+/* An entry's state, as the map holds it (a key list's payload). */
+static bool
+save_entry(PcEntry *entry, void *payload)
 {
-	dshash_seq_status status;
-	PcEntry    *entry;
-	SavedEntry *saved;
-	int			capacity = 1024;
+	SavedEntry *s = payload;
 
-	saved = palloc(capacity * sizeof(SavedEntry));
-	pc_entry_scan_begin(&status, false);
-	while ((entry = dshash_seq_next(&status)) != NULL)
-	{
-		SavedEntry *s;
-
-		if (list->count == capacity)
-		{
-			SavedEntry *grown =
-				repalloc_extended(saved, 2 * capacity * sizeof(SavedEntry),
-								  MCXT_ALLOC_NO_OOM);
-
-			if (grown == NULL)
-			{
-				list->oom = true;
-				break;
-			}
-			saved = grown;
-			capacity *= 2;
-		}
-		keylist_add_under_lock(list, pc_key_bytes(pc_area(), &entry->key),
-							   entry->key.len);
-		if (list->oom)
-			break;
-		s = &saved[list->count - 1];
-		s->state = entry->state;
-		s->fetch_state = entry->fetch_state;
-		s->invalidated = entry->invalidated;
-		s->has_refresh = entry->has_refresh;
-		s->attempts = entry->attempts;
-		s->periods.max_age_ms = entry->max_age_ms;
-		s->periods.stale_for_ms = entry->stale_for_ms;
-		s->fetched_at = entry->fetched_at;
-		s->expires_at = entry->expires_at;
-		s->refresh_at = entry->refresh_at;
-		s->visited = pg_atomic_read_u32(&entry->visited) != 0;
-		s->owner = entry->owner;
-	}
-	pc_entry_scan_end(&status);
-	return saved;
+	s->state = entry->state;
+	s->fetch_state = entry->fetch_state;
+	s->invalidated = entry->invalidated;
+	s->has_refresh = entry->has_refresh;
+	s->attempts = entry->attempts;
+	s->periods.max_age_ms = entry->max_age_ms;
+	s->periods.stale_for_ms = entry->stale_for_ms;
+	s->fetched_at = entry->fetched_at;
+	s->expires_at = entry->expires_at;
+	s->refresh_at = entry->refresh_at;
+	s->visited = pg_atomic_read_u32(&entry->visited) != 0;
+	s->owner = entry->owner;
+	return true;
 }
 
 /* Give the scheduler one key as the shared map holds it. */
@@ -1419,22 +1315,21 @@ restore_saved_key(const char *key, uint32 len, const SavedEntry *s,
 static void
 rebuild_private_state(int64 now)
 {
-	KeyList		list;
-	SavedEntry *saved;
+	PcKeyList	list;
 	int			i;
 
-	keylist_init(&list);
-	saved = save_shared_state(&list);
+	pc_keylist_init(&list, sizeof(SavedEntry));
+	pc_keylist_from_map(&list, NULL, save_entry);
 	if (list.oom)
 		pc_report_oom("the keys the scheduler needs");
 	for (i = 0; i < list.count; i++)
-		restore_saved_key(list.keys[i], list.lens[i], &saved[i], now);
+		restore_saved_key(list.keys[i], list.lens[i],
+						  pc_keylist_payload(&list, i), now);
 	if (list.count > 0)
 		ereport(LOG,
 				(errmsg_plural("scheduler rebuilt the state of %d cached key",
 							   "scheduler rebuilt the state of %d cached keys",
 							   list.count, list.count)));
-	pfree(saved);
 }
 
 /* ----------------------------------------------------------------
