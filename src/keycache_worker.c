@@ -80,7 +80,7 @@ StaticAssertDecl(PC_PERIOD_DEFAULT == SCHED_PERIOD_DEFAULT,
 				 "the shared map and the scheduler encode periods alike");
 
 static Sched *sched = NULL;
-static MemoryContext sched_cxt = NULL;	/* the scheduler's private state */
+static MemoryContext policy_cxt = NULL; /* the key policy's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
 static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
 static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
@@ -98,7 +98,7 @@ static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
 static void *
 sched_cxt_alloc(size_t size)
 {
-	return MemoryContextAllocHuge(sched_cxt, size);
+	return MemoryContextAllocHuge(policy_cxt, size);
 }
 
 static void
@@ -1519,8 +1519,8 @@ take_worker_place(void)
 static void
 worker_start(void)
 {
-	sched_cxt = AllocSetContextCreate(TopMemoryContext, "projcache scheduler",
-									  ALLOCSET_DEFAULT_SIZES);
+	policy_cxt = AllocSetContextCreate(TopMemoryContext, "projcache key policy",
+									   ALLOCSET_DEFAULT_SIZES);
 	batch_cxt = AllocSetContextCreate(TopMemoryContext, "projcache batch",
 									  ALLOCSET_DEFAULT_SIZES);
 	ring_buf = MemoryContextAlloc(TopMemoryContext, pc_ring_size());
@@ -1596,7 +1596,7 @@ pc_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	pc_scheduler_connect(pc_database);
+	pc_worker_connect(pc_database);
 	pgstat_report_appname("projcache scheduler");
 
 	pc_attach();
