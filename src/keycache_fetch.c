@@ -28,7 +28,7 @@
  * for everything it sets in motion, commit included, and what it leaves in
  * the session is undone after each batch: see pc_fetch_batch().  Its
  * settings are the server's, not those the owner of projcache.database
- * set on it (pc_worker_connect()).
+ * set on it (pc_keycache_worker_connect()).
  *
  * Copyright (c) 2026, projcache developers
  *

@@ -1596,7 +1596,7 @@ pc_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	pc_worker_connect(pc_database);
+	pc_keycache_worker_connect(pc_database);
 	pgstat_report_appname("projcache scheduler");
 
 	pc_attach();

@@ -46,7 +46,7 @@
  *	 pc_become().  A load worker keeps its database's settings, as every
  *	 session of that database does.
  *
- *	 pc_worker_connect(): the scheduler connects to projcache.database
+ *	 pc_keycache_worker_connect(): the scheduler connects to projcache.database
  *	 the same way, and then puts back the server's value of every setting
  *	 that database or its role had set (pg_db_role_setting: ALTER DATABASE
  *	 ... SET, ALTER ROLE ... [IN DATABASE] SET).  The fetch function feeds
@@ -259,7 +259,7 @@ restore_server_settings(const char *dbname, ServerSetting *saved, int nsaved)
  * copied before the connection and put back after it.
  */
 void
-pc_worker_connect(const char *dbname)
+pc_keycache_worker_connect(const char *dbname)
 {
 	MemoryContext cxt;
 	MemoryContext oldcxt;

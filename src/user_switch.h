@@ -53,6 +53,6 @@ extern void pc_unbecome_user(PcUserSwitch *sw);
 
 /* How a projcache background worker connects (no login role is needed). */
 extern void pc_worker_connect(const char *dbname, Oid dboid);
-extern void pc_worker_connect(const char *dbname);
+extern void pc_keycache_worker_connect(const char *dbname);
 
 #endif							/* PROJCACHE_USER_SWITCH_H */
