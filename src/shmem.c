@@ -118,6 +118,53 @@ pc_shmem_request(void)
 	RequestNamedLWLockTranche("projcache", 5 + pc_max_snapshots);
 }
 
+/* The control struct's first state: its locks, slots, atomics and CVs. */
+static void
+init_shared(PcShared *shared)
+{
+	int			i;
+
+	memset(shared, 0, sizeof(PcShared));
+	SpinLockInit(&shared->mutex);
+	shared->worker_latch = NULL;
+	shared->worker_pid = 0;
+	shared->ring_lock = &(GetNamedLWLockTranche("projcache"))[0].lock;
+	shared->snap_map_lock = &(GetNamedLWLockTranche("projcache"))[1].lock;
+	shared->snap_slot_locks = &(GetNamedLWLockTranche("projcache"))[2];
+	shared->wal_lock =
+		&(GetNamedLWLockTranche("projcache"))[2 + pc_max_snapshots].lock;
+	shared->role_lock =
+		&(GetNamedLWLockTranche("projcache"))[3 + pc_max_snapshots].lock;
+	shared->snap_tomb_lock =
+		&(GetNamedLWLockTranche("projcache"))[4 + pc_max_snapshots].lock;
+	pg_atomic_init_u32(&shared->role_room_wanted, 0);
+	for (i = 0; i < PC_ROLE_SLOTS; i++)
+	{
+		shared->role_slots[i].role = InvalidOid;
+		pg_atomic_init_u32(&shared->role_slots[i].keys, 0);
+		pg_atomic_init_u32(&shared->role_slots[i].room_wanted, 0);
+	}
+	shared->max_snapshots = pc_max_snapshots;
+	pg_atomic_init_u32(&shared->ring_overflow, 0);
+	pg_atomic_init_u32(&shared->room_wanted, 0);
+	pg_atomic_init_u64(&shared->clock_offset_ms, 0);
+	shared->mono_anchor_ms = pc_real_now_ms();
+	shared->wall_anchor = GetCurrentTimestamp();
+	pg_atomic_init_u64(&shared->config_generation, 0);
+	pg_atomic_init_u64(&shared->registry_generation, 0);
+	pg_atomic_init_u32(&shared->keys_restoring, 0);
+	pg_atomic_init_u64(&shared->restore_wait_until, 0);
+	pg_atomic_init_u64(&shared->memory_used, 0);
+	pg_atomic_init_u64(&shared->snap_memory_used, 0);
+	pg_atomic_init_u64(&shared->nentries, 0);
+	pg_atomic_init_u64(&shared->entry_serial, 0);
+	for (i = 0; i < PC_NUM_COUNTERS; i++)
+		pg_atomic_init_u64(&shared->counters[i], 0);
+	shared->stats_reset = GetCurrentTimestamp();
+	for (i = 0; i < PC_NUM_KEY_CVS; i++)
+		ConditionVariableInit(&shared->key_cv[i]);
+}
+
 /*
  * Set up the control struct (once, in the postmaster, or again after a
  * crash has reinitialized shared memory).
@@ -129,7 +176,6 @@ pc_shmem_startup(void)
 	PcShared   *shared;
 	dsa_area   *area;
 	dshash_table *map;
-	int			i;
 
 	/* After a crash restart, drop the previous mappings. */
 	pc_shared = NULL;
@@ -142,45 +188,7 @@ pc_shmem_startup(void)
 	{
 		char	   *base = (char *) shared;
 
-		memset(shared, 0, sizeof(PcShared));
-		SpinLockInit(&shared->mutex);
-		shared->worker_latch = NULL;
-		shared->worker_pid = 0;
-		shared->ring_lock = &(GetNamedLWLockTranche("projcache"))[0].lock;
-		shared->snap_map_lock = &(GetNamedLWLockTranche("projcache"))[1].lock;
-		shared->snap_slot_locks = &(GetNamedLWLockTranche("projcache"))[2];
-		shared->wal_lock =
-			&(GetNamedLWLockTranche("projcache"))[2 + pc_max_snapshots].lock;
-		shared->role_lock =
-			&(GetNamedLWLockTranche("projcache"))[3 + pc_max_snapshots].lock;
-		shared->snap_tomb_lock =
-			&(GetNamedLWLockTranche("projcache"))[4 + pc_max_snapshots].lock;
-		pg_atomic_init_u32(&shared->role_room_wanted, 0);
-		for (i = 0; i < PC_ROLE_SLOTS; i++)
-		{
-			shared->role_slots[i].role = InvalidOid;
-			pg_atomic_init_u32(&shared->role_slots[i].keys, 0);
-			pg_atomic_init_u32(&shared->role_slots[i].room_wanted, 0);
-		}
-		shared->max_snapshots = pc_max_snapshots;
-		pg_atomic_init_u32(&shared->ring_overflow, 0);
-		pg_atomic_init_u32(&shared->room_wanted, 0);
-		pg_atomic_init_u64(&shared->clock_offset_ms, 0);
-		shared->mono_anchor_ms = pc_real_now_ms();
-		shared->wall_anchor = GetCurrentTimestamp();
-		pg_atomic_init_u64(&shared->config_generation, 0);
-		pg_atomic_init_u64(&shared->registry_generation, 0);
-		pg_atomic_init_u32(&shared->keys_restoring, 0);
-		pg_atomic_init_u64(&shared->restore_wait_until, 0);
-		pg_atomic_init_u64(&shared->memory_used, 0);
-		pg_atomic_init_u64(&shared->snap_memory_used, 0);
-		pg_atomic_init_u64(&shared->nentries, 0);
-		pg_atomic_init_u64(&shared->entry_serial, 0);
-		for (i = 0; i < PC_NUM_COUNTERS; i++)
-			pg_atomic_init_u64(&shared->counters[i], 0);
-		shared->stats_reset = GetCurrentTimestamp();
-		for (i = 0; i < PC_NUM_KEY_CVS; i++)
-			ConditionVariableInit(&shared->key_cv[i]);
+		init_shared(shared);
 
 		shared->ring_offset = MAXALIGN(sizeof(PcShared));
 		shared->snap_offset = shared->ring_offset + MAXALIGN(pc_ring_size());
