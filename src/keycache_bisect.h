@@ -41,8 +41,8 @@
  * batch wait for those calls only, and never share a call with it again
  * while it keeps failing.
  *
- * Like keycache_policy.c, this file must compile without PostgreSQL headers: it
- * is unit-tested on its own (test/unit/test_bisect.c).  Times are
+ * Like keycache_policy.c, this file must compile without PostgreSQL
+ * headers: it is unit-tested on its own (test/unit/test_bisect.c).  Times are
  * milliseconds on the caller's clock; nothing here reads one.
  *
  * Copyright (c) 2026, projcache developers

@@ -54,9 +54,9 @@ typedef struct SchedHeap
 
 /*
  * A role's fetches of new keys that are due and wait for its turn (see
- * "Fair fetching" in keycache_policy.h): demanded ones, then ones read once, each
- * in due-time order.  It exists while it has any, and is then in the ring
- * of turns.
+ * "Fair fetching" in keycache_policy.h): demanded ones, then ones read
+ * once, each in due-time order.  It exists while it has any, and is then
+ * in the ring of turns.
  */
 typedef struct SchedFlow
 {

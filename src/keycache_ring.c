@@ -18,9 +18,9 @@
  * full, such a record is lost; the key's next read asks again.
  *
  * Records are a uint32 length, the Oid of the role that made the request
- * (a new key's fetch waits for that role's turn, see keycache_policy.h), and the
- * key's bytes, padded to 4 bytes, written circularly.  ring_lock protects
- * the positions and data of both rings.
+ * (a new key's fetch waits for that role's turn, see keycache_policy.h),
+ * and the key's bytes, padded to 4 bytes, written circularly.  ring_lock
+ * protects the positions and data of both rings.
  *
  * Copyright (c) 2026, projcache developers
  *

@@ -315,14 +315,13 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 }
 
 /*
- * A reader is about to wait for a pending key: its fetch must not wait
- * behind keys read once (keycache_policy.h, "Fair fetching").  Marks the key read
- * again, as a second reader would.  The worker is told when the demand is
- * new, and once more when the first reader that is not the key's creator
- * waits for it (PC_REQ_DEMAND_OTHER): its role may be the one whose turn
- * comes first.  Not on every wait, so that one role looping on a pending
- * key cannot fill the request ring (which would send the worker scanning
- * the whole map).
+ * A reader is about to wait for a pending key: its fetch must not wait behind
+ * keys read once (keycache_policy.h, "Fair fetching").  Marks the key read
+ * again, as a second reader would.  The worker is told when the demand is new,
+ * and once more when the first reader that is not the key's creator waits for
+ * it (PC_REQ_DEMAND_OTHER): its role may be the one whose turn comes first.
+ * Not on every wait, so that one role looping on a pending key cannot fill the
+ * request ring (which would send the worker scanning the whole map).
  */
 static void
 demand_key(const char *key, uint32 len)

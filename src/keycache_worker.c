@@ -56,13 +56,14 @@
 /*
  * Eviction under memory pressure: once memory use crosses the high
  * watermark, or a reader found no room for a new key, the worker evicts
- * keys (S3-FIFO, see keycache_policy.h) until use is below the low watermark.  Both
- * are shares of what projcache.max_memory leaves for keys, and only what
- * keys take is measured against them (pc_key_memory_bound): snapshot rows
- * have a budget of their own, so however much of it they hold, the worker
- * neither evicts keys for them nor finds itself unable to get below the
- * low watermark.  The gap between the watermarks is room for the keys and
- * values that arrive while the worker is busy with a fetch.
+ * keys (S3-FIFO, see keycache_policy.h) until use is below the low
+ * watermark.  Both are shares of what projcache.max_memory leaves for
+ * keys, and only what keys take is measured against them
+ * (pc_key_memory_bound): snapshot rows have a budget of their own, so
+ * however much of it they hold, the worker neither evicts keys for them
+ * nor finds itself unable to get below the low watermark.  The gap
+ * between the watermarks is room for the keys and values that arrive while
+ * the worker is busy with a fetch.
  */
 #define PC_EVICT_HIGH_PERCENT	95
 #define PC_EVICT_LOW_PERCENT	85

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * test_keycache_policy.c
- *	  cmocka unit tests of the key cache's scheduler core (src/keycache_policy.c).
+ *	  cmocka unit tests of the key cache's policy (src/keycache_policy.c).
  *
  * The scheduler is plain C and reads no clock, so it is tested here without
  * a server, on a fake clock: every test keeps a SchedTime "now" and moves it
