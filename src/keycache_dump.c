@@ -759,7 +759,8 @@ pc_keys_dump_end(PcKeyDump *d, bool discard)
 		ereport(LOG,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("projcache key dump given up: out of memory copying a value")));
-	if (discard || d->oom || d->spoiled || d->next < d->list.count)
+	if (discard || d->oom || d->spoiled || !d->second_pass ||
+		d->next < d->list.count)
 		pc_dump_discard(d->writer);
 	else if (pc_dump_finish(d->writer, &written))
 	{
