@@ -157,6 +157,9 @@ typedef struct PcValue
 	(pc_dsa_footprint(MAXALIGN(sizeof(dsa_pointer) + sizeof(uint32)) + \
 					  MAXALIGN(sizeof(PcEntry))) + 3 * sizeof(dsa_pointer))
 
+/* The most of the keys' memory kept free for readers' new entries. */
+#define PC_HEADROOM_MAX_PERCENT	2
+
 extern dshash_table *pc_keymap_create(dsa_area *area, int tranche_id);
 extern dshash_table *pc_keymap_attach(dsa_area *area, int tranche_id,
 									  dshash_table_handle handle);
@@ -179,6 +182,7 @@ extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
 extern PcEntry *pc_keymap_find_or_create_for(const char *key, uint32 len,
 											 Oid role, bool *created);
 extern uint32 pc_keys_per_role_bound(void);
+extern Size pc_key_memory_target(void);
 extern Oid	pc_role_of_slot(int slot);
 extern void pc_keymap_delete(PcEntry *entry);
 

@@ -1027,7 +1027,7 @@ load_dump(PcDumpRestoreFn restore)
 	uint32		generation;
 	int64		now = pc_now_ms();
 	int64		since_dump_ms;
-	Size		high = pc_key_memory_bound() / 100 * 90;
+	Size		high = pc_key_memory_target();
 
 	r = pc_dump_open(PC_KEYS_DUMP_FILE, PC_DUMP_KEYS);
 	if (r == NULL)

@@ -437,6 +437,22 @@ pc_value_config(const PcValue *value, bool *oom)
  * ----------------------------------------------------------------
  */
 
+/*
+ * Where eviction keeps what keys take (keycache_worker.c, "Eviction under
+ * memory pressure"), and where a dump's load stops: their part of
+ * projcache.max_memory less a headroom, room for one batch of new keys'
+ * entries, which readers create while the worker is busy, at most
+ * PC_HEADROOM_MAX_PERCENT of it.
+ */
+Size
+pc_key_memory_target(void)
+{
+	Size		bound = pc_key_memory_bound();
+	Size		headroom = (Size) pc_batch_size * PC_ENTRY_DSA_BYTES;
+
+	return bound - Min(headroom, bound / 100 * PC_HEADROOM_MAX_PERCENT);
+}
+
 /* projcache.max_keys_per_role in force; 0 for no bound. */
 uint32
 pc_keys_per_role_bound(void)

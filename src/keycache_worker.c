@@ -54,26 +54,29 @@
 #define PC_MAX_SLEEP_MS		10000
 
 /*
- * Eviction under memory pressure: once memory use crosses the high
- * watermark, or a reader found no room for a new key, the worker evicts
- * keys (S3-FIFO, see keycache_policy.h) until use is below the low
- * watermark.  Both are shares of what projcache.max_memory leaves for
- * keys, and only what keys take is measured against them
- * (pc_key_memory_bound): snapshot rows have a budget of their own, so
- * however much of it they hold, the worker neither evicts keys for them
- * nor finds itself unable to get below the low watermark.  The gap
- * between the watermarks is room for the keys and values that arrive while
- * the worker is busy with a fetch.
+ * Eviction under memory pressure.  Keys may fill their part of
+ * projcache.max_memory (pc_key_memory_bound) but for a headroom.  The
+ * worker stores every fetched value itself, and first evicts S3-FIFO's
+ * victims (see keycache_policy.h) until the value fits below the bound
+ * less the headroom (make_value), so values need no room kept for them.
+ * Readers create new keys' entries, while the worker may be waiting on a
+ * fetch: the headroom is room for one batch of them, and after each batch,
+ * or when a reader found no room, the worker evicts until use is back
+ * below the bound less the headroom (evict_for_memory), a few keys at a
+ * time.  A reader that finds no room leaves its key on the request ring and
+ * the worker creates it once it has made room (create_refused_keys): a new
+ * key's first read misses either way.  The headroom is at most a small
+ * share of the bound (pc_key_memory_target), so that a full cache holds the
+ * rest.  Only what keys take is measured against the bound: snapshot rows
+ * have a budget of their own, so however much of it they hold, the worker
+ * neither evicts keys for them nor finds itself unable to make room.
  */
-#define PC_EVICT_HIGH_PERCENT	95
-#define PC_EVICT_LOW_PERCENT	85
-
 /*
  * The largest value stored, as a share of the same: a larger one would evict
  * a good part of the cache for itself, so it is refused (and retried with
- * the usual backoff: the upstream's value may shrink).  It is less than the
- * gap between the low watermark and the whole, so a value within it always
- * fits once the worker has evicted down to the low watermark.
+ * the usual backoff: the upstream's value may shrink).  A value within it
+ * fits once the worker has evicted for it, unless the keys that would make
+ * room are all being fetched.
  */
 #define PC_MAX_VALUE_DIVISOR	8
 
@@ -294,37 +297,53 @@ take_visited(SchedEntry *e, void *arg)
  */
 
 /*
- * Keep the key map within its part of projcache.max_memory: past the high
- * watermark, or when a reader found no room, evict S3-FIFO's victims until
- * what keys take is below the low watermark (or no key can be evicted: the
- * rest are being fetched).
+ * Evict S3-FIFO's next victim; false if no key can be evicted (the rest are
+ * being fetched).
+ */
+static bool
+evict_one_for_memory(void)
+{
+	SchedEntry *victim = sched_memory_victim(sched, take_visited, NULL);
+
+	if (victim == NULL)
+		return false;
+	delete_shared(victim->key, victim->keylen, PC_CTR_MEMORY_EVICTIONS);
+	sched_evict_victim(sched, victim);
+	return true;
+}
+
+/*
+ * Evict until 'need' more bytes fit below the target; false if they do not
+ * (no key left that can be evicted).
+ */
+static bool
+make_room(Size need)
+{
+	Size		target = pc_key_memory_target();
+
+	while (pc_key_memory_used() + need > target)
+	{
+		if (!evict_one_for_memory())
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Keep the key map within its target: the entries readers created since
+ * the last pass, or a reader that found no room, cost as many evictions.
  */
 static void
 evict_for_memory(void)
 {
-	Size		bound = pc_key_memory_bound();
-	Size		high = bound / 100 * PC_EVICT_HIGH_PERCENT;
-	Size		low = bound / 100 * PC_EVICT_LOW_PERCENT;
-	bool		wanted =
-		pg_atomic_exchange_u32(&pc_shared->room_wanted, 0) != 0;
-
-	if (!wanted && pc_key_memory_used() <= high)
-		return;
-	while (pc_key_memory_used() > low)
-	{
-		SchedEntry *victim = sched_memory_victim(sched, take_visited, NULL);
-
-		if (victim == NULL)
-			break;
-		delete_shared(victim->key, victim->keylen, PC_CTR_MEMORY_EVICTIONS);
-		sched_evict_victim(sched, victim);
-	}
+	(void) pg_atomic_exchange_u32(&pc_shared->room_wanted, 0);
+	(void) make_room(0);
 }
 
 /*
  * Keys per role: a role that found its projcache.max_keys_per_role reached
- * loses its oldest keys, down to 95 % of the bound, as the keys' memory
- * does to the low watermark, so that its next keys find room; the keys it
+ * loses its oldest keys, down to 95 % of the bound, so that its next keys
+ * find room at once and not one at a time; the keys it
  * reads again are passed over once (sched_owner_victim).  Counted as
  * evictions for memory: they make room, in the role's share.
  */
@@ -437,8 +456,8 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 }
 
 /*
- * Fair fetching: while the keys' memory is short (past the level eviction
- * brings it down to, or a reader found no room), past SCHED_ONCE_BATCHES
+ * Fair fetching: while the keys' memory is short (within a headroom of the
+ * level eviction keeps it at, or a reader found no room), past SCHED_ONCE_BATCHES
  * batches of keys read only once waiting for a fetch, drop the oldest (a
  * scan's, most likely), unless a reader read it again meanwhile.  Its
  * entry goes from the map, so its next read asks again, as a key of its
@@ -449,12 +468,13 @@ static void
 drop_fetches_for_nobody(void)
 {
 	size_t		limit = (size_t) SCHED_ONCE_BATCHES * pc_batch_size;
-	Size		low = pc_key_memory_bound() / 100 * PC_EVICT_LOW_PERCENT;
+	Size		target = pc_key_memory_target();
+	Size		headroom = pc_key_memory_bound() - target;
 	bool		memory_short;
 	SchedEntry *e;
 
 	memory_short = pg_atomic_read_u32(&pc_shared->room_wanted) != 0 ||
-		pc_key_memory_used() > low;
+		pc_key_memory_used() + headroom > target;
 	while ((e = sched_once_excess(sched, limit, memory_short)) != NULL)
 	{
 		PcKey		search = pc_search_key(e->key, e->keylen);
@@ -686,19 +706,31 @@ count_delay(SchedEntry *e)
  */
 
 /*
- * Store a new value in DSA; InvalidDsaPointer if it is too large
- * (PC_MAX_VALUE_DIVISOR) or memory is full.
+ * Store a new value in DSA, evicting for it first; InvalidDsaPointer if it
+ * is too large (PC_MAX_VALUE_DIVISOR) or no key that could make room for it
+ * is left.
  */
 static dsa_pointer
 make_value(PcFetchItem *item, Size *size)
 {
 	Size		revlen = item->new_revision ? strlen(item->new_revision) : 0;
 	Size		config_len = item->config ? VARSIZE(item->config) : 0;
+	dsa_pointer value;
 
 	*size = offsetof(PcValue, data) + revlen + config_len;
 	if (*size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
 		return InvalidDsaPointer;
-	return pc_value_make(item->new_revision, item->config);
+	if (!make_room(pc_dsa_footprint(*size)))
+		return InvalidDsaPointer;
+
+	/* A value cut in two may take a little more than that: one more key. */
+	while (!DsaPointerIsValid(value = pc_value_make(item->new_revision,
+													item->config)))
+	{
+		if (!evict_one_for_memory())
+			break;
+	}
+	return value;
 }
 
 /* Does the key hold a value now (for not_modified)? */
@@ -751,10 +783,9 @@ prepare_value(const char *key, uint32 len, PcFetchItem *item,
 							   pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR);
 	else
 	{
+		/* every key that could make room for it is being fetched */
 		item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
 							   new_value_size);
-		/* evict down to the low watermark, where it fits */
-		pg_atomic_write_u32(&pc_shared->room_wanted, 1);
 	}
 	/* a value that could not be stored: counted here (see run_batch) */
 	pc_count(PC_CTR_FETCH_ERRORS, 1);
