@@ -107,21 +107,25 @@ struct Sched
 	SchedEntry *fifo_tail[2];	/* oldest */
 	size_t		fifo_count[2];
 	size_t		fifo_bytes[2];	/* what their keys weigh (SchedEntry.bytes) */
+	uint32_t	small_share;	/* the small FIFO's share of those, in parts
+								 * of SCHED_SHARE_ONE (see adapt_small_share) */
 
 	/*
-	 * The ghost FIFO: hashes of keys evicted from the small FIFO lately. Slot
-	 * hash & (nghosts - 1) holds the hash with its low bit set (0 if empty)
-	 * and the number of small-FIFO evictions before it; a hash is still
-	 * remembered while it is among the last fifo_count[1] evicted from there.
-	 * A newer hash may overwrite an older one: the ghost forgets.
+	 * The ghost FIFO: hashes of keys evicted from either FIFO lately. Slot
+	 * hash & (nghosts - 1) holds the hash with its low bit set (0 if empty),
+	 * the FIFO that evicted it and the number of evictions from that FIFO
+	 * before it; a hash is still remembered while it is among the last
+	 * fifo_count[1] evicted from there.  A newer hash may overwrite an older
+	 * one: the ghost forgets.
 	 */
 	struct SchedGhost
 	{
 		uint32_t	hash;
+		uint8_t		fifo;		/* 0 small, 1 main */
 		uint64_t	seq;
 	}		   *ghosts;
 	size_t		nghosts;		/* power of two, or 0 before the first */
-	uint64_t	ghost_seq;		/* evictions from the small FIFO so far */
+	uint64_t	ghost_seq[2];	/* evictions from each FIFO so far */
 
 	/* Fair fetching: the flows by id, and whose turn is next (or NULL) */
 	SchedFlow  *flows[SCHED_ROLE_BUCKETS];
@@ -344,24 +348,56 @@ fifo_remove(Sched *s, SchedEntry *e)
 	s->fifo_bytes[f] -= e->bytes;
 }
 
-/* Does the ghost FIFO remember this hash? */
-static bool
-ghost_holds(const Sched *s, uint32_t hash)
+/*
+ * Which FIFO evicted this hash lately, as far as the ghost FIFO remembers:
+ * 0 the small one, 1 the main one; -1 if it does not remember it.
+ */
+static int
+ghost_origin(const Sched *s, uint32_t hash)
 {
 	const struct SchedGhost *g;
 	size_t		span = s->fifo_count[1] > 0 ? s->fifo_count[1] : 1;
 
 	if (s->nghosts == 0)
-		return false;
+		return -1;
 	g = &s->ghosts[hash & (s->nghosts - 1)];
-	return g->hash == (hash | 1) && s->ghost_seq - g->seq <= span;
+	if (g->hash != (hash | 1) || s->ghost_seq[g->fifo] - g->seq > span)
+		return -1;
+	return g->fifo;
+}
+
+/*
+ * The small FIFO's share follows which FIFO lets go of keys that are read
+ * again (keycache_policy.h): a key back from the small FIFO's ghost grows
+ * it by SCHED_SMALL_GROW_KEYS keys' worth of the keys held, one back from
+ * the main FIFO's shrinks it by SCHED_SMALL_SHRINK_KEYS keys' worth, within
+ * SCHED_SMALL_MIN_PERCENT and SCHED_SMALL_MAX_PERCENT.
+ */
+static void
+adapt_small_share(Sched *s, bool grow)
+{
+	const uint64_t min = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100;
+	const uint64_t max = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MAX_PERCENT / 100;
+	uint64_t	keys = s->nentries > 0 ? s->nentries : 1;
+	uint64_t	share = s->small_share;
+	uint64_t	step;
+
+	step = (uint64_t) SCHED_SHARE_ONE *
+		(grow ? SCHED_SMALL_GROW_KEYS : SCHED_SMALL_SHRINK_KEYS) / keys;
+	if (step == 0)
+		step = 1;
+	if (grow)
+		share = share + step > max ? max : share + step;
+	else
+		share = share < min + step ? min : share - step;
+	s->small_share = (uint32_t) share;
 }
 
 /*
  * Add a new, pending entry for key: into the hash table (grown as needed)
- * and at the head of the small FIFO, or of the main FIFO if the small FIFO
- * let it go lately (the ghost FIFO still remembers it).  The caller has
- * checked that the key is absent.
+ * and at the head of the small FIFO, or of the main FIFO if either FIFO
+ * let it go lately (the ghost FIFO still remembers it), which adapts the
+ * small FIFO's share.  The caller has checked that the key is absent.
  */
 static SchedEntry *
 sched_insert_new(Sched *s, const char *key, size_t keylen)
@@ -369,7 +405,7 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	SchedEntry *e = sched_alloc0(s, sizeof(SchedEntry));
 	size_t		b;
 	int			q;
-	bool		in_ghost;
+	int			origin;
 
 	e->key = s->alloc_fn(keylen > 0 ? keylen : 1);
 	memcpy(e->key, key, keylen);
@@ -389,11 +425,14 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	s->buckets[b] = e;
 	s->nentries++;
 
-	/* Back soon after the small FIFO let it go?  Then it goes to main. */
-	in_ghost = ghost_holds(s, e->hash);
-	if (in_ghost)
+	/* Back soon after a FIFO let it go?  Then it goes to main. */
+	origin = ghost_origin(s, e->hash);
+	if (origin >= 0)
+	{
 		s->ghosts[e->hash & (s->nghosts - 1)].hash = 0;
-	fifo_push(s, e, in_ghost, true);
+		adapt_small_share(s, origin == 0);
+	}
+	fifo_push(s, e, origin >= 0, true);
 	return e;
 }
 
@@ -807,6 +846,8 @@ sched_create(const SchedConfig *config, SchedAllocFn alloc_fn,
 	s->config = *config;
 	s->nbuckets = SCHED_INITIAL_BUCKETS;
 	s->buckets = sched_alloc0(s, s->nbuckets * sizeof(SchedEntry *));
+	s->small_share = (uint32_t) ((uint64_t) SCHED_SHARE_ONE *
+								 SCHED_SMALL_MIN_PERCENT / 100);
 	return s;
 }
 
@@ -1221,7 +1262,7 @@ small_holds_share(const Sched *s)
 	uint64_t	total = small + s->fifo_bytes[1];
 
 	/* keys weigh at most the memory they take: no product overflows */
-	return small * 100 >= total * SCHED_SMALL_PERCENT;
+	return small * SCHED_SHARE_ONE >= total * s->small_share;
 }
 
 /*
@@ -1282,33 +1323,38 @@ sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 void
 sched_evict_victim(Sched *s, SchedEntry *victim)
 {
-	if (!victim->in_main)
+	struct SchedGhost *g;
+	int			f = victim->in_main ? 1 : 0;
+
+	/* Room for about twice as many hashes as keys; growing forgets them. */
+	if (s->nghosts < 2 * s->nentries || s->nghosts == 0)
 	{
-		struct SchedGhost *g;
+		size_t		n = SCHED_MIN_GHOST_SLOTS;
 
-		/* Room for about twice as many hashes as keys; growing forgets them. */
-		if (s->nghosts < 2 * s->nentries || s->nghosts == 0)
-		{
-			size_t		n = SCHED_MIN_GHOST_SLOTS;
-
-			while (n < 2 * s->nentries)
-				n *= 2;
-			if (s->ghosts != NULL)
-				s->free_fn(s->ghosts);
-			s->ghosts = sched_alloc0(s, n * sizeof(struct SchedGhost));
-			s->nghosts = n;
-		}
-		g = &s->ghosts[victim->hash & (s->nghosts - 1)];
-		g->hash = victim->hash | 1;
-		g->seq = s->ghost_seq++;
+		while (n < 2 * s->nentries)
+			n *= 2;
+		if (s->ghosts != NULL)
+			s->free_fn(s->ghosts);
+		s->ghosts = sched_alloc0(s, n * sizeof(struct SchedGhost));
+		s->nghosts = n;
 	}
+	g = &s->ghosts[victim->hash & (s->nghosts - 1)];
+	g->hash = victim->hash | 1;
+	g->fifo = (uint8_t) f;
+	g->seq = s->ghost_seq[f]++;
 	sched_evict(s, victim);
 }
 
 bool
 sched_in_ghost(const Sched *s, const char *key, size_t keylen)
 {
-	return ghost_holds(s, sched_hash(key, keylen));
+	return ghost_origin(s, sched_hash(key, keylen)) >= 0;
+}
+
+uint32_t
+sched_small_share(const Sched *s)
+{
+	return s->small_share;
 }
 
 size_t

@@ -30,6 +30,7 @@
  *-------------------------------------------------------------------------
  */
 #include <ctype.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1892,17 +1893,21 @@ test_s3fifo_read_again_moves_to_main(void **state)
 }
 
 /*
- * While the small FIFO holds its share of the keys (SCHED_SMALL_PERCENT),
- * keys read once leave from it, oldest first, before any key of the main
- * FIFO, however old: a scan never reaches the main FIFO.  Below its share,
- * the main FIFO evicts.
+ * While the small FIFO holds its share of the keys (at first
+ * SCHED_SMALL_MIN_PERCENT), keys read once leave from it, oldest first,
+ * before any key of the main FIFO, however old: a scan never reaches the
+ * main FIFO, and, its keys never coming back, leaves the share alone.
+ * Below its share, the main FIFO evicts.
  */
 static void
 test_s3fifo_scan_leaves_main_alone(void **state)
 {
 	SieveFixture *f = *state;
+	const uint32_t min_share =
+		(uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100;
 
-	assert_int_equal(SCHED_SMALL_PERCENT, 30);
+	assert_int_equal(SCHED_SMALL_MIN_PERCENT, 10);
+	assert_int_equal(sched_small_share(f->s), min_share);
 	cached(f, "abcdefghij");
 	visit(f, "a");
 	visit(f, "b");
@@ -1922,12 +1927,15 @@ test_s3fifo_scan_leaves_main_alone(void **state)
 	assert_string_equal(sieve_evict(f), "k");
 	assert_string_equal(sieve_evict(f), "l");
 	assert_string_equal(sieve_evict(f), "m");
-	assert_string_equal(sieve_evict(f), "n");	/* 3 of 10 left: 30 % */
-	assert_string_equal(sieve_evict(f), "o");	/* 2 of 9 left */
-	assert_int_equal(sched_small_count(f->s), 2);
+	assert_string_equal(sieve_evict(f), "n");
+	assert_string_equal(sieve_evict(f), "o");
+	assert_string_equal(sieve_evict(f), "p");	/* 1 of 8 left: 12.5 % */
+	assert_string_equal(sieve_evict(f), "q");
+	assert_int_equal(sched_small_count(f->s), 0);
 	/* below its share: the main FIFO's oldest (its mark cleared) goes */
 	assert_string_equal(sieve_evict(f), "a");
 	assert_true(in_main(f, "b"));
+	assert_int_equal(sched_small_share(f->s), min_share);
 }
 
 /*
@@ -2188,10 +2196,10 @@ test_s3fifo_spares_fetches(void **state)
 }
 
 /*
- * A key the small FIFO evicted, asked for again while the ghost FIFO
+ * A key either FIFO evicted, asked for again while the ghost FIFO
  * remembers it, goes straight into the main FIFO; keys evicted otherwise
- * (a timer, evict(), the main FIFO) come back as new keys, to the small
- * FIFO.  A ghost hit is used up.
+ * (a timer, evict()) come back as new keys, to the small FIFO.  A ghost
+ * hit is used up.
  */
 static void
 test_s3fifo_ghost_admits_to_main(void **state)
@@ -2207,15 +2215,20 @@ test_s3fifo_ghost_admits_to_main(void **state)
 	assert_true(asked_for(f, "a"));
 	assert_false(sched_in_ghost(f->s, "a", 1));
 	assert_false(asked_for(f, "b"));
-	/* small: c d b; main: a */
+
+	/*
+	 * small: c d b; main: a.  One key back in four is more than 16 keys'
+	 * worth: the small FIFO's share is at its most, 90 %, and 3 of 4 keys are
+	 * below it, so main's oldest goes, remembered too.
+	 */
+	assert_string_equal(sieve_evict(f), "a");
+	assert_true(sched_in_ghost(f->s, "a", 1));
+	/* back from main: to main again, the share at its least */
+	assert_true(asked_for(f, "a"));
 	assert_string_equal(sieve_evict(f), "c");
 	/* d read again: promoted; b the victim */
 	assert_string_equal(sieve_evict(f), "b");
 	assert_true(in_main(f, "d"));
-	/* the main FIFO's victims are not remembered */
-	assert_string_equal(sieve_evict(f), "a");
-	assert_false(sched_in_ghost(f->s, "a", 1));
-	assert_false(asked_for(f, "a"));
 }
 
 /*
@@ -2240,6 +2253,130 @@ test_s3fifo_ghost_forgets(void **state)
 	assert_string_equal(sieve_evict(f), "e");	/* d promoted */
 	assert_true(sched_in_ghost(f->s, "e", 1));
 	assert_true(sched_in_ghost(f->s, "c", 1));
+}
+
+/* The small FIFO's share, in percent of the keys' weight. */
+static double
+share_percent(SieveFixture * f)
+{
+	return 100.0 * sched_small_share(f->s) / SCHED_SHARE_ONE;
+}
+
+/*
+ * Cache n keys named <prefix><i>: in the small FIFO, oldest first; in the
+ * main one as a dump's load restores them, each at the oldest end.
+ */
+static void
+cached_many(SieveFixture * f, const char *prefix, int n, bool main)
+{
+	char		key[16];
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		SchedEntry *e;
+
+		snprintf(key, sizeof(key), "%s%d", prefix, i);
+		e = sched_restore_complete(f->s, key, strlen(key), 0, 1000000, NULL,
+								   false, 0);
+		assert_non_null(e);
+		if (main)
+			sched_restore_fifo(f->s, e, true);
+	}
+}
+
+/*
+ * A key back from the small FIFO's victims grows the small FIFO's share
+ * by SCHED_SMALL_GROW_KEYS keys' worth of the keys held, each time, up to
+ * SCHED_SMALL_MAX_PERCENT; and goes to the main FIFO.
+ */
+static void
+test_s3fifo_share_grows_on_small_ghost(void **state)
+{
+	SieveFixture *f = *state;
+	char		key[16];
+	int			i;
+
+	/* 100 keys in main, 100 in small; the small FIFO's oldest 20 go */
+	cached_many(f, "m", 100, true);
+	cached_many(f, "k", 100, false);
+	for (i = 0; i < 20; i++)
+	{
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_string_equal(sieve_evict(f), key);
+	}
+	assert_true(fabs(share_percent(f) - SCHED_SMALL_MIN_PERCENT) < 0.001);
+	assert_true(asked_for(f, "k0"));
+	/* 181 keys held: 16 of them is 8.84 % more */
+	assert_true(fabs(share_percent(f) - (10.0 + 100.0 * 16 / 181)) < 0.001);
+	/* more of them back: the share grows, but no further than 90 % */
+	for (i = 1; i < 20; i++)
+	{
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_true(asked_for(f, key));
+	}
+	assert_int_equal(sched_small_share(f->s),
+					 (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MAX_PERCENT / 100);
+}
+
+/* Evict unread keys until one of the main FIFO's (named m<i>) goes. */
+static const char *
+evict_until_main(SieveFixture * f)
+{
+	const char *victim;
+
+	do
+	{
+		victim = sieve_evict(f);
+		assert_non_null(victim);
+	} while (victim[0] != 'm');
+	return victim;
+}
+
+/*
+ * A key back from the main FIFO's victims shrinks the share by
+ * SCHED_SMALL_SHRINK_KEYS keys' worth of the keys held, down to
+ * SCHED_SMALL_MIN_PERCENT, and goes to the main FIFO.
+ */
+static void
+test_s3fifo_share_shrinks_on_main_ghost(void **state)
+{
+	SieveFixture *f = *state;
+	char		key[16];
+	int			i;
+	double		grown;
+
+	/* five keys back from the small FIFO's victims grow the share */
+	cached_many(f, "m", 100, true);
+	cached_many(f, "k", 100, false);
+	for (i = 0; i < 5; i++)
+		(void) sieve_evict(f);
+	for (i = 0; i < 5; i++)
+	{
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_true(asked_for(f, key));
+	}
+	grown = share_percent(f);
+	assert_true(grown > 10.0 + 5 * 100.0 * 16 / 200);
+
+	/*
+	 * The small FIFO evicts down to its share, then main's oldest goes: m99,
+	 * restored as a dump's keys are, each at the oldest end.
+	 */
+	assert_string_equal(evict_until_main(f), "m99");
+	assert_true(asked_for(f, "m99"));
+	assert_true(fabs(share_percent(f) -
+					 (grown - 100.0 * SCHED_SMALL_SHRINK_KEYS /
+					  sched_count(f->s))) < 0.001);
+
+	/* more back from main: the share falls to its least, no further */
+	for (i = 0; i < 5; i++)
+	{
+		snprintf(key, sizeof(key), "%s", evict_until_main(f));
+		assert_true(asked_for(f, key));
+	}
+	assert_int_equal(sched_small_share(f->s),
+					 (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100);
 }
 
 /*
@@ -3254,6 +3391,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_admits_to_main,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_ghost_forgets,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_share_grows_on_small_ghost,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test_setup_teardown(test_s3fifo_share_shrinks_on_main_ghost,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test_setup_teardown(test_s3fifo_other_evictions,
 										sieve_setup, sieve_teardown),
