@@ -41,6 +41,10 @@ BASE_KEYS = 50000        # keys of the 8 MB scale; 32 MB has four times
 BASE_READS = 5000        # reads a round at 8 MB
 BYTES_KEYS = 5000        # keys per value size for the bytes per key
 BYTES_MB = 64            # the bound while measuring bytes per key
+FILL_MBS = (8, 64)       # the bounds of the keys held
+FILL_OVERHEAD = 60       # less than any cache's cost per key beside its value
+FILL_SLICE = 5000        # keys projcache reads per statement
+FILL_PIPE = 50           # SETs per round trip to Redis and memcached
 
 ENV = os.environ
 PGBIN = ENV.get("PEERS_PGBIN", "/usr/lib/postgresql/15/bin")
@@ -68,6 +72,15 @@ def trace_value(i):
     return f'{{"i": {i}, "pad": "{pad}"}}'.encode()
 
 
+def fill_value(key):
+    """The config of key f<size>-<i>: exactly size bytes of text, its pad
+    the key's md5 repeated (public.fill_config)."""
+    size, i = key[1:].split("-")
+    head = f'{{"i": {int(i)}, "pad": ""}}'
+    pad = (md5hex(key) * 130)[:int(size) - len(head)]
+    return f'{{"i": {int(i)}, "pad": "{pad}"}}'.encode()
+
+
 def sized_value(i, size):
     """The config of key b<size>-<i>: exactly size bytes of text."""
     head = f'{{"i": {i}, "pad": ""}}'
@@ -85,6 +98,8 @@ def source(key):
     if v is None:
         if key[0] == "k":
             v = trace_value(int(key[1:]))
+        elif key[0] == "f":
+            return fill_value(key)          # many, each written once
         else:
             size, i = key[1:].split("-")
             v = sized_value(int(i), int(size))
@@ -217,6 +232,18 @@ class Projcache:
                            f"WHERE key = ANY ('{{{ks}}}'::text[])")
         return got, f"value_bytes {vb}"
 
+    def fill(self, keys):
+        """Read every key once, a slice at a time, each slice fetched (or
+        dropped) before the next; then wait for the worker to settle."""
+        for i in range(0, len(keys), FILL_SLICE):
+            ks = ",".join(keys[i:i + FILL_SLICE])
+            self.pg.query(f"SELECT count(projcache.get(k)) FROM unnest('{{{ks}}}'::text[]) k")
+            wait_until("projcache's fetches", lambda: self.pg.value(
+                "SELECT count(*) FROM projcache.entries WHERE state = 'pending'") == "0", 300)
+        return self.pg.value("SELECT 'fetch_errors ' || fetch_errors || ', refused_reads ' "
+                             "|| refused_reads || ', dropped_fetches ' || dropped_fetches "
+                             "FROM projcache.stats")
+
     def extra(self):
         return self.pg.value("SELECT 'evictions_memory ' || evictions_memory || ', refused_reads ' "
                              "|| refused_reads || ', fetch_errors ' || fetch_errors FROM projcache.stats")
@@ -276,7 +303,22 @@ class Server:
         return hits, n, 0
 
 
-class Redis(Server):
+class Pipelined:
+    """Writes of many keys, FILL_PIPE commands a round trip: few enough
+    that the server's replies never fill the socket while it waits for us
+    to read them, and we for it to read our commands."""
+
+    def fill(self, keys):
+        for i in range(0, len(keys), FILL_PIPE):
+            part = keys[i:i + FILL_PIPE]
+            self.conn.sendall(b"".join(self.set_command(k, source(k)) for k in part))
+            for _ in part:
+                if not self.set_ok():
+                    self.set_errors += 1
+        return f"SET errors {self.set_errors}"
+
+
+class Redis(Pipelined, Server):
     def __init__(self, policy):
         self.policy = policy
         self.label = f"redis {policy}"
@@ -329,6 +371,13 @@ class Redis(Server):
         if isinstance(self.cmd("SET", key, val), Exception):
             self.set_errors += 1
 
+    def set_command(self, key, val):
+        return b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+            len(key), key.encode(), len(val), val)
+
+    def set_ok(self):
+        return not isinstance(self._reply(), Exception)
+
     def info(self):
         text = self.cmd("INFO", "memory").decode()
         return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -347,7 +396,7 @@ class Redis(Server):
         return f"{ev[0].replace(':', ' ') if ev else 'evicted_keys ?'}, SET errors {self.set_errors}"
 
 
-class Memcached(Server):
+class Memcached(Pipelined, Server):
     label = "memcached"
     tag = "memcached"
 
@@ -370,9 +419,15 @@ class Memcached(Server):
         return data
 
     def set(self, key, val):
-        self.conn.sendall(b"set %s 0 0 %d\r\n%s\r\n" % (key.encode(), len(val), val))
-        if self.rf.readline() != b"STORED\r\n":
+        self.conn.sendall(self.set_command(key, val))
+        if not self.set_ok():
             self.set_errors += 1
+
+    def set_command(self, key, val):
+        return b"set %s 0 0 %d\r\n%s\r\n" % (key.encode(), len(val), val)
+
+    def set_ok(self):
+        return self.rf.readline() == b"STORED\r\n"
 
     def stats(self, what=""):
         self.conn.sendall(f"stats {what}".strip().encode() + b"\r\n")
@@ -579,6 +634,40 @@ def bytes_per_key():
     out()
 
 
+def keys_held():
+    """Distinct keys of one value size written into each cache, well past
+    what its bound holds; the keys it holds at the end."""
+    out(f"--- keys held: distinct keys of one value size written into an empty cache, twice what "
+        f"the bound holds at the value's size + {FILL_OVERHEAD} B a key")
+    out("    memory is projcache memory_used, Redis used_memory, memcached `stats` bytes; "
+        "B/key is the bound over the keys held")
+    labels = [c.label for c in caches()]
+    out(f"    {'bound':>6} {'value':>7} {'written':>8}  "
+        + "  ".join(f"{lb:>18}" for lb in labels) + "  projcache ÷ best peer")
+    notes = []
+    for mb in FILL_MBS:
+        for size in (100, 1024, 4096):
+            n = 2 * (mb << 20) // (size + FILL_OVERHEAD)
+            keys = [f"f{size}-{i}" for i in range(1, n + 1)]
+            held = []
+            for c in caches():
+                c.start(mb)
+                try:
+                    note = c.fill(keys)
+                    k, mem = c.held()
+                finally:
+                    c.stop()
+                held.append(k)
+                notes.append(f"{mb} MB, {size} B, {c.label}: {k:,} keys, memory {mem:,}; {note}")
+            best = max(held[1:])
+            out(f"    {mb:>3} MB {size:>5} B {n:8d}  "
+                + "  ".join(f"{k:8d} ({(mb << 20) / k:5.0f} B)" for k in held)
+                + f"  {held[0] / best:8.3f}")
+    for line in notes:
+        out(f"    {line}")
+    out()
+
+
 def check_source():
     """The values made here are the ones public.upstream holds."""
     pg = Pg(SOCK, PORT)
@@ -587,6 +676,10 @@ def check_source():
             db = pg.value(f"SELECT config::text FROM public.upstream WHERE key = '{key}'").encode()
             if db != source(key):
                 raise SystemExit(f"peers.py: the value of {key} made here is not public.upstream's")
+        for key in ("f100-7", "f1024-654321", "f4096-3"):
+            db = pg.value(f"SELECT public.fill_config('{key}')::text").encode()
+            if db != fill_value(key):
+                raise SystemExit(f"peers.py: the value of {key} made here is not public.fill_config's")
     finally:
         pg.close()
 
@@ -606,6 +699,7 @@ def main():
         for t in traces:
             run_trace(t, mb // 8, mb)
     if ENV.get("PEERS_BYTES", "1") != "0":
+        keys_held()
         bytes_per_key()
     out(f"peers.py: {time.monotonic() - t0:.0f} s")
 

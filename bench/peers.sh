@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/peers.sh - projcache beside Redis and memcached, in one run.
 #
-#     sudo bash bench/peers.sh                       # about 15 minutes
+#     sudo bash bench/peers.sh                       # about 17 minutes
 #     sudo PEERS_SCALES=8 PEERS_TRACES="shift scan" bash bench/peers.sh
 #     sudo PEERS_OUT=/tmp/peers.txt bash bench/peers.sh
 #
@@ -12,8 +12,9 @@
 # "postgres" OS user) with bench/peers.sql loaded, and runs bench/peers.py:
 # the same read-through traces against projcache, Redis allkeys-lru, Redis
 # allkeys-lfu and memcached, each bounded to the same memory (8 MB, then
-# 32 MB with four times the keys and reads), and the bytes per key of
-# 100 B, 1 kB and 4 kB values.  peers.py starts and stops the Redis and
+# 32 MB with four times the keys and reads), the keys each holds once
+# full at 8 MB and 64 MB, and the bytes per key, of 100 B, 1 kB and 4 kB
+# values.  peers.py starts and stops the Redis and
 # memcached servers (unix sockets in the temp dir) and restarts the cluster
 # for each bound.  The report is printed and written to
 # bench/results/peers-latest.txt (PEERS_OUT=path: elsewhere).  It asserts

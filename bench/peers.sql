@@ -4,7 +4,8 @@
 -- 200,000 keys k1 .. k200000 with configs of about 1 kB (as
 -- bench/working_set.sql makes them: random text, so not compressible), and
 -- 5,000 keys each of b100-N, b1024-N and b4096-N whose configs print as
--- exactly 100, 1,024 and 4,096 bytes of text, for the bytes per key.
+-- exactly 100, 1,024 and 4,096 bytes of text, for the bytes per key; and
+-- keys f<size>-N made by the fetch function itself, for the keys held.
 -- bench/peers.py makes the same text for Redis and memcached, and checks
 -- that it does.  The column is stored uncompressed, so that the 4 kB values
 -- reach projcache as they reach the other caches.
@@ -36,10 +37,26 @@ SELECT 'b' || s || '-' || i, 'r1',
 
 VACUUM ANALYZE public.upstream;
 
+-- Keys f<size>-<i>, for the keys held in a full cache, are made on the fly
+-- (up to 840,000 of them are read): configs that print as exactly <size>
+-- bytes of text, their pad the key's md5 repeated (not compressible by
+-- any of the caches, which compress nothing).
+CREATE FUNCTION public.fill_config(k text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object('i', i, 'pad',
+               left(repeat(md5(k), 130),
+                    split_part(substr(k, 2), '-', 1)::int
+                    - length(format('{"i": %s, "pad": ""}', i))))
+      FROM (SELECT split_part(k, '-', 2)::int AS i) AS s
+$$;
+
 CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
 RETURNS TABLE(key text, state text, revision text, config jsonb)
 LANGUAGE sql STABLE AS $$
     SELECT u.key, u.state, u.revision, u.config FROM public.upstream u WHERE u.key = ANY (p_keys)
+    UNION ALL
+    SELECT k, 'enabled', 'r1', public.fill_config(k)
+      FROM unnest(p_keys) AS k WHERE k LIKE 'f%'
 $$;
 
 CREATE FUNCTION public.peers_burst(keys text[], counted bool[],
