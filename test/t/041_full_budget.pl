@@ -11,6 +11,10 @@
 # b. 200 more new keys, read once the cache is full, evict about as many
 #    keys as they take room for (not a tenth of the cache at once), and the
 #    use stays at 97 % or more.
+# c. Refetching those 200 keys (invalidate(); values of the same size)
+#    evicts at most a key or two: each old value's room is freed once its
+#    new one is stored, so the room the first refetch made serves the rest
+#    (a refetch that evicted a key each time would fail this).
 
 use strict;
 use warnings;
@@ -137,6 +141,22 @@ SELECT count(*) = 0 FROM projcache.entries WHERE state = 'pending'});
 	cmp_ok($b->{used}, '>=', 0.97 * $bound,
 		"$name: memory_used is still at least 97 % of the keys' part");
 	is($b->{errors}, 0, "$name: still no fetch failed");
+
+	# c. Refetching the 200 keys (values of the same size) evicts nothing.
+	my $fetched = $node->safe_psql('postgres',
+		'SELECT fetched_keys FROM projcache.stats');
+	$node->safe_psql('postgres',
+		"SELECT count(projcache.invalidate('$prefix:$size:more' || i)) FROM generate_series(1, $more) i"
+	);
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT fetched_keys >= $fetched + $more FROM projcache.stats"),
+		"$name: the $more keys are fetched again");
+	wait_idle("$name: refetched");
+	my $c = stats();
+	cmp_ok($c->{evicted} - $b->{evicted}, '<=', 2,
+		"$name: refetching values of the same size evicts (almost) nothing");
+	is($c->{errors}, 0, "$name: no refetch failed");
 }
 
 done_testing();
