@@ -29,7 +29,6 @@
 #include "varatt.h"
 #endif
 
-#include "lib/dshash.h"
 #include "utils/wait_event.h"
 
 /*
@@ -64,21 +63,6 @@
 #define pc_proc_aclcheck(proc, role, mode) \
 	pg_proc_aclcheck((proc), (role), (mode))
 #endif
-
-/*
- * 17 has a dshash table copy its keys with a function of the caller's,
- * which must be set: a table left without one calls a NULL pointer on its
- * first insert.  Before 17 keys are always copied with memcpy.
- */
-static inline void
-pc_dshash_copy_keys_with_memcpy(dshash_parameters *params)
-{
-#if PG_VERSION_NUM >= 170000
-	params->copy_function = dshash_memcpy;
-#else
-	(void) params;
-#endif
-}
 
 /* 17 dropped PGPROC.pgprocno for an address computation. */
 #if PG_VERSION_NUM < 170000

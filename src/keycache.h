@@ -19,29 +19,14 @@
  */
 
 /*
- * A key as the dshash sees it: 16 bytes.  A stored key of up to
- * PC_KEY_INLINE_BYTES bytes is held in the entry itself (PC_KEY_INLINE); a
- * longer one in a DSA chunk of its own (PC_KEY_DSA).  A search key points
- * at the caller's bytes (PC_KEY_SEARCH), so no key is copied to look it up
- * and no entry pays for the longest key.  The pointer of the last two forms
- * is kept in bytes[PC_KEY_PTR_AT..], aligned, and read with memcpy
- * (keycache_map.c); use pc_key_bytes() for the bytes of any form.
+ * A key to look up: the caller's bytes and their hash, computed once
+ * (pc_search_key), which chooses the key's partition and bucket.
  */
-#define PC_KEY_INLINE_BYTES	13
-#define PC_KEY_PTR_AT		5	/* offset in bytes[] of a pointer */
-
-typedef enum PcKeyForm
-{
-	PC_KEY_SEARCH = 0,
-	PC_KEY_INLINE,
-	PC_KEY_DSA
-} PcKeyForm;
-
 typedef struct PcKey
 {
-	uint16		len;
-	uint8		form;			/* PcKeyForm */
-	char		bytes[PC_KEY_INLINE_BYTES];
+	const char *bytes;
+	uint32		len;
+	uint32		hash;
 } PcKey;
 
 /* What readers see of a key: pending, enabled or disabled. */
@@ -85,86 +70,150 @@ typedef enum PcFetchState
 #define PC_MAX_PERIOD_MS	(INT_MAX / 4)
 
 /*
- * One key's shared state.  Laid out so that dshash's item (its 16-byte
- * header and this) fills the allocator's 112-byte size class: the flags
- * are bits so that the key's periods fit where padding was; check
- * PC_ENTRY_DSA_BYTES (and the assertion in keycache_map.c) before adding
- * a field.
+ * One key's shared state: a header, then its body, in one DSA chunk sized
+ * to what it holds (keycache_map.c, "Entries").  The body is the key's
+ * bytes, then only the parts the key has, each present when its bit of
+ * 'parts' is set: the time of its next attempt while it backs off, the
+ * message of its last fetch (a chunk of its own, from the message
+ * reserve), its own periods, its revision and its config.  A chunk whose
+ * allocator size class would waste much is cut in two: its body goes on
+ * in a tail chunk.  Read the body with the pc_entry_* functions below.
+ *
+ * Readers change only 'marks' (atomically) and, under the exclusive
+ * lock, 'invalidated' and 'awaiting_commit'; the body and every other
+ * field are the worker's, and only it replaces an entry's chunk.
  */
 typedef struct PcEntry
 {
-	PcKey		key;			/* hash key; must be first */
-	uint64		serial;			/* tells this entry from a later one of the
+	dsa_pointer next;			/* next entry of the same bucket */
+	int64		fetched_at;		/* pc clock of the last success, if any */
+	pg_atomic_uint32 marks;		/* PC_REQ_* not yet taken by the worker, and
+								 * PC_MARK_VISITED */
+	uint32		serial;			/* tells this entry from a later one of the
 								 * same key */
-	pg_atomic_uint32 requests;	/* PC_REQ_* not yet taken by the worker */
-	pg_atomic_uint32 visited;	/* read since the key entered its eviction
-								 * FIFO or the worker last looked at it
-								 * (S3-FIFO); set by readers, only when clear,
-								 * and cleared by the worker */
-	int32		attempts;		/* failed or pending attempts in a row */
-	uint8		state;			/* PcKeyState */
-	uint8		fetch_state;	/* PcFetchState */
-	/* flags, written only under the entry's exclusive lock */
-	bool		invalidated:1;	/* stale until the next successful fetch */
-	bool		awaiting_commit:1;	/* on a standby: invalidated by a
-									 * transaction whose commit is not
-									 * replayed yet; reads ask for no fetch
-									 * (keycache_replay.c) */
-	bool		has_refresh:1;	/* refresh_at is set */
-	bool		error_unstored:1;	/* last fetch failed; no room for its
-									 * message */
+	int32		expires_in;		/* eviction due at fetched_at + this, if
+								 * PC_PART_EXPIRY */
+	int32		refresh_in;		/* refresh due at fetched_at + this, if
+								 * has_refresh */
+	uint16		keylen;
+	uint16		attempts;		/* failed or pending attempts in a row, up to
+								 * PG_UINT16_MAX */
 	uint8		owner;			/* the slot of pc_shared->role_slots that
 								 * counts this key, or PC_ROLE_NONE; set at
 								 * creation, never changed */
-	int32		max_age_ms;		/* the key's own periods from its last
-								 * successful fetch, or PC_PERIOD_DEFAULT */
-	int32		stale_for_ms;
-	int64		fetched_at;		/* pc clock of the last success, if any */
-	int64		expires_at;		/* eviction due, if fetched */
-	int64		refresh_at;		/* refresh due, if has_refresh */
-	int64		retry_at;		/* for display: the next attempt of a key
-								 * waiting out its retry backoff, or 0 */
-	dsa_pointer value;			/* PcValue, or InvalidDsaPointer */
-	dsa_pointer last_error;		/* NUL-terminated message, or invalid */
+	uint8		state:2,		/* PcKeyState */
+				fetch_state:2,	/* PcFetchState */
+				invalidated:1,	/* stale until the next successful fetch */
+				awaiting_commit:1,	/* on a standby: invalidated by a
+									 * transaction whose commit is not
+									 * replayed yet; reads ask for no fetch
+									 * (keycache_replay.c) */
+				has_refresh:1,	/* refresh_in is set */
+				error_unstored:1;	/* last fetch failed; no room for its
+									 * message */
+	uint8		parts;			/* PC_PART_*: what the body holds */
+	uint8		revision_len;	/* if PC_PART_REVISION: its length, or
+								 * PC_REVISION_LONG for a uint32 length in the
+								 * body */
+	char		body[FLEXIBLE_ARRAY_MEMBER];
 } PcEntry;
 
-/*
- * A cached value: revision and config, in one DSA chunk or, when that
- * saves room, two.  The allocator rounds a chunk up to its size class
- * (1,044 bytes take 1,280, 4,116 take 5,456), so a value that would waste
- * much of its class is cut where a class ends: the head chunk, full, holds
- * this header, the tail's dsa_pointer and the first head_len bytes; the
- * tail chunk, small, the rest.  Read it with pc_value_read() and friends.
- */
-typedef struct PcValue
-{
-	int32		revision_len;	/* -1: no revision */
-	uint32		config_len;		/* 0: no config (disabled) */
-	uint32		head_len;		/* bytes held in this chunk; if fewer than the
-								 * value's, data starts with the tail's
-								 * dsa_pointer (unaligned) */
-	/* revision bytes, then the config's jsonb varlena, unaligned */
-	char		data[FLEXIBLE_ARRAY_MEMBER];
-} PcValue;
+/* Bits of PcEntry.marks besides the PC_REQ_* requests. */
+#define PC_MARK_VISITED		0x80000000U /* read since the key entered its
+										 * eviction FIFO or the worker last
+										 * looked at it (S3-FIFO): set by
+										 * readers, only when clear, and
+										 * cleared by the worker */
+#define PC_MARK_REQUESTS	0x000000FFU
+
+/* Bits of PcEntry.parts. */
+#define PC_PART_SPLIT		0x01	/* body goes on in a tail chunk */
+#define PC_PART_EXPIRY		0x02	/* expires_in is set */
+#define PC_PART_RETRY		0x04	/* int64 retry_at */
+#define PC_PART_ERROR		0x08	/* dsa_pointer to the last message */
+#define PC_PART_PERIODS		0x10	/* int32 max_age_ms, stale_for_ms */
+#define PC_PART_REVISION	0x20	/* the revision's bytes */
+#define PC_PART_CONFIG		0x40	/* the config's jsonb varlena */
+
+#define PC_REVISION_LONG	PG_UINT8_MAX
 
 /*
- * DSA bytes one entry costs the key map beyond its key and value chunks:
- * dshash's item (a 16-byte header and our entry, in its size class), plus
- * its share of the bucket arrays, which briefly exist twice while the
- * table grows.  Counted in memory_used.
+ * What a pending entry of a short key costs, counted for the room a
+ * reader's new key needs and the headroom kept for them: its chunk (header
+ * and up to 16 bytes of key) and its share of a bucket array.
  */
 #define PC_ENTRY_DSA_BYTES \
-	(pc_dsa_footprint(MAXALIGN(sizeof(dsa_pointer) + sizeof(uint32)) + \
-					  MAXALIGN(sizeof(PcEntry))) + 3 * sizeof(dsa_pointer))
+	(pc_dsa_footprint(offsetof(PcEntry, body) + 16) + sizeof(dsa_pointer))
+
+/*
+ * The bytes a key is counted at for projcache.max_keys_per_role's default
+ * (half of the keys that fit), as documented.
+ */
+#define PC_KEY_COUNT_UNIT	136
 
 /* The most of the keys' memory kept free for readers' new entries. */
 #define PC_HEADROOM_MAX_PERCENT	2
 
-extern dshash_table *pc_keymap_create(dsa_area *area, int tranche_id);
-extern dshash_table *pc_keymap_attach(dsa_area *area, int tranche_id,
-									  dshash_table_handle handle);
+/*
+ * What the worker writes into an entry's body with pc_entry_write(): each
+ * part whose set_ flag is on becomes the value given (a NULL pointer, or
+ * retry_at 0, removes it); the others are kept.
+ */
+typedef struct PcEntryWrite
+{
+	bool		set_value;
+	const char *revision;		/* NUL-terminated, or NULL */
+	const struct varlena *config;	/* NULL: none */
+	bool		set_periods;
+	int32		max_age_ms;		/* PC_PERIOD_DEFAULT for both: no part */
+	int32		stale_for_ms;
+	bool		set_retry;
+	int64		retry_at;
+	bool		set_error;
+	dsa_pointer error;			/* a message from pc_store_message() */
+	bool		error_to_come;	/* with set_error: a message is set (or not,
+								 * if none could be stored) between prepare
+								 * and commit */
+} PcEntryWrite;
+
+/* The body an entry will have after a write (keycache_map.c). */
+typedef struct PcEntryPlan
+{
+	uint8		parts;			/* PC_PART_* but SPLIT */
+	uint8		revision_len;	/* PcEntry.revision_len */
+	Size		revlen;
+	Size		config_len;
+	Size		len;
+	bool		rebuild;		/* needs a new chunk */
+} PcEntryPlan;
+
+/* A write prepared: its plan and new chunk (pc_entry_prepare). */
+typedef struct PcEntryPrepared
+{
+	PcEntryPlan plan;
+	dsa_pointer head;
+	dsa_pointer tail;
+	Size		head_size;
+	Size		tail_size;
+	bool		gone;			/* the key was not in the map */
+} PcEntryPrepared;
+
+/* Under the entry's exclusive lock, with its new body: false to give up. */
+typedef bool (*PcEntryApplyFn) (PcEntry *entry, void *arg);
+
+/* An entry scan (pc_entry_scan_*): one partition locked at a time. */
+typedef struct PcEntryScan
+{
+	int			partition;		/* locked, or -1 before the first */
+	uint32		bucket;
+	dsa_pointer next;
+	bool		exclusive;
+} PcEntryScan;
+
+extern dsa_pointer pc_keymap_create(dsa_area *area, int tranche_id,
+									Size *bytes);
+extern void pc_keymap_attach(dsa_area *area, dsa_pointer handle);
 extern PcKey pc_search_key(const char *key, uint32 len);
-extern const char *pc_key_bytes(dsa_area *area, const PcKey *key);
 extern uint32 pc_key_hash(const char *key, uint32 len);
 extern ConditionVariable *pc_key_cv(const char *key, uint32 len);
 #ifdef USE_ASSERT_CHECKING
@@ -175,8 +224,9 @@ extern int	pc_entry_locks_held;
 #endif
 extern PcEntry *pc_entry_find(const PcKey *search, bool exclusive);
 extern void pc_entry_release(PcEntry *entry);
-extern void pc_entry_scan_begin(dshash_seq_status *status, bool exclusive);
-extern void pc_entry_scan_end(dshash_seq_status *status);
+extern void pc_entry_scan_begin(PcEntryScan *scan, bool exclusive);
+extern PcEntry *pc_entry_scan_next(PcEntryScan *scan);
+extern void pc_entry_scan_end(PcEntryScan *scan);
 extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
 										 bool *created);
 extern PcEntry *pc_keymap_find_or_create_for(const char *key, uint32 len,
@@ -185,6 +235,60 @@ extern uint32 pc_keys_per_role_bound(void);
 extern Size pc_key_memory_target(void);
 extern Oid	pc_role_of_slot(int slot);
 extern void pc_keymap_delete(PcEntry *entry);
+
+/* Reading an entry (under its lock; nothing here raises an ERROR). */
+static inline const char *
+pc_entry_key(const PcEntry *entry)
+{
+	const char *body = entry->body;
+
+	if (entry->parts & PC_PART_SPLIT)
+		body += sizeof(dsa_pointer) + sizeof(uint32);
+	return body;
+}
+
+static inline bool
+pc_entry_visited(PcEntry *entry)
+{
+	return (pg_atomic_read_u32(&entry->marks) & PC_MARK_VISITED) != 0;
+}
+
+/* Mark it read, writing the shared line only when it is not marked yet. */
+static inline bool
+pc_entry_visit(PcEntry *entry)
+{
+	if (pc_entry_visited(entry))
+		return false;
+	pg_atomic_fetch_or_u32(&entry->marks, PC_MARK_VISITED);
+	return true;
+}
+
+extern int64 pc_entry_expires_at(const PcEntry *entry);
+extern int64 pc_entry_refresh_at(const PcEntry *entry);
+extern void pc_entry_set_expires_at(PcEntry *entry, int64 expires_at);
+extern void pc_entry_set_refresh_at(PcEntry *entry, int64 refresh_at);
+extern void pc_entry_set_fetched_at(PcEntry *entry, int64 fetched_at);
+extern int64 pc_entry_retry_at(const PcEntry *entry);
+extern void pc_entry_periods(const PcEntry *entry, int32 *max_age_ms,
+							 int32 *stale_for_ms);
+extern uint32 pc_entry_config_len(const PcEntry *entry);
+extern char *pc_entry_revision(const PcEntry *entry, bool *oom);
+extern struct varlena *pc_entry_config(const PcEntry *entry, bool *oom);
+extern char *pc_entry_error(const PcEntry *entry, bool *oom);
+extern Size pc_entry_footprint(const PcEntry *entry);
+extern void pc_free_message(dsa_pointer dp);
+
+/* Writing one (the worker). */
+extern Size pc_entry_write_size(const char *key, uint32 len,
+								const PcEntryWrite *w);
+extern bool pc_entry_prepare(const char *key, uint32 len,
+							 const PcEntryWrite *w, PcEntryPrepared *prep);
+extern void pc_entry_commit(const char *key, uint32 len,
+							const PcEntryWrite *w, PcEntryPrepared *prep,
+							PcEntryApplyFn apply, void *arg, bool *applied);
+extern void pc_entry_abandon(PcEntryPrepared *prep);
+extern bool pc_entry_write(const char *key, uint32 len, const PcEntryWrite *w,
+						   PcEntryApplyFn apply, void *arg, bool *applied);
 
 /*
  * Keys copied out of the map (or the worker's private state), each
@@ -213,14 +317,6 @@ extern void pc_keylist_from_map(PcKeyList *list,
 /* The payload of key i. */
 #define pc_keylist_payload(list, i) \
 	((void *) ((list)->payloads + (Size) (i) * (list)->payload_size))
-extern dsa_pointer pc_value_make(const char *revision,
-								 const struct varlena *config);
-extern void pc_value_free(dsa_pointer dp);
-extern Size pc_entry_footprint(const PcEntry *entry);
-extern void pc_value_read(const PcValue *value, Size offset, Size len,
-						  char *dst);
-extern char *pc_value_revision(const PcValue *value, bool *oom);
-extern struct varlena *pc_value_config(const PcValue *value, bool *oom);
 extern bool pc_request_mark(PcEntry *entry, uint32 bits);
 extern void pc_request_send(const char *key, uint32 len);
 extern void pc_request_send_refused(const char *key, uint32 len);

@@ -656,15 +656,17 @@ copy_record(PcKeyDump *d, int i, int64 now)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return RECORD_GONE;
-	visited = pg_atomic_read_u32(&entry->visited) != 0;
+	visited = pc_entry_visited(entry);
 	if (!d->second_pass && !visited)
 		result = RECORD_LATER;
-	else if (entry->state != PC_STATE_PENDING &&
-			 DsaPointerIsValid(entry->value))
+	else if (entry->state != PC_STATE_PENDING)
 	{
-		const PcValue *value = dsa_get_address(pc_area(), entry->value);
-		Size		value_len = Max(value->revision_len, 0) + value->config_len;
-		Size		need = sizeof(KeyRecord) + d->list.lens[i] + value_len;
+		char	   *revision = pc_entry_revision(entry, &d->oom);
+		struct varlena *config = pc_entry_config(entry, &d->oom);
+		int32		revision_len = revision ? (int32) strlen(revision) : -1;
+		uint32		config_len = config ? VARSIZE(config) : 0;
+		Size		need = sizeof(KeyRecord) + d->list.lens[i] +
+			Max(revision_len, 0) + config_len;
 
 		/* Grow the buffer without an ERROR while the lock is held. */
 		if (need >= (Size) d->record.maxlen)
@@ -685,20 +687,27 @@ copy_record(PcKeyDump *d, int i, int64 now)
 			memset(&rec, 0, sizeof(rec));
 			rec.age_ms = Max(now - entry->fetched_at, 0);
 			rec.keylen = d->list.lens[i];
-			rec.revision_len = value->revision_len;
-			rec.config_len = value->config_len;
+			rec.revision_len = revision_len;
+			rec.config_len = config_len;
 			rec.state = entry->state;
 			rec.fifo = (uint8) listed_fifo(d, i);
 			rec.visited = visited ? 1 : 0;
-			rec.max_age_ms = entry->max_age_ms;
-			rec.stale_for_ms = entry->stale_for_ms;
+			pc_entry_periods(entry, &rec.max_age_ms, &rec.stale_for_ms);
 			memcpy(d->record.data, &rec, sizeof(rec));
 			memcpy(d->record.data + sizeof(rec), d->list.keys[i], d->list.lens[i]);
-			pc_value_read(value, 0, value_len,
-						  d->record.data + sizeof(rec) + d->list.lens[i]);
+			if (revision != NULL)
+				memcpy(d->record.data + sizeof(rec) + d->list.lens[i],
+					   revision, revision_len);
+			if (config != NULL)
+				memcpy(d->record.data + sizeof(rec) + d->list.lens[i] +
+					   Max(revision_len, 0), config, config_len);
 			d->record.len = need;
 			result = RECORD_COPIED;
 		}
+		if (revision != NULL)
+			pfree(revision);
+		if (config != NULL)
+			pfree(config);
 	}
 	pc_entry_release(entry);
 	return result;
@@ -906,6 +915,32 @@ typedef struct LoadCounts
 	bool		full;			/* stopped with memory nearly full */
 }			LoadCounts;
 
+/* A restored key's header (a PcEntryApplyFn). */
+typedef struct RestoredHeader
+{
+	const KeyRecord *rec;
+	int64		fetched_at;
+	int64		expires_at;
+} RestoredHeader;
+
+/* A reader may have had the key fetched meanwhile: then it keeps that. */
+static bool
+restore_header(PcEntry *entry, void *arg)
+{
+	RestoredHeader *h = arg;
+
+	if (entry->state != PC_STATE_PENDING)
+		return false;
+	entry->state = h->rec->state;
+	entry->fetch_state = PC_FETCH_COMPLETE;
+	pc_entry_set_fetched_at(entry, h->fetched_at);
+	pc_entry_set_expires_at(entry, h->expires_at);
+	entry->invalidated = true;
+	if (h->rec->visited)
+		(void) pc_entry_visit(entry);
+	return true;
+}
+
 /*
  * Store one valid record's key in the map, stale, with its age, unless a
  * reader's fetch cached it meanwhile; false if there was no room (which
@@ -918,9 +953,12 @@ store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
 	const char *data = key + rec->keylen;
 	char	   *revision = NULL;
 	struct varlena *config = NULL;
-	dsa_pointer value;
+	PcEntryWrite w = {0};
+	PcEntryPrepared prep;
+	RestoredHeader h;
 	PcEntry    *entry;
 	bool		created;
+	bool		applied;
 
 	if (rec->revision_len >= 0)
 		revision = pnstrdup(data, rec->revision_len);
@@ -929,40 +967,47 @@ store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
 		config = palloc(rec->config_len);
 		memcpy(config, data + Max(rec->revision_len, 0), rec->config_len);
 	}
-	value = pc_value_make(revision, config);
+	entry = pc_keymap_find_or_create(key, rec->keylen, &created);
+	if (entry == NULL)
+		return false;
+	pc_entry_release(entry);
+
+	w.set_value = true;
+	w.revision = revision;
+	w.config = config;
+	w.set_periods = true;
+	w.max_age_ms = rec->max_age_ms;
+	w.stale_for_ms = rec->stale_for_ms;
+	if (!pc_entry_prepare(key, rec->keylen, &w, &prep))
+	{
+		/* No room: take back the entry made for it, unless read since. */
+		if (created)
+		{
+			PcKey		search = pc_search_key(key, rec->keylen);
+
+			entry = pc_entry_find(&search, true);
+			if (entry != NULL)
+			{
+				if (entry->state == PC_STATE_PENDING &&
+					pg_atomic_read_u32(&entry->marks) == 0)
+					pc_keymap_delete(entry);
+				else
+					pc_entry_release(entry);
+			}
+		}
+		return false;
+	}
+	h.rec = rec;
+	h.fetched_at = fetched_at;
+	h.expires_at = expires_at;
+	pc_entry_commit(key, rec->keylen, &w, &prep, restore_header, &h,
+					&applied);
 	if (revision)
 		pfree(revision);
 	if (config)
 		pfree(config);
-	if (!DsaPointerIsValid(value))
-		return false;
-	entry = pc_keymap_find_or_create(key, rec->keylen, &created);
-	if (entry == NULL)
-	{
-		pc_value_free(value);
-		return false;
-	}
-	/* A reader may have asked for the key already: it gets the value. */
-	if (entry->state == PC_STATE_PENDING)
-	{
-		entry->value = value;
-		entry->state = rec->state;
-		entry->fetch_state = PC_FETCH_COMPLETE;
-		entry->fetched_at = fetched_at;
-		entry->expires_at = expires_at;
-		entry->max_age_ms = rec->max_age_ms;
-		entry->stale_for_ms = rec->stale_for_ms;
-		entry->invalidated = true;
-		if (rec->visited)
-			pg_atomic_write_u32(&entry->visited, 1);
-		value = InvalidDsaPointer;
-	}
-	pc_entry_release(entry);
-	if (DsaPointerIsValid(value))
-	{
-		pc_value_free(value);	/* cached meanwhile */
-		return true;
-	}
+	if (!applied)
+		return true;			/* cached meanwhile */
 	restore(key, rec->keylen, fetched_at, expires_at, rec->max_age_ms,
 			rec->stale_for_ms, (PcDumpFifo) rec->fifo);
 	counts->loaded++;

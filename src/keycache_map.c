@@ -1,25 +1,36 @@
 /*-------------------------------------------------------------------------
  *
  * keycache_map.c
- *	  The key cache's shared map: a dshash table of PcEntry on the DSA area.
+ *	  The key cache's shared map: a partitioned hash table on the DSA area
+ *	  whose entries are each one chunk holding a key's state, key and value.
  *
- * Keys have variable length (up to PC_MAX_KEY_BYTES) but dshash wants a
- * fixed-size key, so the hashed key is a small PcKey: a short key's bytes
- * themselves, or a pointer to them, in DSA for stored entries, in the
- * caller's memory for lookups.  Our own hash and compare functions read
- * either form.  An entry thus costs its fixed part, plus its key's bytes
- * only when they do not fit in it, not the longest key.
+ * The table is PC_MAP_PARTITIONS partitions, each with its own LWLock,
+ * count and array of buckets; a bucket holds the dsa_pointer of its first
+ * entry, and the entries of a bucket are chained through PcEntry.next.  A
+ * key's hash picks its partition (high bits) and bucket (low bits).  A
+ * partition's bucket array doubles once it holds more than
+ * PC_MAP_MAX_LOAD entries a bucket, so buckets cost a key 4 to 8 bytes:
+ * the table is sized for memory rather than for the shortest chain, since
+ * an entry's header and key share a cache line and passing one costs a
+ * line read.
  *
- * Values are laid out here too (PcValue): in one chunk, or two when the
- * allocator's size classes would otherwise waste much of one.
+ * An entry is one chunk (PcEntry): a fixed header, then its body: the
+ * key's bytes and only the parts the key has.  The worker stores a value
+ * by building the entry's chunk anew and putting it in its chain in place
+ * of the old one (pc_entry_write); a chunk whose allocator size class
+ * would waste much is cut in two, a head that fills its class and a tail.
+ * A key costs its chunk and its share of a bucket array, counted exactly
+ * in memory_used (pc_alloc), not an estimate.
  *
- * Locking: each entry is protected by its dshash partition lock.  Nothing
- * of ours that can ERROR, sleep or do I/O runs while one is held: chunks
- * are allocated before the lock is taken (DSA_ALLOC_NO_OOM), and unlinked
- * chunks are freed after it is released (freeing takes only the DSA's own
- * lock).  dshash itself may raise out-of-memory while inserting; the
- * accounting in pc_alloc() keeps the area from getting that full.  Only
- * the scheduler worker deletes entries; readers create pending ones.
+ * Locking: each entry is protected by its partition's lock.  Readers copy
+ * out under the shared lock; creating an entry, writing its flags, and
+ * replacing or unlinking its chunk take it exclusively.  Nothing that can
+ * ERROR, sleep or do I/O runs while one is held: chunks are allocated
+ * before the lock is taken (DSA_ALLOC_NO_OOM), and those unlinked are
+ * freed after it is released.  A backend holds at most one partition lock
+ * at a time, and no other lock of ours with it.  Only the worker replaces
+ * or deletes entries, so the layout it reads under the shared lock is
+ * still the entry's when it comes back with the exclusive one.
  *
  * Keys per role: a reader that creates a key counts it for its role (the
  * current role outside SECURITY DEFINER functions) in a slot of
@@ -38,75 +49,85 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/freepage.h"
+#include "utils/memutils.h"
 
 #include "keycache.h"
 
 /* ----------------------------------------------------------------
- * The map and its keys
+ * The table
  * ----------------------------------------------------------------
  */
 
-static int	pc_key_compare(const void *a, const void *b, size_t size,
-						   void *arg);
-static dshash_hash pc_key_dshash(const void *key, size_t size, void *arg);
+#define PC_MAP_PARTITIONS_LOG2	7
+#define PC_MAP_PARTITIONS		(1 << PC_MAP_PARTITIONS_LOG2)
+#define PC_MAP_INITIAL_BUCKETS	16	/* per partition */
+#define PC_MAP_MAX_LOAD			2	/* entries a bucket before it doubles */
 
-static dshash_parameters
-pc_keymap_params(int tranche_id)
+typedef struct PcMapPartition
 {
-	dshash_parameters params = {
-		.key_size = sizeof(PcKey),
-		.entry_size = sizeof(PcEntry),
-		.compare_function = pc_key_compare,
-		.hash_function = pc_key_dshash,
-		.tranche_id = tranche_id,
-	};
+	LWLock		lock;			/* the entries of this partition, and: */
+	dsa_pointer buckets;		/* dsa_pointer[nbuckets] */
+	uint32		nbuckets;		/* a power of two */
+	uint32		count;			/* entries */
+} PcMapPartition;
 
-	pc_dshash_copy_keys_with_memcpy(&params);
-	return params;
-}
-
-dshash_table *
-pc_keymap_create(dsa_area *area, int tranche_id)
+/* Each partition on a cache line of its own: readers write its lock. */
+typedef union PcMapPartitionLine
 {
-	dshash_parameters params = pc_keymap_params(tranche_id);
+	PcMapPartition p;
+	char		pad[PG_CACHE_LINE_SIZE];
+} PcMapPartitionLine;
 
-	return dshash_create(area, &params, area);
-}
-
-dshash_table *
-pc_keymap_attach(dsa_area *area, int tranche_id, dshash_table_handle handle)
+typedef struct PcMapControl
 {
-	dshash_parameters params = pc_keymap_params(tranche_id);
+	PcMapPartitionLine partitions[PC_MAP_PARTITIONS];
+} PcMapControl;
 
-	return dshash_attach(area, &params, handle, area);
-}
-
-StaticAssertDecl(offsetof(PcKey, bytes) + PC_KEY_PTR_AT == 8 &&
-				 sizeof(dsa_pointer) <= 8 && sizeof(char *) <= 8 &&
-				 sizeof(PcKey) == 16,
-				 "a PcKey's pointer must be aligned and fit in its 16 bytes");
+StaticAssertDecl(sizeof(PcMapPartition) <= PG_CACHE_LINE_SIZE,
+				 "a partition must fit its cache line");
+StaticAssertDecl(InvalidDsaPointer == 0,
+				 "zeroed bucket arrays must read as empty");
 StaticAssertDecl(PC_MAX_KEY_BYTES <= PG_UINT16_MAX,
-				 "PcKey.len must hold the longest key");
-/* dshash's 16-byte item header and an entry fill the 112-byte size class */
-StaticAssertDecl(SIZEOF_DSA_POINTER != 8 || sizeof(PcEntry) <= 96,
-				 "a PcEntry must fit the 112-byte size class with dshash's header");
-StaticAssertDecl(PC_MAX_PERIOD_MS <= PG_INT32_MAX,
-				 "PcEntry's periods must hold the longest");
+				 "PcEntry.keylen must hold the longest key");
+StaticAssertDecl(PC_MAX_PERIOD_MS <= PG_INT32_MAX / 2,
+				 "an entry's times must fit their offsets");
 
-static void
-key_set_ptr(PcKey *k, const void *ptr, size_t size)
+/* This backend's mapping of the table (pc_keymap_attach). */
+static PcMapControl *map_control = NULL;
+
+/* The partition whose lock this backend holds for an entry, if any. */
+static PcMapPartition *held_partition = NULL;
+
+/*
+ * Create the table in a new DSA area (postmaster); returns its handle and
+ * the bytes its bucket arrays take, which the caller counts as used.
+ */
+dsa_pointer
+pc_keymap_create(dsa_area *area, int tranche_id, Size *bytes)
 {
-	memcpy(k->bytes + PC_KEY_PTR_AT, ptr, size);
+	dsa_pointer dp = dsa_allocate0(area, sizeof(PcMapControl));
+	PcMapControl *control = dsa_get_address(area, dp);
+	Size		array_size = PC_MAP_INITIAL_BUCKETS * sizeof(dsa_pointer);
+	int			i;
+
+	*bytes = 0;
+	for (i = 0; i < PC_MAP_PARTITIONS; i++)
+	{
+		PcMapPartition *part = &control->partitions[i].p;
+
+		LWLockInitialize(&part->lock, tranche_id);
+		part->buckets = dsa_allocate0(area, array_size);
+		part->nbuckets = PC_MAP_INITIAL_BUCKETS;
+		part->count = 0;
+		*bytes += pc_dsa_footprint(array_size);
+	}
+	return dp;
 }
 
-static dsa_pointer
-key_dsa(const PcKey *k)
+void
+pc_keymap_attach(dsa_area *area, dsa_pointer handle)
 {
-	dsa_pointer dp;
-
-	Assert(k->form == PC_KEY_DSA);
-	memcpy(&dp, k->bytes + PC_KEY_PTR_AT, sizeof(dp));
-	return dp;
+	map_control = dsa_get_address(area, handle);
 }
 
 PcKey
@@ -115,55 +136,16 @@ pc_search_key(const char *key, uint32 len)
 	PcKey		k;
 
 	Assert(len <= PC_MAX_KEY_BYTES);
-	k.len = (uint16) len;
-	k.form = PC_KEY_SEARCH;
-	key_set_ptr(&k, &key, sizeof(key));
+	k.bytes = key;
+	k.len = len;
+	k.hash = pc_key_hash(key, len);
 	return k;
-}
-
-const char *
-pc_key_bytes(dsa_area *area, const PcKey *key)
-{
-	const char *local;
-
-	switch ((PcKeyForm) key->form)
-	{
-		case PC_KEY_INLINE:
-			return key->bytes;
-		case PC_KEY_DSA:
-			return (const char *) dsa_get_address(area, key_dsa(key));
-		case PC_KEY_SEARCH:
-			break;
-	}
-	Assert(key->form == PC_KEY_SEARCH);
-	memcpy(&local, key->bytes + PC_KEY_PTR_AT, sizeof(local));
-	return local;
 }
 
 uint32
 pc_key_hash(const char *key, uint32 len)
 {
 	return hash_bytes((const unsigned char *) key, (int) len);
-}
-
-static dshash_hash
-pc_key_dshash(const void *key, size_t size, void *arg)
-{
-	const PcKey *k = (const PcKey *) key;
-
-	return pc_key_hash(pc_key_bytes((dsa_area *) arg, k), k->len);
-}
-
-static int
-pc_key_compare(const void *a, const void *b, size_t size, void *arg)
-{
-	const PcKey *ka = (const PcKey *) a;
-	const PcKey *kb = (const PcKey *) b;
-
-	if (ka->len != kb->len)
-		return ka->len < kb->len ? -1 : 1;
-	return memcmp(pc_key_bytes((dsa_area *) arg, ka),
-				  pc_key_bytes((dsa_area *) arg, kb), ka->len);
 }
 
 /* The condition variable that announces changes of this key. */
@@ -173,263 +155,497 @@ pc_key_cv(const char *key, uint32 len)
 	return &pc_shared->key_cv[pc_key_hash(key, len) % PC_NUM_KEY_CVS];
 }
 
-/* ----------------------------------------------------------------
- * Values
- * ----------------------------------------------------------------
- */
-
-/* A split value is kept whole unless cutting it saves at least this. */
-#define PC_VALUE_SPLIT_MIN	32
-
-#define VALUE_HEADER		offsetof(PcValue, data)
-#define VALUE_SPLIT_HEADER	(VALUE_HEADER + sizeof(dsa_pointer))
-
-static Size
-value_len(const PcValue *value)
+static PcMapPartition *
+partition_of(uint32 hash)
 {
-	return Max(value->revision_len, 0) + (Size) value->config_len;
-}
-
-static bool
-value_is_split(const PcValue *value)
-{
-	return value->head_len < value_len(value);
-}
-
-static const char *
-value_head(const PcValue *value)
-{
-	return value->data + (value_is_split(value) ? sizeof(dsa_pointer) : 0);
-}
-
-static dsa_pointer
-value_tail(const PcValue *value)
-{
-	dsa_pointer dp = InvalidDsaPointer;
-
-	if (value_is_split(value))
-		memcpy(&dp, value->data, sizeof(dp));
-	return dp;
+	(void) pc_area();			/* maps the table */
+	return &map_control->partitions[hash >> (32 - PC_MAP_PARTITIONS_LOG2)].p;
 }
 
 /*
- * How many of a value's len bytes go in its head chunk (len: whole).  Every
- * cut that fills a chunk of some size class or page count is tried; the
- * cheapest wins if it beats one chunk by PC_VALUE_SPLIT_MIN.
+ * The entry of a key in a locked partition, or NULL; *link (if given) is
+ * where its dsa_pointer is held: its bucket or the entry before it.
+ */
+static PcEntry *
+chain_find(dsa_area *area, PcMapPartition *part, const PcKey *search,
+		   dsa_pointer **link)
+{
+	dsa_pointer *buckets = dsa_get_address(area, part->buckets);
+	dsa_pointer *at = &buckets[search->hash & (part->nbuckets - 1)];
+
+	while (DsaPointerIsValid(*at))
+	{
+		PcEntry    *entry = dsa_get_address(area, *at);
+
+		if (entry->keylen == search->len &&
+			memcmp(pc_entry_key(entry), search->bytes, search->len) == 0)
+		{
+			if (link != NULL)
+				*link = at;
+			return entry;
+		}
+		at = &entry->next;
+	}
+	return NULL;
+}
+
+/* Where a locked entry's dsa_pointer is held in its chain. */
+static dsa_pointer *
+chain_link(dsa_area *area, const PcEntry *entry, PcMapPartition **part)
+{
+	PcKey		search = pc_search_key(pc_entry_key(entry), entry->keylen);
+	dsa_pointer *link = NULL;
+
+	*part = partition_of(search.hash);
+	if (chain_find(area, *part, &search, &link) != entry)
+		elog(PANIC, "projcache: a locked entry is not in its chain");
+	return link;
+}
+
+/*
+ * Double a partition's buckets if it still has nbuckets: the new array is
+ * allocated before the lock is taken, the old one freed after.  Without
+ * room in the keys' budget, it stays as it is (chains grow longer) and a
+ * later creation tries again.
+ */
+static void
+partition_grow(PcMapPartition *part, uint32 nbuckets)
+{
+	dsa_area   *area = pc_area();
+	Size		old_size = (Size) nbuckets * sizeof(dsa_pointer);
+	Size		new_size = 2 * old_size;
+	uint32		mask = 2 * nbuckets - 1;
+	dsa_pointer new_dp;
+	dsa_pointer old_dp;
+	dsa_pointer *new_buckets;
+	dsa_pointer *old_buckets;
+	uint32		i;
+
+	if ((Size) nbuckets * 2 > MaxAllocHugeSize / sizeof(dsa_pointer))
+		return;
+	new_dp = pc_alloc(new_size);
+	if (!DsaPointerIsValid(new_dp))
+		return;
+	new_buckets = dsa_get_address(area, new_dp);
+	memset(new_buckets, 0, new_size);
+
+	pc_lock_alone(&part->lock, LW_EXCLUSIVE);
+	if (part->nbuckets != nbuckets)
+	{
+		LWLockRelease(&part->lock);
+		pc_free(new_dp, new_size);	/* grown meanwhile */
+		return;
+	}
+	old_dp = part->buckets;
+	old_buckets = dsa_get_address(area, old_dp);
+	for (i = 0; i < nbuckets; i++)
+	{
+		dsa_pointer dp = old_buckets[i];
+
+		while (DsaPointerIsValid(dp))
+		{
+			PcEntry    *entry = dsa_get_address(area, dp);
+			dsa_pointer next = entry->next;
+			uint32		b = pc_key_hash(pc_entry_key(entry),
+										entry->keylen) & mask;
+
+			entry->next = new_buckets[b];
+			new_buckets[b] = dp;
+			dp = next;
+		}
+	}
+	part->buckets = new_dp;
+	part->nbuckets = 2 * nbuckets;
+	LWLockRelease(&part->lock);
+	pc_free(old_dp, old_size);
+}
+
+/* ----------------------------------------------------------------
+ * Entries' bodies
+ * ----------------------------------------------------------------
+ */
+
+#define ENTRY_HEADER	offsetof(PcEntry, body)
+#define SPLIT_INFO		(sizeof(dsa_pointer) + sizeof(uint32))
+
+/* A split body is kept whole unless cutting it saves at least this. */
+#define PC_SPLIT_MIN	16
+
+StaticAssertDecl(ENTRY_HEADER == 40,
+				 "an entry's header must stay 40 bytes: check its fields");
+
+/* Where each part of a body starts, and its length. */
+typedef struct BodyLayout
+{
+	Size		retry;
+	Size		error;
+	Size		periods;
+	Size		revision;
+	Size		revision_len;
+	Size		config;
+	Size		config_len;
+	Size		len;			/* the whole body */
+} BodyLayout;
+
+static dsa_pointer
+entry_tail(const PcEntry *entry)
+{
+	dsa_pointer dp;
+
+	memcpy(&dp, entry->body, sizeof(dp));
+	return dp;
+}
+
+/* Body bytes held in the head chunk. */
+static uint32
+entry_cut(const PcEntry *entry)
+{
+	uint32		cut;
+
+	memcpy(&cut, entry->body + sizeof(dsa_pointer), sizeof(cut));
+	return cut;
+}
+
+/* Copy body bytes [offset, offset + len), from the head and the tail. */
+static void
+body_read(const PcEntry *entry, Size offset, Size len, void *dst)
+{
+	const char *head = pc_entry_key(entry);
+	Size		n = len;
+
+	if (entry->parts & PC_PART_SPLIT)
+	{
+		Size		cut = entry_cut(entry);
+
+		n = offset < cut ? Min(len, cut - offset) : 0;
+		if (n < len)
+		{
+			const char *tail = dsa_get_address(pc_area(), entry_tail(entry));
+
+			memcpy((char *) dst + n, tail + (offset + n - cut), len - n);
+		}
+	}
+	if (n > 0)
+		memcpy(dst, head + offset, n);
+}
+
+static void
+body_write(PcEntry *entry, Size offset, Size len, const void *src)
+{
+	char	   *head = (char *) pc_entry_key(entry);
+	Size		n = len;
+
+	if (entry->parts & PC_PART_SPLIT)
+	{
+		Size		cut = entry_cut(entry);
+
+		n = offset < cut ? Min(len, cut - offset) : 0;
+		if (n < len)
+		{
+			char	   *tail = dsa_get_address(pc_area(), entry_tail(entry));
+
+			memcpy(tail + (offset + n - cut), (const char *) src + n, len - n);
+		}
+	}
+	if (n > 0)
+		memcpy(head + offset, src, n);
+}
+
+static void
+body_layout(const PcEntry *entry, BodyLayout *l)
+{
+	Size		offset = entry->keylen;
+
+	l->retry = offset;
+	if (entry->parts & PC_PART_RETRY)
+		offset += sizeof(int64);
+	l->error = offset;
+	if (entry->parts & PC_PART_ERROR)
+		offset += sizeof(dsa_pointer);
+	l->periods = offset;
+	if (entry->parts & PC_PART_PERIODS)
+		offset += 2 * sizeof(int32);
+	l->revision_len = 0;
+	if (entry->parts & PC_PART_REVISION)
+	{
+		if (entry->revision_len == PC_REVISION_LONG)
+		{
+			uint32		len;
+
+			body_read(entry, offset, sizeof(len), &len);
+			offset += sizeof(len);
+			l->revision_len = len;
+		}
+		else
+			l->revision_len = entry->revision_len;
+	}
+	l->revision = offset;
+	offset += l->revision_len;
+	l->config = offset;
+	l->config_len = 0;
+	if (entry->parts & PC_PART_CONFIG)
+	{
+		union
+		{
+			uint64		words;	/* as long as any varlena header */
+			char		bytes[sizeof(uint64)];
+		}			header;
+
+		body_read(entry, offset, VARHDRSZ, header.bytes);
+		l->config_len = VARSIZE(header.bytes);
+	}
+	l->len = offset + l->config_len;
+}
+
+/*
+ * How many of a body's len bytes go in its head chunk: all of them, or,
+ * if cutting saves PC_SPLIT_MIN bytes, the cheapest cut that fills a chunk
+ * of some size class or page count.  The key stays whole in the head
+ * (readers compare it there).
  */
 static Size
-value_head_len(Size len)
+body_cut(Size keylen, Size len)
 {
-	Size		best = pc_dsa_footprint(VALUE_HEADER + len);
-	Size		best_head = len;
-	Size		want = VALUE_SPLIT_HEADER + 1;
+	Size		best = pc_dsa_footprint(ENTRY_HEADER + len);
+	Size		best_cut = len;
+	Size		want = ENTRY_HEADER + SPLIT_INFO + keylen + 1;
 
-	while (want < VALUE_SPLIT_HEADER + len)
+	while (want < ENTRY_HEADER + SPLIT_INFO + len)
 	{
 		Size		capacity = pc_dsa_capacity(want);
-		Size		head = capacity - VALUE_SPLIT_HEADER;
+		Size		cut = capacity - ENTRY_HEADER - SPLIT_INFO;
 		Size		cost;
 
-		if (head >= len)
+		if (cut >= len)
 			break;
-		cost = pc_dsa_footprint(capacity) + pc_dsa_footprint(len - head);
-		if (cost + PC_VALUE_SPLIT_MIN <= best)
+		cost = pc_dsa_footprint(capacity) + pc_dsa_footprint(len - cut);
+		if (cost + PC_SPLIT_MIN <= best)
 		{
 			best = cost;
-			best_head = head;
+			best_cut = cut;
 		}
 		want = capacity + 1;
 		/* Past the size classes, heads are whole pages: try the last two. */
 		if (capacity >= 2 * FPM_PAGE_SIZE &&
-			want + 2 * FPM_PAGE_SIZE < VALUE_SPLIT_HEADER + len)
-			want = TYPEALIGN_DOWN(FPM_PAGE_SIZE, VALUE_SPLIT_HEADER + len) -
+			want + 2 * FPM_PAGE_SIZE < ENTRY_HEADER + SPLIT_INFO + len)
+			want = TYPEALIGN_DOWN(FPM_PAGE_SIZE,
+								  ENTRY_HEADER + SPLIT_INFO + len) -
 				FPM_PAGE_SIZE + 1;
 	}
-	return best_head;
+	return best_cut;
 }
 
-/*
- * Store a value (revision may be NULL, config NULL for a disabled key);
- * InvalidDsaPointer if the keys' memory is used up.  Worker only; no lock
- * is held, nothing here raises an ERROR.
- */
-dsa_pointer
-pc_value_make(const char *revision, const struct varlena *config)
+/* The sizes of the head and tail chunks of a body of len bytes (tail 0: none). */
+static void
+chunk_sizes(Size keylen, Size len, Size *head, Size *tail)
 {
-	int32		revlen = revision ? (int32) strlen(revision) : -1;
-	uint32		config_len = config ? VARSIZE(config) : 0;
-	Size		len = Max(revlen, 0) + (Size) config_len;
-	Size		head_len = value_head_len(len);
-	dsa_pointer dp;
-	dsa_pointer tail = InvalidDsaPointer;
-	PcValue    *value;
-	char	   *dst;
-	char	   *tail_dst = NULL;
-	Size		off;
+	Size		cut = body_cut(keylen, len);
 
-	if (head_len < len)
+	if (cut < len)
 	{
-		tail = pc_alloc(len - head_len);
-		if (!DsaPointerIsValid(tail))
-			return InvalidDsaPointer;
-		tail_dst = dsa_get_address(pc_area(), tail);
-		dp = pc_alloc(VALUE_SPLIT_HEADER + head_len);
+		*head = ENTRY_HEADER + SPLIT_INFO + cut;
+		*tail = len - cut;
 	}
 	else
-		dp = pc_alloc(VALUE_HEADER + len);
-	if (!DsaPointerIsValid(dp))
 	{
-		pc_free(tail, len - head_len);
-		return InvalidDsaPointer;
+		*head = ENTRY_HEADER + len;
+		*tail = 0;
 	}
-	value = dsa_get_address(pc_area(), dp);
-	value->revision_len = revlen;
-	value->config_len = config_len;
-	value->head_len = (uint32) head_len;
-	if (head_len < len)
-		memcpy(value->data, &tail, sizeof(tail));
-	dst = (char *) value_head(value);
-
-	/* The revision's bytes, then the config's, across the cut. */
-	off = 0;
-	if (revlen > 0)
-	{
-		Size		n = Min((Size) revlen, head_len);
-
-		memcpy(dst, revision, n);
-		if (n < (Size) revlen)
-			memcpy(tail_dst, revision + n, revlen - n);
-		off = revlen;
-	}
-	if (config_len > 0)
-	{
-		const char *src = (const char *) config;
-		Size		n = head_len > off ? Min(head_len - off, config_len) : 0;
-
-		if (n > 0)
-			memcpy(dst + off, src, n);
-		if (n < config_len)
-			memcpy(tail_dst + (off + n - head_len), src + n, config_len - n);
-	}
-	Assert(value_len(value) == len);
-	return dp;
 }
 
-/*
- * The bytes of projcache.max_memory an entry takes: its item in the map,
- * its key when held apart, its value's chunks (as pc_free() counts them
- * back).  Caller holds the entry's lock.
- */
+/* What a locked entry takes from the keys' memory (its message aside). */
 Size
 pc_entry_footprint(const PcEntry *entry)
 {
-	Size		bytes = PC_ENTRY_DSA_BYTES;
+	BodyLayout	l;
+	Size		bytes;
 
 	PC_ASSERT_ENTRY_LOCKED();
-	if (entry->key.form == PC_KEY_DSA)
-		bytes += pc_dsa_footprint(entry->key.len);
-	if (DsaPointerIsValid(entry->value))
-	{
-		const PcValue *value = dsa_get_address(pc_area(), entry->value);
-		Size		len = value_len(value);
-
-		if (value_is_split(value))
-			bytes += pc_dsa_footprint(len - value->head_len) +
-				pc_dsa_footprint(VALUE_SPLIT_HEADER + value->head_len);
-		else
-			bytes += pc_dsa_footprint(VALUE_HEADER + len);
-	}
+	body_layout(entry, &l);
+	if (entry->parts & PC_PART_SPLIT)
+		bytes = pc_dsa_footprint(ENTRY_HEADER + SPLIT_INFO + entry_cut(entry)) +
+			pc_dsa_footprint(l.len - entry_cut(entry));
+	else
+		bytes = pc_dsa_footprint(ENTRY_HEADER + l.len);
 	return bytes;
 }
 
 /*
- * Free a value's chunks.  The caller has unlinked it from its entry under
- * the entry's lock, so no reader can reach it, and only the worker frees
- * values: its header is still there to read.
+ * The times of an entry.  Its expiry and refresh are held as offsets from
+ * its fetch time, which they are never further from than a key's longest
+ * lifetime (PC_MAX_PERIOD_MS twice); the clamp only guards the encoding.
  */
-void
-pc_value_free(dsa_pointer dp)
+static int32
+time_offset(int64 t, int64 from)
 {
-	PcValue    *value;
-	Size		len;
+	int64		d = t - from;
 
-	if (!DsaPointerIsValid(dp))
+	return (int32) Max(Min(d, (int64) PG_INT32_MAX), (int64) PG_INT32_MIN);
+}
+
+int64
+pc_entry_expires_at(const PcEntry *entry)
+{
+	if (!(entry->parts & PC_PART_EXPIRY))
+		return 0;
+	return entry->fetched_at + entry->expires_in;
+}
+
+int64
+pc_entry_refresh_at(const PcEntry *entry)
+{
+	if (!entry->has_refresh)
+		return 0;
+	return entry->fetched_at + entry->refresh_in;
+}
+
+void
+pc_entry_set_expires_at(PcEntry *entry, int64 expires_at)
+{
+	entry->expires_in = time_offset(expires_at, entry->fetched_at);
+	entry->parts |= PC_PART_EXPIRY;
+}
+
+void
+pc_entry_set_refresh_at(PcEntry *entry, int64 refresh_at)
+{
+	entry->refresh_in = time_offset(refresh_at, entry->fetched_at);
+	entry->has_refresh = true;
+}
+
+/* Set the fetch time, keeping the expiry and refresh where they were. */
+void
+pc_entry_set_fetched_at(PcEntry *entry, int64 fetched_at)
+{
+	int64		expires_at = pc_entry_expires_at(entry);
+	int64		refresh_at = pc_entry_refresh_at(entry);
+
+	entry->fetched_at = fetched_at;
+	if (entry->parts & PC_PART_EXPIRY)
+		pc_entry_set_expires_at(entry, expires_at);
+	if (entry->has_refresh)
+		pc_entry_set_refresh_at(entry, refresh_at);
+}
+
+int64
+pc_entry_retry_at(const PcEntry *entry)
+{
+	BodyLayout	l;
+	int64		retry_at;
+
+	if (!(entry->parts & PC_PART_RETRY))
+		return 0;
+	body_layout(entry, &l);
+	body_read(entry, l.retry, sizeof(retry_at), &retry_at);
+	return retry_at;
+}
+
+static dsa_pointer
+entry_error(const PcEntry *entry)
+{
+	BodyLayout	l;
+	dsa_pointer dp;
+
+	if (!(entry->parts & PC_PART_ERROR))
+		return InvalidDsaPointer;
+	body_layout(entry, &l);
+	body_read(entry, l.error, sizeof(dp), &dp);
+	return dp;
+}
+
+void
+pc_entry_periods(const PcEntry *entry, int32 *max_age_ms,
+				 int32 *stale_for_ms)
+{
+	BodyLayout	l;
+	int32		periods[2];
+
+	*max_age_ms = *stale_for_ms = PC_PERIOD_DEFAULT;
+	if (!(entry->parts & PC_PART_PERIODS))
 		return;
-	value = dsa_get_address(pc_area(), dp);
-	len = value_len(value);
-	if (value_is_split(value))
-	{
-		pc_free(value_tail(value), len - value->head_len);
-		pc_free(dp, VALUE_SPLIT_HEADER + value->head_len);
-	}
-	else
-		pc_free(dp, VALUE_HEADER + len);
+	body_layout(entry, &l);
+	body_read(entry, l.periods, sizeof(periods), periods);
+	*max_age_ms = periods[0];
+	*stale_for_ms = periods[1];
 }
 
-/*
- * Copy bytes [offset, offset + len) of a value's revision and config.
- * Caller holds the lock of the entry that points to it.
- */
-void
-pc_value_read(const PcValue *value, Size offset, Size len, char *dst)
+/* The config's length with its header; 0 for none. */
+uint32
+pc_entry_config_len(const PcEntry *entry)
 {
-	Size		n = 0;
+	BodyLayout	l;
 
-	PC_ASSERT_ENTRY_LOCKED();
-	Assert(offset + len <= value_len(value));
-	if (offset < value->head_len)
-	{
-		n = Min(len, value->head_len - offset);
-		memcpy(dst, value_head(value) + offset, n);
-	}
-	if (n < len)
-	{
-		const char *tail = dsa_get_address(pc_area(), value_tail(value));
-
-		memcpy(dst + n, tail + (offset + n - value->head_len), len - n);
-	}
+	if (!(entry->parts & PC_PART_CONFIG))
+		return 0;
+	body_layout(entry, &l);
+	return (uint32) l.config_len;
 }
 
 /*
- * Copies of the revision (NUL-terminated) and of the config, in the
- * current memory context; NULL if there is none.  Under the entry's lock:
- * no ERROR, a failed copy returns NULL and sets *oom (if given).
+ * Copies of the revision (NUL-terminated), the config and the last
+ * message, in the current memory context; NULL if there is none.  Under
+ * the entry's lock: no ERROR, a failed copy returns NULL and sets *oom.
  */
 char *
-pc_value_revision(const PcValue *value, bool *oom)
+pc_entry_revision(const PcEntry *entry, bool *oom)
 {
+	BodyLayout	l;
 	char	   *dst;
 
-	if (value->revision_len < 0)
+	PC_ASSERT_ENTRY_LOCKED();
+	if (!(entry->parts & PC_PART_REVISION))
 		return NULL;
-	dst = palloc_extended(value->revision_len + 1, MCXT_ALLOC_NO_OOM);
+	body_layout(entry, &l);
+	dst = palloc_extended(l.revision_len + 1, MCXT_ALLOC_NO_OOM);
 	if (dst == NULL)
 	{
-		if (oom != NULL)
-			*oom = true;
+		*oom = true;
 		return NULL;
 	}
-	pc_value_read(value, 0, value->revision_len, dst);
-	dst[value->revision_len] = '\0';
+	body_read(entry, l.revision, l.revision_len, dst);
+	dst[l.revision_len] = '\0';
 	return dst;
 }
 
 struct varlena *
-pc_value_config(const PcValue *value, bool *oom)
+pc_entry_config(const PcEntry *entry, bool *oom)
 {
+	BodyLayout	l;
 	char	   *dst;
 
-	if (value->config_len == 0)
+	PC_ASSERT_ENTRY_LOCKED();
+	if (!(entry->parts & PC_PART_CONFIG))
 		return NULL;
-	dst = palloc_extended(value->config_len, MCXT_ALLOC_NO_OOM);
+	body_layout(entry, &l);
+	dst = palloc_extended(l.config_len, MCXT_ALLOC_NO_OOM);
 	if (dst == NULL)
 	{
-		if (oom != NULL)
-			*oom = true;
+		*oom = true;
 		return NULL;
 	}
-	pc_value_read(value, Max(value->revision_len, 0), value->config_len, dst);
+	body_read(entry, l.config, l.config_len, dst);
 	return (struct varlena *) dst;
+}
+
+char *
+pc_entry_error(const PcEntry *entry, bool *oom)
+{
+	dsa_pointer dp = entry_error(entry);
+	const char *msg;
+
+	PC_ASSERT_ENTRY_LOCKED();
+	if (!DsaPointerIsValid(dp))
+		return NULL;
+	msg = dsa_get_address(pc_area(), dp);
+	return pc_copy_no_oom(msg, strlen(msg), true, oom);
+}
+
+/* Free a message chunk (pc_store_message) no entry points to any more. */
+void
+pc_free_message(dsa_pointer dp)
+{
+	if (DsaPointerIsValid(dp))
+		pc_free(dp, strlen(dsa_get_address(pc_area(), dp)) + 1);
 }
 
 /* ----------------------------------------------------------------
@@ -458,7 +674,7 @@ uint32
 pc_keys_per_role_bound(void)
 {
 	if (pc_max_keys_per_role < 0)
-		return (uint32) Max(1, pc_key_memory_bound() / PC_ENTRY_DSA_BYTES / 2);
+		return (uint32) Max(1, pc_key_memory_bound() / PC_KEY_COUNT_UNIT / 2);
 	return (uint32) pc_max_keys_per_role;
 }
 
@@ -570,13 +786,134 @@ role_unreserve(int slot)
  */
 
 /*
+ * Entry locks.  An entry is found or created with its partition's lock
+ * held (held_partition), and released with pc_entry_release().  Every
+ * find, release and scan goes through these, which count, in
+ * assert-enabled builds, how many this backend holds: helpers that need a
+ * locked entry assert it with PC_ASSERT_ENTRY_LOCKED().  A scan counts as
+ * one lock from its start to its end.
+ */
+#ifdef USE_ASSERT_CHECKING
+int			pc_entry_locks_held = 0;
+#endif
+
+static void
+entry_locked(PcMapPartition *part)
+{
+	held_partition = part;
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held++;
+#endif
+}
+
+/* Find a key's entry, locked; NULL if it is not in the map. */
+PcEntry *
+pc_entry_find(const PcKey *search, bool exclusive)
+{
+	dsa_area   *area = pc_area();
+	PcMapPartition *part = partition_of(search->hash);
+	PcEntry    *entry;
+
+	pc_lock_alone(&part->lock, exclusive ? LW_EXCLUSIVE : LW_SHARED);
+	entry = chain_find(area, part, search, NULL);
+	if (entry == NULL)
+		LWLockRelease(&part->lock);
+	else
+		entry_locked(part);
+	return entry;
+}
+
+/* Release an entry found or created locked. */
+void
+pc_entry_release(PcEntry *entry)
+{
+	PcMapPartition *part = held_partition;
+
+	PC_ASSERT_ENTRY_LOCKED();
+	Assert(part != NULL);
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held--;
+#endif
+	held_partition = NULL;
+	LWLockRelease(&part->lock);
+}
+
+/*
+ * Scan the whole map, one partition locked at a time; each entry returned
+ * is locked until the next call.  Only flags may be written meanwhile.
+ */
+void
+pc_entry_scan_begin(PcEntryScan *scan, bool exclusive)
+{
+	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
+	scan->partition = -1;
+	scan->bucket = 0;
+	scan->next = InvalidDsaPointer;
+	scan->exclusive = exclusive;
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held++;
+#endif
+}
+
+PcEntry *
+pc_entry_scan_next(PcEntryScan *scan)
+{
+	dsa_area   *area = pc_area();
+
+	for (;;)
+	{
+		PcMapPartition *part;
+		dsa_pointer *buckets;
+
+		if (DsaPointerIsValid(scan->next))
+		{
+			PcEntry    *entry = dsa_get_address(area, scan->next);
+
+			scan->next = entry->next;
+			return entry;
+		}
+		if (scan->partition >= PC_MAP_PARTITIONS)
+			return NULL;
+		if (scan->partition >= 0)
+		{
+			part = &map_control->partitions[scan->partition].p;
+			if (++scan->bucket < part->nbuckets)
+			{
+				buckets = dsa_get_address(area, part->buckets);
+				scan->next = buckets[scan->bucket];
+				continue;
+			}
+			LWLockRelease(&part->lock);
+		}
+		if (++scan->partition >= PC_MAP_PARTITIONS)
+			return NULL;
+		part = &map_control->partitions[scan->partition].p;
+		LWLockAcquire(&part->lock, scan->exclusive ? LW_EXCLUSIVE : LW_SHARED);
+		scan->bucket = 0;
+		buckets = dsa_get_address(area, part->buckets);
+		scan->next = buckets[0];
+	}
+}
+
+void
+pc_entry_scan_end(PcEntryScan *scan)
+{
+	PC_ASSERT_ENTRY_LOCKED();
+#ifdef USE_ASSERT_CHECKING
+	pc_entry_locks_held--;
+#endif
+	if (scan->partition >= 0 && scan->partition < PC_MAP_PARTITIONS)
+		LWLockRelease(&map_control->partitions[scan->partition].p.lock);
+	scan->partition = PC_MAP_PARTITIONS;
+}
+
+/*
  * Look the key up, creating a pending entry if it is unknown.  Returns the
- * entry locked exclusively; *created says whether it is new.  A key too
- * long to be held in the entry is copied to DSA before the lock is taken;
- * a short one into the entry, under it.  With no room for a new key in
- * the keys' part of projcache.max_memory, returns NULL: nothing is
- * created, and the worker is woken to make room (reads never fail for lack
- * of it).  The key counts for no role: the worker's own entries.
+ * entry locked exclusively; *created says whether it is new.  With no room
+ * for a new key in the keys' part of projcache.max_memory, returns NULL:
+ * nothing is created, and the worker is woken to make room (reads never
+ * fail for lack of it).  The key counts for no role: the worker's own
+ * entries.
  */
 PcEntry *
 pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
@@ -584,92 +921,20 @@ pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
 	return pc_keymap_find_or_create_for(key, len, InvalidOid, created);
 }
 
-/*
- * Find or insert the entry of search's key, locked; NULL if dshash could
- * not allocate it, after giving back the key's chunk dp and the role's
- * reserved count.
- *
- * dshash may fail to allocate the entry (or a larger bucket array) when
- * the area's pages are fragmented, although the count of memory used said
- * there was room.  That failure is an out-of-memory ERROR raised with
- * dshash's partition locks held, and before dshash changed anything.  A
- * read must not fail for lack of room: it is caught, the locks dshash took
- * are released (this backend holds no other LWLock here: callers take
- * none before), and the key reads as one with no room.  Any other ERROR
- * goes on.
- */
-static PcEntry *
-insert_entry(PcKey *search, dsa_pointer dp, uint32 len, int owner,
-			 bool *found)
-{
-	MemoryContext callercxt = CurrentMemoryContext;
-	PcEntry    *volatile entry = NULL;
-
-	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
-	PG_TRY();
-	{
-		entry = dshash_find_or_insert(pc_keymap(), search, found);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		pc_free(dp, len);
-		role_unreserve(owner);
-		MemoryContextSwitchTo(callercxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
-			PG_RE_THROW();
-		FlushErrorState();
-		FreeErrorData(edata);
-		LWLockReleaseAll();
-		entry = NULL;
-	}
-	PG_END_TRY();
-	return entry;
-}
-
-/*
- * Fill in an entry dshash has just inserted (locked) for a new key: its
- * key (inline, or in the chunk dp, already filled) and a pending state
- * counted for the role slot owner.
- */
+/* Fill in a new pending entry, not linked yet, counted for slot owner. */
 static void
-init_entry(PcEntry *entry, const char *key, uint32 len, dsa_pointer dp,
-		   int owner)
+init_entry(PcEntry *entry, const char *key, uint32 len, int owner)
 {
-	Assert(entry->key.len == len);
-	if (len <= PC_KEY_INLINE_BYTES)
-	{
-		entry->key.form = PC_KEY_INLINE;
-		memcpy(entry->key.bytes, key, len);
-	}
-	else
-	{
-		entry->key.form = PC_KEY_DSA;
-		key_set_ptr(&entry->key, &dp, sizeof(dp));
-	}
-	entry->serial = pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
-	pg_atomic_init_u32(&entry->requests, 0);
-	pg_atomic_init_u32(&entry->visited, 0);
+	memset(entry, 0, ENTRY_HEADER);
+	entry->next = InvalidDsaPointer;
+	pg_atomic_init_u32(&entry->marks, 0);
+	entry->serial = (uint32)
+		pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
+	entry->keylen = (uint16) len;
+	entry->owner = (uint8) owner;
 	entry->state = PC_STATE_PENDING;
 	entry->fetch_state = PC_FETCH_PENDING;
-	entry->invalidated = false;
-	entry->awaiting_commit = false;
-	entry->has_refresh = false;
-	entry->error_unstored = false;
-	entry->owner = (uint8) owner;
-	entry->max_age_ms = PC_PERIOD_DEFAULT;
-	entry->stale_for_ms = PC_PERIOD_DEFAULT;
-	entry->attempts = 0;
-	entry->fetched_at = 0;
-	entry->expires_at = 0;
-	entry->refresh_at = 0;
-	entry->retry_at = 0;
-	entry->value = InvalidDsaPointer;
-	entry->last_error = InvalidDsaPointer;
-	pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
-	pg_atomic_fetch_add_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
+	memcpy(entry->body, key, len);
 }
 
 /*
@@ -681,169 +946,466 @@ PcEntry *
 pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 							 bool *created)
 {
-	dsa_pointer dp = InvalidDsaPointer;
 	PcKey		search = pc_search_key(key, len);
+	Size		size = ENTRY_HEADER + len;
+	dsa_area   *area;
+	PcMapPartition *part;
 	PcEntry    *entry;
-	bool		in_entry = len <= PC_KEY_INLINE_BYTES;
-	bool		room;
-	bool		found;
+	dsa_pointer dp;
+	dsa_pointer *buckets;
+	uint32		nbuckets;
 	int			owner;
 
+	*created = false;
 	/* The role's count first: it may read the catalog, under no lock. */
 	owner = role_reserve(role);
 	if (owner < 0)
 	{
 		/* Someone may have created it meanwhile: then it is no new key. */
-		entry = pc_entry_find(&search, true);
-		*created = false;
-		return entry;
+		return pc_entry_find(&search, true);
 	}
-
-	/*
-	 * dshash allocates the entry itself, and raises an ERROR if that fails.
-	 * Refuse new keys before that could happen: with no room, the key is not
-	 * created (NULL), and the worker is asked to make room.
-	 */
-	room = pc_key_memory_used() + PC_ENTRY_DSA_BYTES +
-		(in_entry ? 0 : pc_dsa_footprint(len)) <= pc_key_memory_bound();
-	if (room && !in_entry)
-	{
-		dp = pc_alloc(len);
-		room = DsaPointerIsValid(dp);
-	}
-	if (!room)
+	dp = pc_alloc(size);
+	if (!DsaPointerIsValid(dp))
 	{
 		/* Someone may have created it meanwhile: no need for room then. */
 		role_unreserve(owner);
 		entry = pc_entry_find(&search, true);
-		if (entry != NULL)
+		if (entry == NULL)
 		{
-			*created = false;
-			return entry;
+			pg_atomic_write_u32(&pc_shared->room_wanted, 1);
+			pc_wake_worker();
 		}
-		pg_atomic_write_u32(&pc_shared->room_wanted, 1);
-		pc_wake_worker();
-		*created = false;
-		return NULL;
+		return entry;
 	}
-	if (!in_entry)
-		memcpy(dsa_get_address(pc_area(), dp), key, len);
+	area = pc_area();
+	init_entry(dsa_get_address(area, dp), key, len, owner);
 
-	entry = insert_entry(&search, dp, len, owner, &found);
-	if (entry == NULL)
-	{
-		pg_atomic_write_u32(&pc_shared->room_wanted, 1);
-		pc_wake_worker();
-		*created = false;
-		return NULL;
-	}
-#ifdef USE_ASSERT_CHECKING
-	pc_entry_locks_held++;
-#endif
-	if (found)
+	/*
+	 * Keep chains short first.  The count and size read without the lock are
+	 * a hint: partition_grow() checks under it.
+	 */
+	part = partition_of(search.hash);
+	nbuckets = part->nbuckets;
+	if (part->count >= nbuckets * PC_MAP_MAX_LOAD)
+		partition_grow(part, nbuckets);
+
+	pc_lock_alone(&part->lock, LW_EXCLUSIVE);
+	entry = chain_find(area, part, &search, NULL);
+	if (entry != NULL)
 	{
 		/* Somebody else created it meanwhile. */
-		pc_free(dp, len);
+		entry_locked(part);
+		pc_free(dp, size);
 		role_unreserve(owner);
+		return entry;
+	}
+	entry = dsa_get_address(area, dp);
+	buckets = dsa_get_address(area, part->buckets);
+	entry->next = buckets[search.hash & (part->nbuckets - 1)];
+	buckets[search.hash & (part->nbuckets - 1)] = dp;
+	part->count++;
+	entry_locked(part);
+	pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
+	*created = true;
+	return entry;
+}
+
+/* The chunks of a locked entry, with the sizes they were allocated at. */
+static void
+entry_chunks(const PcEntry *entry, Size *head_size, dsa_pointer *tail,
+			 Size *tail_size)
+{
+	BodyLayout	l;
+
+	body_layout(entry, &l);
+	if (entry->parts & PC_PART_SPLIT)
+	{
+		*head_size = ENTRY_HEADER + SPLIT_INFO + entry_cut(entry);
+		*tail = entry_tail(entry);
+		*tail_size = l.len - entry_cut(entry);
 	}
 	else
-		init_entry(entry, key, len, dp, owner);
-	*created = !found;
-	return entry;
+	{
+		*head_size = ENTRY_HEADER + l.len;
+		*tail = InvalidDsaPointer;
+		*tail_size = 0;
+	}
 }
 
 /*
- * Entry locks.  dshash hands out entries locked (their partition's LWLock)
- * and offers no way to ask whether this backend holds one, so every find,
- * release and scan of the key map goes through these, which count, in
- * assert-enabled builds, how many this backend holds: helpers that need a
- * locked entry assert it with PC_ASSERT_ENTRY_LOCKED().  A scan counts as
- * one lock from its start to its end.
- */
-#ifdef USE_ASSERT_CHECKING
-int			pc_entry_locks_held = 0;
-#endif
-
-/* Find a key's entry, locked; NULL if it is not in the map. */
-PcEntry *
-pc_entry_find(const PcKey *search, bool exclusive)
-{
-	PcEntry    *entry;
-
-	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
-	entry = dshash_find(pc_keymap(), search, exclusive);
-#ifdef USE_ASSERT_CHECKING
-	if (entry != NULL)
-		pc_entry_locks_held++;
-#endif
-	return entry;
-}
-
-/* Release an entry found or created locked. */
-void
-pc_entry_release(PcEntry *entry)
-{
-	PC_ASSERT_ENTRY_LOCKED();
-#ifdef USE_ASSERT_CHECKING
-	pc_entry_locks_held--;
-#endif
-	dshash_release_lock(pc_keymap(), entry);
-}
-
-/* Start a scan of the whole map; each entry it returns is locked. */
-void
-pc_entry_scan_begin(dshash_seq_status *status, bool exclusive)
-{
-	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
-	dshash_seq_init(status, pc_keymap(), exclusive);
-#ifdef USE_ASSERT_CHECKING
-	pc_entry_locks_held++;
-#endif
-}
-
-void
-pc_entry_scan_end(dshash_seq_status *status)
-{
-	PC_ASSERT_ENTRY_LOCKED();
-#ifdef USE_ASSERT_CHECKING
-	pc_entry_locks_held--;
-#endif
-	dshash_seq_term(status);
-}
-
-/*
- * Unlink a locked entry (worker only; caller holds its lock) and release
- * it; then free its chunks, which no reader can reach any more, and take
- * the key off its role's count.
+ * Unlink a locked entry (worker only; caller holds its lock exclusively)
+ * and release it; then free its chunks, which no reader can reach any
+ * more, and take the key off its role's count.
  */
 void
 pc_keymap_delete(PcEntry *entry)
 {
-	dsa_pointer key = InvalidDsaPointer;
-	uint32		keylen = entry->key.len;
-	dsa_pointer value = entry->value;
-	dsa_pointer error = entry->last_error;
-	Size		error_size = 0;
+	dsa_area   *area = pc_area();
+	PcMapPartition *part;
+	dsa_pointer *link;
+	dsa_pointer dp;
+	dsa_pointer tail;
+	dsa_pointer error = entry_error(entry);
+	Size		head_size;
+	Size		tail_size;
 	int			owner = entry->owner;
 
 	PC_ASSERT_ENTRY_LOCKED();
-	Assert(entry->key.form != PC_KEY_SEARCH);
-	if (entry->key.form == PC_KEY_DSA)
-		key = key_dsa(&entry->key);
-	if (DsaPointerIsValid(error))
-		error_size = strlen(dsa_get_address(pc_area(), error)) + 1;
+	link = chain_link(area, entry, &part);
+	Assert(part == held_partition);
+	entry_chunks(entry, &head_size, &tail, &tail_size);
+	dp = *link;
+	*link = entry->next;
+	part->count--;
+	pc_entry_release(entry);
 
-	dshash_delete_entry(pc_keymap(), entry);
-#ifdef USE_ASSERT_CHECKING
-	pc_entry_locks_held--;
-#endif
 	pg_atomic_fetch_sub_u64(&pc_shared->nentries, 1);
-	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, PC_ENTRY_DSA_BYTES);
 	role_unreserve(owner);
+	pc_free(dp, head_size);
+	pc_free(tail, tail_size);
+	pc_free_message(error);
+}
 
-	pc_free(key, keylen);
-	pc_value_free(value);
-	pc_free(error, error_size);
+/* ----------------------------------------------------------------
+ * Writing an entry's body (the worker)
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Plan a write.  A new value, or a part the entry lacks, needs a new
+ * chunk; a part it has is written in place, and a part set to nothing is
+ * left in place, zeroed, unless the chunk is built anew anyway.
+ */
+static void
+plan_body(const PcEntry *entry, const PcEntryWrite *w, PcEntryPlan *plan)
+{
+	BodyLayout	l;
+	uint8		parts = entry->parts & ~PC_PART_SPLIT;
+	bool		periods = w->max_age_ms != PC_PERIOD_DEFAULT ||
+		w->stale_for_ms != PC_PERIOD_DEFAULT;
+	bool		error = DsaPointerIsValid(w->error) || w->error_to_come;
+	bool		rebuild = false;
+
+	body_layout(entry, &l);
+	plan->revlen = l.revision_len;
+	plan->config_len = l.config_len;
+	plan->revision_len = entry->revision_len;
+	if (w->set_retry && w->retry_at != 0 && !(parts & PC_PART_RETRY))
+		rebuild = true;
+	if (w->set_error && error && !(parts & PC_PART_ERROR))
+		rebuild = true;
+	if (w->set_periods && periods && !(parts & PC_PART_PERIODS))
+		rebuild = true;
+	if (w->set_value)
+	{
+		rebuild = true;
+		parts &= ~(PC_PART_REVISION | PC_PART_CONFIG);
+		plan->revlen = 0;
+		plan->config_len = 0;
+		plan->revision_len = 0;
+		if (w->revision != NULL)
+		{
+			parts |= PC_PART_REVISION;
+			plan->revlen = strlen(w->revision);
+			plan->revision_len = plan->revlen < PC_REVISION_LONG ?
+				(uint8) plan->revlen : PC_REVISION_LONG;
+		}
+		if (w->config != NULL)
+		{
+			parts |= PC_PART_CONFIG;
+			plan->config_len = VARSIZE(w->config);
+		}
+	}
+	if (rebuild)
+	{
+		if (w->set_retry)
+			parts = w->retry_at != 0 ? parts | PC_PART_RETRY :
+				parts & ~PC_PART_RETRY;
+		if (w->set_error)
+			parts = error ? parts | PC_PART_ERROR : parts & ~PC_PART_ERROR;
+		if (w->set_periods)
+			parts = periods ? parts | PC_PART_PERIODS :
+				parts & ~PC_PART_PERIODS;
+	}
+	plan->parts = parts;
+	plan->rebuild = rebuild;
+	plan->len = entry->keylen +
+		((parts & PC_PART_RETRY) ? sizeof(int64) : 0) +
+		((parts & PC_PART_ERROR) ? sizeof(dsa_pointer) : 0) +
+		((parts & PC_PART_PERIODS) ? 2 * sizeof(int32) : 0) +
+		((parts & PC_PART_REVISION) ?
+		 plan->revlen + (plan->revision_len == PC_REVISION_LONG ?
+						 sizeof(uint32) : 0) : 0) +
+		plan->config_len;
+}
+
+/* Copy len body bytes of one entry into another's. */
+static void
+body_copy(PcEntry *dst, Size dst_offset, const PcEntry *src,
+		  Size src_offset, Size len)
+{
+	char		buf[512];
+
+	while (len > 0)
+	{
+		Size		n = Min(len, sizeof(buf));
+
+		body_read(src, src_offset, n, buf);
+		body_write(dst, dst_offset, n, buf);
+		src_offset += n;
+		dst_offset += n;
+		len -= n;
+	}
+}
+
+/*
+ * Fill a new chunk (not linked yet) from the locked entry it replaces and
+ * the write: the header as the entry has it now, then each part, new or
+ * kept.
+ */
+static void
+build_chunk(PcEntry *chunk, dsa_pointer tail, Size cut, const PcEntry *old,
+			const PcEntryPlan *plan, const PcEntryWrite *w)
+{
+	BodyLayout	l;
+	Size		offset = old->keylen;
+
+	body_layout(old, &l);
+	memcpy(chunk, old, ENTRY_HEADER);
+	pg_atomic_init_u32(&chunk->marks,
+					   pg_atomic_read_u32((pg_atomic_uint32 *) &old->marks));
+	chunk->parts = plan->parts;
+	chunk->revision_len = plan->revision_len;
+	if (DsaPointerIsValid(tail))
+	{
+		uint32		cut32 = (uint32) cut;
+
+		chunk->parts |= PC_PART_SPLIT;
+		memcpy(chunk->body, &tail, sizeof(tail));
+		memcpy(chunk->body + sizeof(tail), &cut32, sizeof(cut32));
+	}
+	body_write(chunk, 0, old->keylen, pc_entry_key(old));
+	if (plan->parts & PC_PART_RETRY)
+	{
+		int64		retry_at = w->set_retry ? w->retry_at :
+			pc_entry_retry_at(old);
+
+		body_write(chunk, offset, sizeof(retry_at), &retry_at);
+		offset += sizeof(retry_at);
+	}
+	if (plan->parts & PC_PART_ERROR)
+	{
+		dsa_pointer error = w->set_error ? w->error : entry_error(old);
+
+		body_write(chunk, offset, sizeof(error), &error);
+		offset += sizeof(error);
+	}
+	if (plan->parts & PC_PART_PERIODS)
+	{
+		int32		periods[2];
+
+		if (w->set_periods)
+		{
+			periods[0] = w->max_age_ms;
+			periods[1] = w->stale_for_ms;
+		}
+		else
+			pc_entry_periods(old, &periods[0], &periods[1]);
+		body_write(chunk, offset, sizeof(periods), periods);
+		offset += sizeof(periods);
+	}
+	if (plan->parts & PC_PART_REVISION)
+	{
+		if (plan->revision_len == PC_REVISION_LONG)
+		{
+			uint32		len = (uint32) plan->revlen;
+
+			body_write(chunk, offset, sizeof(len), &len);
+			offset += sizeof(len);
+		}
+		if (w->set_value)
+			body_write(chunk, offset, plan->revlen, w->revision);
+		else
+			body_copy(chunk, offset, old, l.revision, plan->revlen);
+		offset += plan->revlen;
+	}
+	if (plan->parts & PC_PART_CONFIG)
+	{
+		if (w->set_value)
+			body_write(chunk, offset, plan->config_len, w->config);
+		else
+			body_copy(chunk, offset, old, l.config, plan->config_len);
+		offset += plan->config_len;
+	}
+	Assert(offset == plan->len);
+}
+
+/* Write the parts the entry has in place (no new chunk needed). */
+static void
+write_in_place(PcEntry *entry, const PcEntryWrite *w)
+{
+	BodyLayout	l;
+
+	body_layout(entry, &l);
+	if (w->set_retry && (entry->parts & PC_PART_RETRY))
+		body_write(entry, l.retry, sizeof(int64), &w->retry_at);
+	if (w->set_error && (entry->parts & PC_PART_ERROR))
+		body_write(entry, l.error, sizeof(dsa_pointer), &w->error);
+	if (w->set_periods && (entry->parts & PC_PART_PERIODS))
+	{
+		int32		periods[2] = {w->max_age_ms, w->stale_for_ms};
+
+		body_write(entry, l.periods, sizeof(periods), periods);
+	}
+}
+
+/*
+ * What a write would allocate (0: nothing, or the key is gone), so that
+ * the worker can make room for it first.
+ */
+Size
+pc_entry_write_size(const char *key, uint32 len, const PcEntryWrite *w)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+	PcEntryPlan plan;
+	Size		head;
+	Size		tail;
+
+	entry = pc_entry_find(&search, false);
+	if (entry == NULL)
+		return 0;
+	plan_body(entry, w, &plan);
+	pc_entry_release(entry);
+	if (!plan.rebuild)
+		return 0;
+	chunk_sizes(len, plan.len, &head, &tail);
+	return pc_dsa_footprint(head) + (tail > 0 ? pc_dsa_footprint(tail) : 0);
+}
+
+/*
+ * A write in two steps: pc_entry_prepare() plans it and allocates the new
+ * chunk it needs, if any, under no lock; false if there is no room (the
+ * caller may make room and try again).  pc_entry_commit() then writes it,
+ * with the same parts present in w (an error_to_come filled in or left
+ * invalid), and, through apply (NULL: nothing), the header, all under one
+ * exclusive lock; *applied says whether the entry took it (not if the key
+ * is gone or apply said no).  Until it has, the caller still owns
+ * w->error; once it has, the entry does, and the message it replaced is
+ * freed.  pc_entry_abandon() gives up a prepared write.  Worker only:
+ * nothing else changes an entry's body between the two steps.
+ */
+bool
+pc_entry_prepare(const char *key, uint32 len, const PcEntryWrite *w,
+				 PcEntryPrepared *prep)
+{
+	PcKey		search = pc_search_key(key, len);
+	PcEntry    *entry;
+
+	memset(prep, 0, sizeof(*prep));
+	prep->head = InvalidDsaPointer;
+	prep->tail = InvalidDsaPointer;
+	entry = pc_entry_find(&search, false);
+	if (entry == NULL)
+	{
+		prep->gone = true;
+		return true;
+	}
+	plan_body(entry, w, &prep->plan);
+	pc_entry_release(entry);
+	if (!prep->plan.rebuild)
+		return true;
+
+	chunk_sizes(len, prep->plan.len, &prep->head_size, &prep->tail_size);
+	prep->head = pc_alloc(prep->head_size);
+	if (!DsaPointerIsValid(prep->head))
+		return false;
+	if (prep->tail_size > 0)
+	{
+		prep->tail = pc_alloc(prep->tail_size);
+		if (!DsaPointerIsValid(prep->tail))
+		{
+			pc_free(prep->head, prep->head_size);
+			prep->head = InvalidDsaPointer;
+			return false;
+		}
+	}
+	return true;
+}
+
+void
+pc_entry_abandon(PcEntryPrepared *prep)
+{
+	pc_free(prep->head, prep->head_size);
+	pc_free(prep->tail, prep->tail_size);
+	prep->head = prep->tail = InvalidDsaPointer;
+}
+
+void
+pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
+				PcEntryPrepared *prep, PcEntryApplyFn apply, void *arg,
+				bool *applied)
+{
+	PcKey		search = pc_search_key(key, len);
+	dsa_area   *area = pc_area();
+	PcEntry    *entry;
+	dsa_pointer old_head = InvalidDsaPointer;
+	dsa_pointer old_tail = InvalidDsaPointer;
+	Size		old_head_size = 0;
+	Size		old_tail_size = 0;
+	dsa_pointer old_error = InvalidDsaPointer;
+
+	*applied = false;
+	entry = prep->gone ? NULL : pc_entry_find(&search, true);
+	if (entry == NULL || (apply != NULL && !apply(entry, arg)))
+	{
+		if (entry != NULL)
+			pc_entry_release(entry);
+		pc_entry_abandon(prep);
+		return;
+	}
+	if (w->set_error)
+		old_error = entry_error(entry);
+	if (prep->plan.rebuild)
+	{
+		PcEntry    *chunk = dsa_get_address(area, prep->head);
+		PcMapPartition *part;
+		dsa_pointer *link;
+		Size		cut = prep->plan.len;
+
+		if (prep->tail_size > 0)
+			cut = prep->head_size - ENTRY_HEADER - SPLIT_INFO;
+		build_chunk(chunk, prep->tail, cut, entry, &prep->plan, w);
+		link = chain_link(area, entry, &part);
+		entry_chunks(entry, &old_head_size, &old_tail, &old_tail_size);
+		old_head = *link;
+		chunk->next = entry->next;
+		*link = prep->head;
+	}
+	else
+		write_in_place(entry, w);
+	pc_entry_release(entry);
+	prep->head = prep->tail = InvalidDsaPointer;
+
+	pc_free(old_head, old_head_size);
+	pc_free(old_tail, old_tail_size);
+	if (old_error != w->error)
+		pc_free_message(old_error);
+	*applied = true;
+}
+
+/* Both steps at once; false if there was no room. */
+bool
+pc_entry_write(const char *key, uint32 len, const PcEntryWrite *w,
+			   PcEntryApplyFn apply, void *arg, bool *applied)
+{
+	PcEntryPrepared prep;
+
+	*applied = false;
+	if (!pc_entry_prepare(key, len, w, &prep))
+		return false;
+	pc_entry_commit(key, len, w, &prep, apply, arg, applied);
+	return true;
 }
 
 /* ----------------------------------------------------------------
@@ -863,7 +1425,7 @@ pc_request_mark(PcEntry *entry, uint32 bits)
 	uint32		old;
 
 	PC_ASSERT_ENTRY_LOCKED();
-	old = pg_atomic_fetch_or_u32(&entry->requests, bits);
+	old = pg_atomic_fetch_or_u32(&entry->marks, bits);
 	return (old & bits) != bits;
 }
 
@@ -1005,20 +1567,19 @@ void
 pc_keylist_from_map(PcKeyList *list, bool (*want) (PcEntry *entry),
 					bool (*fill) (PcEntry *entry, void *payload))
 {
-	dshash_seq_status status;
+	PcEntryScan scan;
 	PcEntry    *entry;
 
-	pc_entry_scan_begin(&status, false);
-	while ((entry = dshash_seq_next(&status)) != NULL)
+	pc_entry_scan_begin(&scan, false);
+	while ((entry = pc_entry_scan_next(&scan)) != NULL)
 	{
 		if (want != NULL && !want(entry))
 			continue;
-		if (!pc_keylist_add(list, pc_key_bytes(pc_area(), &entry->key),
-							entry->key.len))
+		if (!pc_keylist_add(list, pc_entry_key(entry), entry->keylen))
 			break;
 		if (fill != NULL &&
 			!fill(entry, pc_keylist_payload(list, list->count - 1)))
 			break;
 	}
-	pc_entry_scan_end(&status);
+	pc_entry_scan_end(&scan);
 }

@@ -200,20 +200,19 @@ set_awaiting(const char *key, uint32 len, bool awaiting)
 static void
 set_awaiting_all(bool awaiting)
 {
-	dshash_seq_status status;
+	PcEntryScan scan;
 	PcEntry    *entry;
 
-	pc_entry_scan_begin(&status, true);
-	while ((entry = dshash_seq_next(&status)) != NULL)
+	pc_entry_scan_begin(&scan, true);
+	while ((entry = pc_entry_scan_next(&scan)) != NULL)
 	{
 		if (!awaiting && hash_get_num_entries(waiting) > 0)
 		{
-			const char *key = pc_key_bytes(pc_area(), &entry->key);
 			char		buf[PC_MAX_KEY_BYTES + 1];
 			char	   *search = buf;
 
-			memcpy(buf, key, entry->key.len);
-			buf[entry->key.len] = '\0';
+			memcpy(buf, pc_entry_key(entry), entry->keylen);
+			buf[entry->keylen] = '\0';
 			if (hash_search(waiting, &search, HASH_FIND, NULL) != NULL)
 				continue;
 		}
@@ -221,7 +220,7 @@ set_awaiting_all(bool awaiting)
 		if (awaiting && entry->state != PC_STATE_PENDING)
 			entry->invalidated = true;
 	}
-	pc_entry_scan_end(&status);
+	pc_entry_scan_end(&scan);
 }
 
 /* Step 1: take the items redo appended since the last pass. */

@@ -4,7 +4,7 @@
  *	  SQL functions of the key cache: get, lookup, fetch, invalidate, evict,
  *	  and the entries and stats views.
  *
- * A read takes the key's dshash partition lock in shared mode, copies what
+ * A read takes the key's map partition lock in shared mode, copies what
  * it needs, and releases it.  A fresh hit does nothing else: no request,
  * no latch.  Unknown, stale and expired keys leave a request bit on the
  * entry and tell the worker (keycache_map.c, keycache_ring.c); the reader
@@ -93,46 +93,39 @@ typedef struct PcRead
 static void
 copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 {
-	dsa_area   *area = pc_area();
+	int32		max_age_ms;
+	int32		stale_for_ms;
 
 	PC_ASSERT_ENTRY_LOCKED();
-	r->visited = pg_atomic_read_u32(&entry->visited) != 0;
+	r->visited = pc_entry_visited(entry);
 	r->state = entry->state;
 	r->fetch_state = entry->fetch_state;
 	r->invalidated = entry->invalidated;
 	r->awaiting_commit = entry->awaiting_commit;
 	r->has_refresh = entry->has_refresh;
 	r->attempts = entry->attempts;
-	r->max_age_ms = entry->max_age_ms;
-	r->stale_for_ms = entry->stale_for_ms;
+	pc_entry_periods(entry, &max_age_ms, &stale_for_ms);
+	r->max_age_ms = max_age_ms;
+	r->stale_for_ms = stale_for_ms;
 	r->fetched_at = entry->fetched_at;
-	r->expires_at = entry->expires_at;
-	r->refresh_at = entry->refresh_at;
-	r->retry_at = entry->retry_at;
-	r->value_bytes = 0;
+	r->expires_at = pc_entry_expires_at(entry);
+	r->refresh_at = pc_entry_refresh_at(entry);
+	r->retry_at = details ? pc_entry_retry_at(entry) : 0;
+	r->value_bytes = pc_entry_config_len(entry);
 	r->config = NULL;
 	r->revision = NULL;
 	r->last_error = NULL;
 	r->oom = false;
 
-	if (DsaPointerIsValid(entry->value))
+	if (want_config && entry->state == PC_STATE_ENABLED)
+		r->config = (Jsonb *) pc_entry_config(entry, &r->oom);
+	if (details)
 	{
-		PcValue    *value = dsa_get_address(area, entry->value);
-
-		r->value_bytes = value->config_len;
-		if (want_config && entry->state == PC_STATE_ENABLED)
-			r->config = (Jsonb *) pc_value_config(value, &r->oom);
-		if (details)
-			r->revision = pc_value_revision(value, &r->oom);
+		r->revision = pc_entry_revision(entry, &r->oom);
+		r->last_error = pc_entry_error(entry, &r->oom);
+		if (r->last_error == NULL && entry->error_unstored)
+			r->last_error = PC_UNSTORED_ERROR;
 	}
-	if (details && DsaPointerIsValid(entry->last_error))
-	{
-		const char *msg = dsa_get_address(area, entry->last_error);
-
-		r->last_error = pc_copy_no_oom(msg, strlen(msg), true, &r->oom);
-	}
-	else if (details && entry->error_unstored)
-		r->last_error = PC_UNSTORED_ERROR;
 }
 
 /* The key's own periods, or the settings' when it has none. */
@@ -250,11 +243,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		 * S3-FIFO: mark it read, writing only when it is not marked yet: a
 		 * hit writes at most this one shared cache line.
 		 */
-		if (pg_atomic_read_u32(&entry->visited) == 0)
-		{
-			pg_atomic_write_u32(&entry->visited, 1);
-			first_visit = true;
-		}
+		first_visit = pc_entry_visit(entry);
 	}
 
 	copy_entry(entry, details, true, r);
@@ -334,8 +323,7 @@ demand_key(const char *key, uint32 len)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return;
-	if (pg_atomic_read_u32(&entry->visited) == 0)
-		pg_atomic_write_u32(&entry->visited, 1);
+	(void) pc_entry_visit(entry);
 	creator = entry->owner;
 	send = pc_request_mark(entry, PC_REQ_DEMAND |
 						   (pc_role_of_slot(creator) == GetOuterUserId() ?

@@ -143,23 +143,22 @@ load_settings(void)
 		sched = sched_create(&config, sched_cxt_alloc, sched_cxt_free);
 	else if (sched_set_config(sched, &config) > 0)
 	{
-		dshash_seq_status status;
+		PcEntryScan scan;
 		PcEntry    *entry;
 
 		/* Evictions moved with a new expiry or grace period: show it. */
-		pc_entry_scan_begin(&status, true);
-		while ((entry = dshash_seq_next(&status)) != NULL)
+		pc_entry_scan_begin(&scan, true);
+		while ((entry = pc_entry_scan_next(&scan)) != NULL)
 		{
 			SchedEntry *e;
 
-			if (entry->expires_at == 0)
+			if (pc_entry_expires_at(entry) == 0)
 				continue;
-			e = sched_lookup(sched, pc_key_bytes(pc_area(), &entry->key),
-							 entry->key.len);
+			e = sched_lookup(sched, pc_entry_key(entry), entry->keylen);
 			if (e != NULL && e->has_expiry)
-				entry->expires_at = e->expiry;
+				pc_entry_set_expires_at(entry, e->expiry);
 		}
-		pc_entry_scan_end(&status);
+		pc_entry_scan_end(&scan);
 	}
 	pg_atomic_fetch_add_u64(&pc_shared->config_generation, 1);
 }
@@ -176,19 +175,12 @@ worker_detach_latch(int code, Datum arg)
 	SpinLockRelease(&pc_shared->mutex);
 }
 
-/*
- * Mirror the private times of one key into its shared entry, and tell the
- * scheduler the memory the key takes now.
- */
-static void
-mirror_entry(SchedEntry *e)
+/* The header fields mirror_entry() writes (a PcEntryApplyFn). */
+static bool
+mirror_header(PcEntry *entry, void *arg)
 {
-	PcKey		search = pc_search_key(e->key, e->keylen);
-	PcEntry    *entry;
+	SchedEntry *e = arg;
 
-	entry = pc_entry_find(&search, true);
-	if (entry == NULL)
-		return;
 	switch (e->state)
 	{
 		case SCHED_PENDING:
@@ -201,23 +193,52 @@ mirror_entry(SchedEntry *e)
 			entry->fetch_state = PC_FETCH_COMPLETE;
 			break;
 	}
-	entry->attempts = e->attempts;
-	/* Waiting out a backoff is shown as such (entries.fetch_state). */
-	entry->retry_at = 0;
-	if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when && !e->dispatched)
-		entry->retry_at = e->fetch_when;
-	else if (e->state == SCHED_PENDING && e->has_next_attempt)
-		entry->retry_at = e->next_attempt;
+	entry->attempts = (uint16) Min(e->attempts, PG_UINT16_MAX);
 	if (e->has_expiry)
-		entry->expires_at = e->expiry;
-	entry->max_age_ms = (int32) e->max_age_ms;
-	entry->stale_for_ms = (int32) e->stale_for_ms;
-	entry->has_refresh = e->heap_pos[SCHED_QUEUE_REFRESH] >= 0;
-	if (entry->has_refresh)
-		entry->refresh_at = e->heap_time[SCHED_QUEUE_REFRESH];
+		pc_entry_set_expires_at(entry, e->expiry);
+	entry->has_refresh = false;
+	if (e->heap_pos[SCHED_QUEUE_REFRESH] >= 0)
+		pc_entry_set_refresh_at(entry, e->heap_time[SCHED_QUEUE_REFRESH]);
+	return true;
+}
+
+/*
+ * Mirror the private times of one key into its shared entry, and tell the
+ * scheduler the memory the key takes now.  (Its periods are written with
+ * its value, by store_answer().)
+ */
+static void
+mirror_entry(SchedEntry *e)
+{
+	PcKey		search = pc_search_key(e->key, e->keylen);
+	PcEntryWrite w = {0};
+	PcEntry    *entry;
+	bool		applied;
+
+	/* Waiting out a backoff is shown as such (entries.fetch_state). */
+	w.set_retry = true;
+	w.retry_at = 0;
+	if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when && !e->dispatched)
+		w.retry_at = e->fetch_when;
+	else if (e->state == SCHED_PENDING && e->has_next_attempt)
+		w.retry_at = e->next_attempt;
+	if (!pc_entry_write(e->key, e->keylen, &w, mirror_header, e, &applied))
+	{
+		/* No room to show when it retries: the rest, without that. */
+		w.set_retry = false;
+		(void) pc_entry_write(e->key, e->keylen, &w, mirror_header, e,
+							  &applied);
+	}
+	if (!applied)
+		return;
+
 	/* What it weighs in the eviction's FIFOs: the memory it takes. */
-	sched_set_bytes(sched, e, pc_entry_footprint(entry));
-	pc_entry_release(entry);
+	entry = pc_entry_find(&search, false);
+	if (entry != NULL)
+	{
+		sched_set_bytes(sched, e, pc_entry_footprint(entry));
+		pc_entry_release(entry);
+	}
 }
 
 /*
@@ -285,7 +306,8 @@ take_visited(SchedEntry *e, void *arg)
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
-		visited = pg_atomic_exchange_u32(&entry->visited, 0) != 0;
+		visited = (pg_atomic_fetch_and_u32(&entry->marks, ~PC_MARK_VISITED) &
+				   PC_MARK_VISITED) != 0;
 		pc_entry_release(entry);
 	}
 	return visited;
@@ -394,6 +416,7 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
+	uint32		marks;
 	uint32		bits;
 	bool		invalidated;
 	bool		visited;
@@ -403,10 +426,11 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return;
-	bits = pg_atomic_exchange_u32(&entry->requests, 0);
+	marks = pg_atomic_fetch_and_u32(&entry->marks, ~PC_MARK_REQUESTS);
+	bits = marks & PC_MARK_REQUESTS;
 	invalidated = entry->invalidated;
 	/* Read again before we got here: that is demand too. */
-	visited = pg_atomic_read_u32(&entry->visited) != 0;
+	visited = (marks & PC_MARK_VISITED) != 0;
 	owner = entry->owner;
 	pc_entry_release(entry);
 	if (!OidIsValid(role))
@@ -482,9 +506,7 @@ drop_fetches_for_nobody(void)
 		bool		dropped = false;
 
 		entry = pc_entry_find(&search, true);
-		if (entry != NULL &&
-			pg_atomic_read_u32(&entry->visited) == 0 &&
-			pg_atomic_read_u32(&entry->requests) == 0)
+		if (entry != NULL && pg_atomic_read_u32(&entry->marks) == 0)
 		{
 			delete_locked(entry, e->key, e->keylen, PC_CTR_DROPPED_FETCHES);
 			dropped = true;
@@ -519,7 +541,7 @@ refetch_replayed(const char *key, uint32 len)
 static bool
 has_requests(PcEntry *entry)
 {
-	return pg_atomic_read_u32(&entry->requests) != 0;
+	return (pg_atomic_read_u32(&entry->marks) & PC_MARK_REQUESTS) != 0;
 }
 
 /* The ring overflowed: find every entry with request bits. */
@@ -640,7 +662,7 @@ evict_due(SchedEntry *e, int64 now)
 
 	entry = pc_entry_find(&search, true);
 	if (entry != NULL &&
-		(pg_atomic_read_u32(&entry->requests) & PC_REQ_FETCH) != 0)
+		(pg_atomic_read_u32(&entry->marks) & PC_REQ_FETCH) != 0)
 	{
 		/* Read (and asked for) since it expired: fetch it instead. */
 		pc_entry_release(entry);
@@ -706,31 +728,23 @@ count_delay(SchedEntry *e)
  */
 
 /*
- * Store a new value in DSA, evicting for it first; InvalidDsaPointer if it
- * is too large (PC_MAX_VALUE_DIVISOR) or no key that could make room for it
- * is left.
+ * Make room for a write and prepare it: evict S3-FIFO's victims until its
+ * new chunk fits below the target.  False if no key that could make room
+ * is left (a key in its fetch, as the one written is, is never a victim).
  */
-static dsa_pointer
-make_value(PcFetchItem *item, Size *size)
+static bool
+prepare_with_room(const char *key, uint32 len, const PcEntryWrite *w,
+				  PcEntryPrepared *prep)
 {
-	Size		revlen = item->new_revision ? strlen(item->new_revision) : 0;
-	Size		config_len = item->config ? VARSIZE(item->config) : 0;
-	dsa_pointer value;
-
-	*size = offsetof(PcValue, data) + revlen + config_len;
-	if (*size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
-		return InvalidDsaPointer;
-	if (!make_room(pc_dsa_footprint(*size)))
-		return InvalidDsaPointer;
-
-	/* A value cut in two may take a little more than that: one more key. */
-	while (!DsaPointerIsValid(value = pc_value_make(item->new_revision,
-													item->config)))
+	if (!make_room(pc_entry_write_size(key, len, w)))
+		return false;
+	/* Readers may have taken the room meanwhile: one more key at a time. */
+	while (!pc_entry_prepare(key, len, w, prep))
 	{
 		if (!evict_one_for_memory())
-			break;
+			return false;
 	}
-	return value;
+	return true;
 }
 
 /* Does the key hold a value now (for not_modified)? */
@@ -751,44 +765,106 @@ shared_has_value(const char *key, uint32 len)
 }
 
 /*
+ * What an answer writes into the key's body: a value, with its periods
+ * and the message saying why a period was refused; for not_modified, the
+ * periods and that message; for an error, its message; for pending, a
+ * message written once the scheduler has counted the attempt.
+ */
+static void
+answer_write(const PcFetchItem *item, PcEntryWrite *w)
+{
+	Size		size;
+
+	memset(w, 0, sizeof(*w));
+	w->error = InvalidDsaPointer;
+	w->set_error = true;
+	w->max_age_ms = PC_PERIOD_DEFAULT;
+	w->stale_for_ms = PC_PERIOD_DEFAULT;
+	switch (item->answer)
+	{
+		case PC_ANSWER_ENABLED:
+		case PC_ANSWER_DISABLED:
+			w->set_value = true;
+			w->revision = item->new_revision;
+			w->config = item->answer == PC_ANSWER_ENABLED ? item->config : NULL;
+			/* FALLTHROUGH */
+		case PC_ANSWER_NOT_MODIFIED:
+			w->set_periods = true;
+			w->max_age_ms = item->max_age_ms;
+			w->stale_for_ms = item->stale_for_ms;
+			if (item->period_error != NULL)
+				w->error = pc_store_message(item->period_error, &size);
+			break;
+		case PC_ANSWER_PENDING:
+			w->error_to_come = true;
+			break;
+		case PC_ANSWER_ERROR:
+			w->error = pc_store_message(item->error, &size);
+			break;
+	}
+}
+
+/*
  * Check an answer against what only the worker can see (not_modified for a
- * key with no value), and make the value it stores: *new_value, or, if it
- * does not fit, an error answer.  True if the answer broke the contract.
+ * key with no value), and prepare what it writes (w, prep), with room for
+ * it: a value too large or that does not fit becomes an error answer.
+ * True if the answer broke the contract.
  */
 static bool
-prepare_value(const char *key, uint32 len, PcFetchItem *item,
-			  dsa_pointer *new_value)
+prepare_answer(const char *key, uint32 len, PcFetchItem *item,
+			   PcEntryWrite *w, PcEntryPrepared *prep)
 {
-	Size		new_value_size = 0;
+	Size		bound = pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR;
+	Size		value_size = 0;
 	bool		breach = false;
 
-	*new_value = InvalidDsaPointer;
 	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
 	{
 		item->answer = PC_ANSWER_ERROR;
 		item->error = pstrdup("fetch function answered \"not_modified\" for a key with no cached value");
 		breach = true;
 	}
-	if (item->answer != PC_ANSWER_ENABLED && item->answer != PC_ANSWER_DISABLED)
-		return breach;
 	if (item->answer == PC_ANSWER_DISABLED)
 		item->config = NULL;
-	*new_value = make_value(item, &new_value_size);
-	if (DsaPointerIsValid(*new_value))
+	if (item->answer == PC_ANSWER_ENABLED ||
+		item->answer == PC_ANSWER_DISABLED)
+	{
+		value_size = (item->new_revision ? strlen(item->new_revision) : 0) +
+			(item->config ? VARSIZE(item->config) : 0);
+		if (value_size > bound)
+		{
+			item->answer = PC_ANSWER_ERROR;
+			item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
+								   value_size, bound);
+			/* a value that could not be stored: counted here (run_batch) */
+			pc_count(PC_CTR_FETCH_ERRORS, 1);
+		}
+	}
+
+	answer_write(item, w);
+	if (prepare_with_room(key, len, w, prep))
 		return breach;
-	item->answer = PC_ANSWER_ERROR;
-	if (new_value_size > pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR)
-		item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
-							   new_value_size,
-							   pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR);
-	else
+	pc_free_message(w->error);
+	if (item->answer != PC_ANSWER_ERROR && item->answer != PC_ANSWER_PENDING)
 	{
 		/* every key that could make room for it is being fetched */
-		item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
-							   new_value_size);
+		if (item->answer == PC_ANSWER_NOT_MODIFIED)
+			item->error = pstrdup("projcache.max_memory is used up: could not store the key's own max_age and stale_for");
+		else
+			item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
+								   value_size);
+		item->answer = PC_ANSWER_ERROR;
+		pc_count(PC_CTR_FETCH_ERRORS, 1);
+		answer_write(item, w);
+		if (prepare_with_room(key, len, w, prep))
+			return breach;
+		pc_free_message(w->error);
 	}
-	/* a value that could not be stored: counted here (see run_batch) */
-	pc_count(PC_CTR_FETCH_ERRORS, 1);
+	/* Not even room for its message: the answer without one. */
+	w->error = InvalidDsaPointer;
+	w->error_to_come = false;
+	if (!pc_entry_prepare(key, len, w, prep))
+		elog(ERROR, "projcache: a write that allocates nothing found no room");
 	return breach;
 }
 
@@ -830,61 +906,65 @@ pending_message(const SchedEntry *e, int64 now)
 					e->attempts);
 }
 
+/* What an answer writes into the entry's header (a PcEntryApplyFn). */
+typedef struct AnswerHeader
+{
+	const SchedEntry *e;
+	const PcFetchItem *item;
+	SchedResult result;
+	bool		waiting;		/* an invalidation replayed from WAL waits */
+	bool		error_unstored;
+	int64		now;
+} AnswerHeader;
+
+static bool
+answer_header(PcEntry *entry, void *arg)
+{
+	AnswerHeader *h = arg;
+
+	if (h->result != SCHED_RESULT_PENDING)
+	{
+		if (h->result == SCHED_RESULT_VALUE)
+			entry->state = h->item->answer == PC_ANSWER_ENABLED ?
+				PC_STATE_ENABLED : PC_STATE_DISABLED;
+		pc_entry_set_fetched_at(entry, h->now);
+		entry->invalidated = h->e->invalidated || h->waiting;
+	}
+	if (h->waiting)
+		entry->awaiting_commit = true;
+	entry->error_unstored = h->error_unstored;
+	return true;
+}
+
 /*
- * Write an answer into the key's shared entry, under its lock: the new
- * value (for SCHED_RESULT_VALUE), the fetch time and periods (for any
- * result but pending), the message (new_error, or none), and, if an
+ * Write an answer into the key's shared entry, under its lock: what w
+ * holds (the new value for SCHED_RESULT_VALUE, the periods for any result
+ * but pending, the message or none), the fetch time, and, if an
  * invalidation replayed from WAL waits (waiting), the mark that keeps it
- * stale.  The chunks it replaces are freed once the lock is released.
+ * stale.
  */
 static void
 store_answer(const char *key, uint32 len, const SchedEntry *e,
-			 const PcFetchItem *item, SchedResult result,
-			 dsa_pointer new_value, dsa_pointer new_error,
-			 Size new_error_size, bool waiting, int64 now)
+			 const PcFetchItem *item, SchedResult result, PcEntryWrite *w,
+			 PcEntryPrepared *prep, bool waiting, int64 now)
 {
-	PcKey		search = pc_search_key(key, len);
-	PcEntry    *entry;
-	dsa_pointer old_value = InvalidDsaPointer;
-	dsa_pointer old_error;
-	Size		old_error_size = 0;
+	AnswerHeader h;
+	bool		applied;
 
-	entry = pc_entry_find(&search, true);
-	/* Only this process deletes entries, and not while their fetch runs. */
-	if (entry == NULL)
+	h.e = e;
+	h.item = item;
+	h.result = result;
+	h.waiting = waiting;
+	h.error_unstored = item->answer == PC_ANSWER_ERROR &&
+		!DsaPointerIsValid(w->error);
+	h.now = now;
+	pc_entry_commit(key, len, w, prep, answer_header, &h, &applied);
+	if (!applied)
 	{
-		pc_value_free(new_value);
-		pc_free(new_error, new_error_size);
+		pc_free_message(w->error);
+		/* Only this process deletes entries, and not while their fetch runs. */
 		elog(ERROR, "projcache: the entry of a key in a fetch is gone");
 	}
-	if (result != SCHED_RESULT_PENDING)
-	{
-		if (result == SCHED_RESULT_VALUE)
-		{
-			old_value = entry->value;
-			entry->value = new_value;
-			entry->state = item->answer == PC_ANSWER_ENABLED ?
-				PC_STATE_ENABLED : PC_STATE_DISABLED;
-		}
-		entry->fetched_at = now;
-		/* with the periods its freshness is read by, at once */
-		entry->max_age_ms = (int32) e->max_age_ms;
-		entry->stale_for_ms = (int32) e->stale_for_ms;
-		entry->invalidated = e->invalidated || waiting;
-	}
-	if (waiting)
-		entry->awaiting_commit = true;
-	/* A success clears the message; a failure or "pending" sets it. */
-	old_error = entry->last_error;
-	if (DsaPointerIsValid(old_error))
-		old_error_size = strlen(dsa_get_address(pc_area(), old_error)) + 1;
-	entry->last_error = new_error;
-	entry->error_unstored = item->answer == PC_ANSWER_ERROR &&
-		!DsaPointerIsValid(new_error);
-	pc_entry_release(entry);
-
-	pc_value_free(old_value);
-	pc_free(old_error, old_error_size);
 }
 
 /*
@@ -899,45 +979,41 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	uint32		len = e->keylen;
 	SchedResult result;
 	SchedCompletion completion;
-	dsa_pointer new_value;
-	dsa_pointer new_error = InvalidDsaPointer;
-	Size		new_error_size = 0;
+	PcEntryWrite w;
+	PcEntryPrepared prep;
 	bool		breach;
 	bool		waiting;
 	SchedPeriods periods = {SCHED_PERIOD_DEFAULT, SCHED_PERIOD_DEFAULT};
 
-	breach = prepare_value(key, len, item, &new_value);
+	breach = prepare_answer(key, len, item, &w, &prep);
 	result = sched_result_of(item);
-	if (item->answer == PC_ANSWER_ERROR)
-		new_error = pc_store_message(item->error, &new_error_size);
 	if (result != SCHED_RESULT_PENDING)
 	{
 		count_delay(e);
 		periods.max_age_ms = item->max_age_ms;
 		periods.stale_for_ms = item->stale_for_ms;
-		/* A value stored with a period refused says why. */
-		if (item->period_error != NULL)
-			new_error = pc_store_message(item->period_error, &new_error_size);
 	}
 
 	completion = sched_complete_fetch(sched, e, result, &periods, now);
 	if (completion == SCHED_EVICTED)
 	{
-		pc_value_free(new_value);
-		pc_free(new_error, new_error_size);
+		pc_entry_abandon(&prep);
+		pc_free_message(w.error);
 		delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
 		return breach;
 	}
 
 	/* An invalidation replayed from WAL may be newer than this answer. */
 	waiting = pc_replay_key_waiting(key, len);
-	if (item->answer == PC_ANSWER_PENDING)
-		new_error = pc_store_message(pending_message(e, now),
-									 &new_error_size);
+	if (w.error_to_come)
+	{
+		Size		size;
+
+		w.error = pc_store_message(pending_message(e, now), &size);
+	}
 	if (item->answer == PC_ANSWER_DISABLED)
 		tombstone_unless_disabled(key, len);
-	store_answer(key, len, e, item, result, new_value, new_error,
-				 new_error_size, waiting, now);
+	store_answer(key, len, e, item, result, &w, &prep, waiting, now);
 
 	if (completion == SCHED_DONE || completion == SCHED_RESCHEDULED)
 		mirror_entry(e);
@@ -1104,12 +1180,8 @@ prepare_batch(BatchRun *run, SchedEntry **batch, int n)
 		if (entry != NULL)
 		{
 			run->old_states[i] = entry->state;
-			if (DsaPointerIsValid(entry->value))
-			{
-				PcValue    *value = dsa_get_address(pc_area(), entry->value);
-
-				run->items[i].revision = pc_value_revision(value, &oom);
-			}
+			if (entry->state != PC_STATE_PENDING)
+				run->items[i].revision = pc_entry_revision(entry, &oom);
 			pc_entry_release(entry);
 		}
 		if (oom)
@@ -1286,18 +1358,21 @@ static bool
 save_entry(PcEntry *entry, void *payload)
 {
 	SavedEntry *s = payload;
+	int32		max_age_ms;
+	int32		stale_for_ms;
 
 	s->state = entry->state;
 	s->fetch_state = entry->fetch_state;
 	s->invalidated = entry->invalidated;
 	s->has_refresh = entry->has_refresh;
 	s->attempts = entry->attempts;
-	s->periods.max_age_ms = entry->max_age_ms;
-	s->periods.stale_for_ms = entry->stale_for_ms;
+	pc_entry_periods(entry, &max_age_ms, &stale_for_ms);
+	s->periods.max_age_ms = max_age_ms;
+	s->periods.stale_for_ms = stale_for_ms;
 	s->fetched_at = entry->fetched_at;
-	s->expires_at = entry->expires_at;
-	s->refresh_at = entry->refresh_at;
-	s->visited = pg_atomic_read_u32(&entry->visited) != 0;
+	s->expires_at = pc_entry_expires_at(entry);
+	s->refresh_at = pc_entry_refresh_at(entry);
+	s->visited = pc_entry_visited(entry);
 	s->owner = entry->owner;
 	return true;
 }

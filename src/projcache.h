@@ -16,7 +16,6 @@
 #define PROJCACHE_H
 
 #include "access/tupdesc.h"
-#include "lib/dshash.h"
 #include "nodes/pg_list.h"
 #include "port/atomics.h"
 #include "storage/condition_variable.h"

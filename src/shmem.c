@@ -14,8 +14,8 @@
  * take (pc_dsa_footprint) and refuses allocations past projcache.max_memory,
  * so running out is an allocation that returns InvalidDsaPointer, never an
  * ERROR from deep inside a reader; the area is larger than max_memory by
- * the allocator's slack (pc_dsa_bytes).  The key map is a dshash table on
- * that area.
+ * the allocator's slack (pc_dsa_bytes).  The key map is a hash table on
+ * that area (keycache_map.c).
  *
  * max_memory is split in two budgets, counted apart: snapshot rows take
  * projcache.snapshot_memory (snap_memory_used), everything else (keys,
@@ -49,7 +49,7 @@ PcShared   *pc_shared = NULL;
 
 /* This process's mappings, set up by pc_attach(). */
 static dsa_area *pc_dsa = NULL;
-static dshash_table *pc_map = NULL;
+static bool pc_map_attached = false;
 static bool detach_registered = false;
 
 /*
@@ -175,12 +175,12 @@ pc_shmem_startup(void)
 	bool		found;
 	PcShared   *shared;
 	dsa_area   *area;
-	dshash_table *map;
+	Size		map_bytes;
 
 	/* After a crash restart, drop the previous mappings. */
 	pc_shared = NULL;
 	pc_dsa = NULL;
-	pc_map = NULL;
+	pc_map_attached = false;
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	shared = ShmemInitStruct("projcache", pc_shmem_size(), &found);
@@ -208,10 +208,10 @@ pc_shmem_startup(void)
 		dsa_pin(area);
 		/* The whole reservation is the in-place segment: never grow past it. */
 		dsa_set_size_limit(area, pc_dsa_bytes());
-		map = pc_keymap_create(area, shared->keymap_tranche);
-		shared->keymap_handle = dshash_get_hash_table_handle(map);
-		/* The postmaster never touches them again. */
-		dshash_detach(map);
+		shared->keymap_handle = pc_keymap_create(area, shared->keymap_tranche,
+												 &map_bytes);
+		pg_atomic_write_u64(&shared->memory_used, map_bytes);
+		/* The postmaster never touches it again. */
 		dsa_detach(area);
 	}
 	pc_load_shmem_init();
@@ -235,14 +235,12 @@ pc_shmem_startup(void)
 static void
 pc_detach(int code, Datum arg)
 {
-	if (pc_map != NULL)
-		dshash_detach(pc_map);
 	if (pc_dsa != NULL)
 	{
 		dsa_release_in_place((char *) pc_shared + pc_shared->dsa_offset);
 		dsa_detach(pc_dsa);
 	}
-	pc_map = NULL;
+	pc_map_attached = false;
 	pc_dsa = NULL;
 }
 
@@ -268,9 +266,8 @@ pc_attach(void)
 {
 	MemoryContext oldcxt;
 	dsa_area   *area;
-	dshash_table *map;
 
-	if (pc_map != NULL)
+	if (pc_map_attached)
 		return;
 	if (pc_shared == NULL)
 		pc_require_loaded();	/* reports the missing preload */
@@ -292,10 +289,9 @@ pc_attach(void)
 		dsa_pin_mapping(area);
 		pc_dsa = area;
 	}
-	map = pc_keymap_attach(pc_dsa, pc_shared->keymap_tranche,
-						   pc_shared->keymap_handle);
+	pc_keymap_attach(pc_dsa, pc_shared->keymap_handle);
 	MemoryContextSwitchTo(oldcxt);
-	pc_map = map;
+	pc_map_attached = true;
 }
 
 dsa_area *
@@ -303,13 +299,6 @@ pc_area(void)
 {
 	pc_attach();
 	return pc_dsa;
-}
-
-dshash_table *
-pc_keymap(void)
-{
-	pc_attach();
-	return pc_map;
 }
 
 PcRequestRing *

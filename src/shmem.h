@@ -57,10 +57,12 @@ typedef enum PcCounter
  * - snap_map_lock (LWLock): which snapshot each slot holds (dbid, name,
  *	 registry id, generation); snap_slot_locks[i]: the rest of slot i, and
  *	 the DSA chunks it points to (snapshot_store.c).
- * - the key map's own partition LWLocks: every field of a PcEntry except
- *	 'requests', which is atomic; the DSA chunks an entry points to are
- *	 read only under that entry's lock and freed only by the worker, after
- *	 it has unlinked them under the lock.
+ * - the key map's own partition LWLocks (keycache_map.c): each
+ *	 partition's bucket array and chains, and every field of its entries
+ *	 but 'marks', which is atomic (readers set bits in it under the shared
+ *	 lock); an entry's chunks and the message it points to are read only
+ *	 under its lock, and replaced or freed only by the worker, after it has
+ *	 unlinked them under the exclusive lock.
  * - wal_lock (LWLock): the list of keys replayed on a standby and waiting
  *	 for their transaction's commit (wal.h).
  * - snap_tomb_lock (LWLock): the snapshot tombstone file on disk
@@ -165,7 +167,7 @@ typedef struct PcShared
 
 	int			dsa_tranche;
 	int			keymap_tranche;
-	dshash_table_handle keymap_handle;
+	dsa_pointer keymap_handle;	/* the key map (keycache_map.c) */
 
 	ConditionVariable key_cv[PC_NUM_KEY_CVS];
 
@@ -199,7 +201,6 @@ extern void pc_shmem_request(void);
 extern void pc_shmem_startup(void);
 extern void pc_attach(void);
 extern dsa_area *pc_area(void);
-extern dshash_table *pc_keymap(void);
 extern PcRequestRing *pc_ring(void);
 extern void pc_wake_worker(void);
 extern void pc_count(PcCounter counter, uint64 n);
