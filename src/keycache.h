@@ -271,7 +271,18 @@ extern void pc_entry_set_fetched_at(PcEntry *entry, int64 fetched_at);
 extern int64 pc_entry_retry_at(const PcEntry *entry);
 extern void pc_entry_periods(const PcEntry *entry, int32 *max_age_ms,
 							 int32 *stale_for_ms);
-extern uint32 pc_entry_config_len(const PcEntry *entry);
+
+/* What a reader copies of a value (pc_entry_read_value). */
+typedef struct PcEntryValue
+{
+	int32		max_age_ms;		/* or PC_PERIOD_DEFAULT */
+	int32		stale_for_ms;
+	uint32		config_len;		/* 0: none */
+	struct varlena *config;		/* a copy, if asked for and present */
+} PcEntryValue;
+
+extern void pc_entry_read_value(const PcEntry *entry, bool want_config,
+								PcEntryValue *v, bool *oom);
 extern char *pc_entry_revision(const PcEntry *entry, bool *oom);
 extern struct varlena *pc_entry_config(const PcEntry *entry, bool *oom);
 extern char *pc_entry_error(const PcEntry *entry, bool *oom);

@@ -569,16 +569,38 @@ pc_entry_periods(const PcEntry *entry, int32 *max_age_ms,
 	*stale_for_ms = periods[1];
 }
 
-/* The config's length with its header; 0 for none. */
-uint32
-pc_entry_config_len(const PcEntry *entry)
+/*
+ * What a read needs of a locked entry's body, in one walk of it: its
+ * periods, its config's length and, if want_config, a copy of the config
+ * (NULL if it has none, or if the copy failed: *oom set).
+ */
+void
+pc_entry_read_value(const PcEntry *entry, bool want_config,
+					PcEntryValue *v, bool *oom)
 {
 	BodyLayout	l;
 
-	if (!(entry->parts & PC_PART_CONFIG))
-		return 0;
+	PC_ASSERT_ENTRY_LOCKED();
 	body_layout(entry, &l);
-	return (uint32) l.config_len;
+	v->max_age_ms = v->stale_for_ms = PC_PERIOD_DEFAULT;
+	if (entry->parts & PC_PART_PERIODS)
+	{
+		int32		periods[2];
+
+		body_read(entry, l.periods, sizeof(periods), periods);
+		v->max_age_ms = periods[0];
+		v->stale_for_ms = periods[1];
+	}
+	v->config_len = (uint32) l.config_len;
+	v->config = NULL;
+	if (want_config && l.config_len > 0)
+	{
+		v->config = palloc_extended(l.config_len, MCXT_ALLOC_NO_OOM);
+		if (v->config == NULL)
+			*oom = true;
+		else
+			body_read(entry, l.config, l.config_len, v->config);
+	}
 }
 
 /*

@@ -93,8 +93,7 @@ typedef struct PcRead
 static void
 copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 {
-	int32		max_age_ms;
-	int32		stale_for_ms;
+	PcEntryValue v;
 
 	PC_ASSERT_ENTRY_LOCKED();
 	r->visited = pc_entry_visited(entry);
@@ -104,21 +103,19 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 	r->awaiting_commit = entry->awaiting_commit;
 	r->has_refresh = entry->has_refresh;
 	r->attempts = entry->attempts;
-	pc_entry_periods(entry, &max_age_ms, &stale_for_ms);
-	r->max_age_ms = max_age_ms;
-	r->stale_for_ms = stale_for_ms;
 	r->fetched_at = entry->fetched_at;
 	r->expires_at = pc_entry_expires_at(entry);
 	r->refresh_at = pc_entry_refresh_at(entry);
 	r->retry_at = details ? pc_entry_retry_at(entry) : 0;
-	r->value_bytes = pc_entry_config_len(entry);
-	r->config = NULL;
 	r->revision = NULL;
 	r->last_error = NULL;
 	r->oom = false;
-
-	if (want_config && entry->state == PC_STATE_ENABLED)
-		r->config = (Jsonb *) pc_entry_config(entry, &r->oom);
+	pc_entry_read_value(entry, want_config && entry->state == PC_STATE_ENABLED,
+						&v, &r->oom);
+	r->max_age_ms = v.max_age_ms;
+	r->stale_for_ms = v.stale_for_ms;
+	r->value_bytes = v.config_len;
+	r->config = (Jsonb *) v.config;
 	if (details)
 	{
 		r->revision = pc_entry_revision(entry, &r->oom);
