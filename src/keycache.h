@@ -70,6 +70,14 @@ typedef enum PcFetchState
 #define PC_MAX_PERIOD_MS	(INT_MAX / 4)
 
 /*
+ * A reference to a chunk of the key map's area in 32 bits: its dsa_pointer
+ * over 8 (keycache_map.c), or InvalidPcRef.
+ */
+typedef uint32 PcRef;
+
+#define InvalidPcRef	0
+
+/*
  * One key's shared state: a header, then its body, in one DSA chunk sized
  * to what it holds (keycache_map.c, "Entries").  The body is the key's
  * bytes, then only the parts the key has, each present when its bit of
@@ -85,8 +93,8 @@ typedef enum PcFetchState
  */
 typedef struct PcEntry
 {
-	dsa_pointer next;			/* next entry of the same bucket */
 	int64		fetched_at;		/* pc clock of the last success, if any */
+	PcRef		next;			/* next entry of the same bucket */
 	pg_atomic_uint32 marks;		/* PC_REQ_* not yet taken by the worker, and
 								 * PC_MARK_VISITED */
 	uint32		serial;			/* tells this entry from a later one of the
@@ -130,7 +138,7 @@ typedef struct PcEntry
 #define PC_PART_SPLIT		0x01	/* body goes on in a tail chunk */
 #define PC_PART_EXPIRY		0x02	/* expires_in is set */
 #define PC_PART_RETRY		0x04	/* int64 retry_at */
-#define PC_PART_ERROR		0x08	/* dsa_pointer to the last message */
+#define PC_PART_ERROR		0x08	/* PcRef of the last message */
 #define PC_PART_PERIODS		0x10	/* int32 max_age_ms, stale_for_ms */
 #define PC_PART_REVISION	0x20	/* the revision's bytes */
 #define PC_PART_CONFIG		0x40	/* the config's jsonb varlena */
@@ -143,7 +151,7 @@ typedef struct PcEntry
  * and up to 16 bytes of key) and its share of a bucket array.
  */
 #define PC_ENTRY_DSA_BYTES \
-	(pc_dsa_footprint(offsetof(PcEntry, body) + 16) + sizeof(dsa_pointer))
+	(pc_dsa_footprint(offsetof(PcEntry, body) + 16) + 2 * sizeof(PcRef))
 
 /*
  * The bytes a key is counted at for projcache.max_keys_per_role's default
@@ -206,7 +214,7 @@ typedef struct PcEntryScan
 {
 	int			partition;		/* locked, or -1 before the first */
 	uint32		bucket;
-	dsa_pointer next;
+	PcRef		next;
 	bool		exclusive;
 } PcEntryScan;
 
@@ -243,7 +251,7 @@ pc_entry_key(const PcEntry *entry)
 	const char *body = entry->body;
 
 	if (entry->parts & PC_PART_SPLIT)
-		body += sizeof(dsa_pointer) + sizeof(uint32);
+		body += sizeof(PcRef) + sizeof(uint32);
 	return body;
 }
 

@@ -5,11 +5,12 @@
  *	  whose entries are each one chunk holding a key's state, key and value.
  *
  * The table is PC_MAP_PARTITIONS partitions, each with its own LWLock,
- * count and array of buckets; a bucket holds the dsa_pointer of its first
- * entry, and the entries of a bucket are chained through PcEntry.next.  A
+ * count and array of buckets; a bucket holds a reference to its first
+ * entry, and the entries of a bucket are chained through PcEntry.next.
+ * References (PcRef) are 32 bits: a chunk's dsa_pointer over 8.  A
  * key's hash picks its partition (high bits) and bucket (low bits).  A
  * partition's bucket array doubles once it holds more than
- * PC_MAP_MAX_LOAD entries a bucket, so buckets cost a key 4 to 8 bytes:
+ * PC_MAP_MAX_LOAD entries a bucket, so buckets cost a key 2 to 4 bytes:
  * the table is sized for memory rather than for the shortest chain, since
  * an entry's header and key share a cache line and passing one costs a
  * line read.
@@ -66,7 +67,7 @@
 typedef struct PcMapPartition
 {
 	LWLock		lock;			/* the entries of this partition, and: */
-	dsa_pointer buckets;		/* dsa_pointer[nbuckets] */
+	dsa_pointer buckets;		/* PcRef[nbuckets] */
 	uint32		nbuckets;		/* a power of two */
 	uint32		count;			/* entries */
 } PcMapPartition;
@@ -85,12 +86,36 @@ typedef struct PcMapControl
 
 StaticAssertDecl(sizeof(PcMapPartition) <= PG_CACHE_LINE_SIZE,
 				 "a partition must fit its cache line");
-StaticAssertDecl(InvalidDsaPointer == 0,
+StaticAssertDecl(InvalidDsaPointer == 0 && InvalidPcRef == 0,
 				 "zeroed bucket arrays must read as empty");
 StaticAssertDecl(PC_MAX_KEY_BYTES <= PG_UINT16_MAX,
 				 "PcEntry.keylen must hold the longest key");
 StaticAssertDecl(PC_MAX_PERIOD_MS <= PG_INT32_MAX / 2,
 				 "an entry's times must fit their offsets");
+
+/*
+ * References.  The DSA area is created in place over its whole reservation
+ * and never grows past it (shmem.c), so it has one segment, and every
+ * dsa_pointer of it is that segment's number, 0, and an offset into it;
+ * chunks are MAXALIGNed.  An offset over 8 fits in 32 bits while the area
+ * is at most 32 GB, which pc_check_memory_settings() makes sure of.  No
+ * chunk is at offset 0 (the area's control is), so 0 is no reference.
+ */
+StaticAssertDecl(MAXIMUM_ALIGNOF == 8, "chunks must be 8-byte aligned");
+
+static inline PcRef
+ref_of(dsa_pointer dp)
+{
+	Assert(dp % MAXIMUM_ALIGNOF == 0);
+	Assert(dp / MAXIMUM_ALIGNOF <= PG_UINT32_MAX);
+	return (PcRef) (dp / MAXIMUM_ALIGNOF);
+}
+
+static inline dsa_pointer
+ref_dsa(PcRef ref)
+{
+	return (dsa_pointer) ref * MAXIMUM_ALIGNOF;
+}
 
 /* This backend's mapping of the table (pc_keymap_attach). */
 static PcMapControl *map_control = NULL;
@@ -107,7 +132,7 @@ pc_keymap_create(dsa_area *area, int tranche_id, Size *bytes)
 {
 	dsa_pointer dp = dsa_allocate0(area, sizeof(PcMapControl));
 	PcMapControl *control = dsa_get_address(area, dp);
-	Size		array_size = PC_MAP_INITIAL_BUCKETS * sizeof(dsa_pointer);
+	Size		array_size = PC_MAP_INITIAL_BUCKETS * sizeof(PcRef);
 	int			i;
 
 	*bytes = 0;
@@ -168,14 +193,14 @@ partition_of(uint32 hash)
  */
 static PcEntry *
 chain_find(dsa_area *area, PcMapPartition *part, const PcKey *search,
-		   dsa_pointer **link)
+		   PcRef **link)
 {
-	dsa_pointer *buckets = dsa_get_address(area, part->buckets);
-	dsa_pointer *at = &buckets[search->hash & (part->nbuckets - 1)];
+	PcRef	   *buckets = dsa_get_address(area, part->buckets);
+	PcRef	   *at = &buckets[search->hash & (part->nbuckets - 1)];
 
-	while (DsaPointerIsValid(*at))
+	while (*at != InvalidPcRef)
 	{
-		PcEntry    *entry = dsa_get_address(area, *at);
+		PcEntry    *entry = dsa_get_address(area, ref_dsa(*at));
 
 		if (entry->keylen == search->len &&
 			memcmp(pc_entry_key(entry), search->bytes, search->len) == 0)
@@ -189,12 +214,12 @@ chain_find(dsa_area *area, PcMapPartition *part, const PcKey *search,
 	return NULL;
 }
 
-/* Where a locked entry's dsa_pointer is held in its chain. */
-static dsa_pointer *
+/* Where a locked entry's reference is held in its chain. */
+static PcRef *
 chain_link(dsa_area *area, const PcEntry *entry, PcMapPartition **part)
 {
 	PcKey		search = pc_search_key(pc_entry_key(entry), entry->keylen);
-	dsa_pointer *link = NULL;
+	PcRef	   *link = NULL;
 
 	*part = partition_of(search.hash);
 	if (chain_find(area, *part, &search, &link) != entry)
@@ -212,16 +237,16 @@ static void
 partition_grow(PcMapPartition *part, uint32 nbuckets)
 {
 	dsa_area   *area = pc_area();
-	Size		old_size = (Size) nbuckets * sizeof(dsa_pointer);
+	Size		old_size = (Size) nbuckets * sizeof(PcRef);
 	Size		new_size = 2 * old_size;
 	uint32		mask = 2 * nbuckets - 1;
 	dsa_pointer new_dp;
 	dsa_pointer old_dp;
-	dsa_pointer *new_buckets;
-	dsa_pointer *old_buckets;
+	PcRef	   *new_buckets;
+	PcRef	   *old_buckets;
 	uint32		i;
 
-	if ((Size) nbuckets * 2 > MaxAllocHugeSize / sizeof(dsa_pointer))
+	if ((Size) nbuckets * 2 > MaxAllocHugeSize / sizeof(PcRef))
 		return;
 	new_dp = pc_alloc(new_size);
 	if (!DsaPointerIsValid(new_dp))
@@ -240,18 +265,18 @@ partition_grow(PcMapPartition *part, uint32 nbuckets)
 	old_buckets = dsa_get_address(area, old_dp);
 	for (i = 0; i < nbuckets; i++)
 	{
-		dsa_pointer dp = old_buckets[i];
+		PcRef		ref = old_buckets[i];
 
-		while (DsaPointerIsValid(dp))
+		while (ref != InvalidPcRef)
 		{
-			PcEntry    *entry = dsa_get_address(area, dp);
-			dsa_pointer next = entry->next;
+			PcEntry    *entry = dsa_get_address(area, ref_dsa(ref));
+			PcRef		next = entry->next;
 			uint32		b = pc_key_hash(pc_entry_key(entry),
 										entry->keylen) & mask;
 
 			entry->next = new_buckets[b];
-			new_buckets[b] = dp;
-			dp = next;
+			new_buckets[b] = ref;
+			ref = next;
 		}
 	}
 	part->buckets = new_dp;
@@ -266,13 +291,13 @@ partition_grow(PcMapPartition *part, uint32 nbuckets)
  */
 
 #define ENTRY_HEADER	offsetof(PcEntry, body)
-#define SPLIT_INFO		(sizeof(dsa_pointer) + sizeof(uint32))
+#define SPLIT_INFO		(sizeof(PcRef) + sizeof(uint32))
 
 /* A split body is kept whole unless cutting it saves at least this. */
 #define PC_SPLIT_MIN	16
 
-StaticAssertDecl(ENTRY_HEADER == 40,
-				 "an entry's header must stay 40 bytes: check its fields");
+StaticAssertDecl(ENTRY_HEADER == 36,
+				 "an entry's header must stay 36 bytes: check its fields");
 
 /* Where each part of a body starts, and its length. */
 typedef struct BodyLayout
@@ -290,10 +315,10 @@ typedef struct BodyLayout
 static dsa_pointer
 entry_tail(const PcEntry *entry)
 {
-	dsa_pointer dp;
+	PcRef		ref;
 
-	memcpy(&dp, entry->body, sizeof(dp));
-	return dp;
+	memcpy(&ref, entry->body, sizeof(ref));
+	return ref_dsa(ref);
 }
 
 /* Body bytes held in the head chunk. */
@@ -302,7 +327,7 @@ entry_cut(const PcEntry *entry)
 {
 	uint32		cut;
 
-	memcpy(&cut, entry->body + sizeof(dsa_pointer), sizeof(cut));
+	memcpy(&cut, entry->body + sizeof(PcRef), sizeof(cut));
 	return cut;
 }
 
@@ -361,7 +386,7 @@ body_layout(const PcEntry *entry, BodyLayout *l)
 		offset += sizeof(int64);
 	l->error = offset;
 	if (entry->parts & PC_PART_ERROR)
-		offset += sizeof(dsa_pointer);
+		offset += sizeof(PcRef);
 	l->periods = offset;
 	if (entry->parts & PC_PART_PERIODS)
 		offset += 2 * sizeof(int32);
@@ -544,13 +569,13 @@ static dsa_pointer
 entry_error(const PcEntry *entry)
 {
 	BodyLayout	l;
-	dsa_pointer dp;
+	PcRef		ref;
 
 	if (!(entry->parts & PC_PART_ERROR))
 		return InvalidDsaPointer;
 	body_layout(entry, &l);
-	body_read(entry, l.error, sizeof(dp), &dp);
-	return dp;
+	body_read(entry, l.error, sizeof(ref), &ref);
+	return ref_dsa(ref);
 }
 
 void
@@ -870,7 +895,7 @@ pc_entry_scan_begin(PcEntryScan *scan, bool exclusive)
 	Assert(pc_lock_order_ok(PC_LOCK_ALONE));
 	scan->partition = -1;
 	scan->bucket = 0;
-	scan->next = InvalidDsaPointer;
+	scan->next = InvalidPcRef;
 	scan->exclusive = exclusive;
 #ifdef USE_ASSERT_CHECKING
 	pc_entry_locks_held++;
@@ -885,11 +910,11 @@ pc_entry_scan_next(PcEntryScan *scan)
 	for (;;)
 	{
 		PcMapPartition *part;
-		dsa_pointer *buckets;
+		PcRef	   *buckets;
 
-		if (DsaPointerIsValid(scan->next))
+		if (scan->next != InvalidPcRef)
 		{
-			PcEntry    *entry = dsa_get_address(area, scan->next);
+			PcEntry    *entry = dsa_get_address(area, ref_dsa(scan->next));
 
 			scan->next = entry->next;
 			return entry;
@@ -974,7 +999,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 	PcMapPartition *part;
 	PcEntry    *entry;
 	dsa_pointer dp;
-	dsa_pointer *buckets;
+	PcRef	   *buckets;
 	uint32		nbuckets;
 	int			owner;
 
@@ -1024,7 +1049,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 	entry = dsa_get_address(area, dp);
 	buckets = dsa_get_address(area, part->buckets);
 	entry->next = buckets[search.hash & (part->nbuckets - 1)];
-	buckets[search.hash & (part->nbuckets - 1)] = dp;
+	buckets[search.hash & (part->nbuckets - 1)] = ref_of(dp);
 	part->count++;
 	entry_locked(part);
 	pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
@@ -1064,7 +1089,7 @@ pc_keymap_delete(PcEntry *entry)
 {
 	dsa_area   *area = pc_area();
 	PcMapPartition *part;
-	dsa_pointer *link;
+	PcRef	   *link;
 	dsa_pointer dp;
 	dsa_pointer tail;
 	dsa_pointer error = entry_error(entry);
@@ -1076,7 +1101,7 @@ pc_keymap_delete(PcEntry *entry)
 	link = chain_link(area, entry, &part);
 	Assert(part == held_partition);
 	entry_chunks(entry, &head_size, &tail, &tail_size);
-	dp = *link;
+	dp = ref_dsa(*link);
 	*link = entry->next;
 	part->count--;
 	pc_entry_release(entry);
@@ -1153,7 +1178,7 @@ plan_body(const PcEntry *entry, const PcEntryWrite *w, PcEntryPlan *plan)
 	plan->rebuild = rebuild;
 	plan->len = entry->keylen +
 		((parts & PC_PART_RETRY) ? sizeof(int64) : 0) +
-		((parts & PC_PART_ERROR) ? sizeof(dsa_pointer) : 0) +
+		((parts & PC_PART_ERROR) ? sizeof(PcRef) : 0) +
 		((parts & PC_PART_PERIODS) ? 2 * sizeof(int32) : 0) +
 		((parts & PC_PART_REVISION) ?
 		 plan->revlen + (plan->revision_len == PC_REVISION_LONG ?
@@ -1200,11 +1225,12 @@ build_chunk(PcEntry *chunk, dsa_pointer tail, Size cut, const PcEntry *old,
 	chunk->revision_len = plan->revision_len;
 	if (DsaPointerIsValid(tail))
 	{
+		PcRef		tail_ref = ref_of(tail);
 		uint32		cut32 = (uint32) cut;
 
 		chunk->parts |= PC_PART_SPLIT;
-		memcpy(chunk->body, &tail, sizeof(tail));
-		memcpy(chunk->body + sizeof(tail), &cut32, sizeof(cut32));
+		memcpy(chunk->body, &tail_ref, sizeof(tail_ref));
+		memcpy(chunk->body + sizeof(tail_ref), &cut32, sizeof(cut32));
 	}
 	body_write(chunk, 0, old->keylen, pc_entry_key(old));
 	if (plan->parts & PC_PART_RETRY)
@@ -1217,7 +1243,7 @@ build_chunk(PcEntry *chunk, dsa_pointer tail, Size cut, const PcEntry *old,
 	}
 	if (plan->parts & PC_PART_ERROR)
 	{
-		dsa_pointer error = w->set_error ? w->error : entry_error(old);
+		PcRef		error = ref_of(w->set_error ? w->error : entry_error(old));
 
 		body_write(chunk, offset, sizeof(error), &error);
 		offset += sizeof(error);
@@ -1272,7 +1298,11 @@ write_in_place(PcEntry *entry, const PcEntryWrite *w)
 	if (w->set_retry && (entry->parts & PC_PART_RETRY))
 		body_write(entry, l.retry, sizeof(int64), &w->retry_at);
 	if (w->set_error && (entry->parts & PC_PART_ERROR))
-		body_write(entry, l.error, sizeof(dsa_pointer), &w->error);
+	{
+		PcRef		error = ref_of(w->error);
+
+		body_write(entry, l.error, sizeof(error), &error);
+	}
 	if (w->set_periods && (entry->parts & PC_PART_PERIODS))
 	{
 		int32		periods[2] = {w->max_age_ms, w->stale_for_ms};
@@ -1392,7 +1422,7 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 	{
 		PcEntry    *chunk = dsa_get_address(area, prep->head);
 		PcMapPartition *part;
-		dsa_pointer *link;
+		PcRef	   *link;
 		Size		cut = prep->plan.len;
 
 		if (prep->tail_size > 0)
@@ -1400,9 +1430,9 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 		build_chunk(chunk, prep->tail, cut, entry, &prep->plan, w);
 		link = chain_link(area, entry, &part);
 		entry_chunks(entry, &old_head_size, &old_tail, &old_tail_size);
-		old_head = *link;
+		old_head = ref_dsa(*link);
 		chunk->next = entry->next;
-		*link = prep->head;
+		*link = ref_of(prep->head);
 	}
 	else
 		write_in_place(entry, w);

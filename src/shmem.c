@@ -396,6 +396,13 @@ pc_snap_memory_limit(void)
 void
 pc_check_memory_settings(void)
 {
+	/* The key map refers to chunks in 32 bits of 8 bytes (keycache_map.c). */
+	if (pc_dsa_bytes() > (Size) PG_UINT32_MAX * MAXIMUM_ALIGNOF)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("projcache.max_memory must be at most 30GB"),
+				 errdetail("projcache.max_memory is %d kB.", pc_max_memory_kb)));
+
 	if (pc_snap_memory_limit() + pc_message_reserve() >= pc_memory_limit())
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
