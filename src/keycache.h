@@ -81,9 +81,8 @@ typedef uint32 PcRef;
  * One key's shared state: a header, then its body, in one DSA chunk sized
  * to what it holds (keycache_map.c, "Entries").  The body is the key's
  * bytes, then only the parts the key has, each present when its bit of
- * 'parts' is set: the time of its next attempt while it backs off, the
- * message of its last fetch (a chunk of its own, from the message
- * reserve), its own periods, its revision and its config.  A chunk whose
+ * 'parts' is set: the time of its next attempt while it backs off, its own
+ * periods, its revision and its config.  A chunk whose
  * allocator size class would waste much is cut in two: its body goes on
  * in a tail chunk.  Read the body with the pc_entry_* functions below.
  *
@@ -99,6 +98,10 @@ typedef struct PcEntry
 								 * PC_MARK_VISITED */
 	uint32		serial;			/* tells this entry from a later one of the
 								 * same key */
+	PcRef		error;			/* the last fetch's message (a chunk of the
+								 * message reserve), or InvalidPcRef: here, so
+								 * that recording one never needs room in the
+								 * keys' budget */
 	int32		expires_in;		/* eviction due at fetched_at + this, if
 								 * PC_PART_EXPIRY */
 	int32		refresh_in;		/* refresh due at fetched_at + this, if
@@ -138,7 +141,6 @@ typedef struct PcEntry
 #define PC_PART_SPLIT		0x01	/* body goes on in a tail chunk */
 #define PC_PART_EXPIRY		0x02	/* expires_in is set */
 #define PC_PART_RETRY		0x04	/* int64 retry_at */
-#define PC_PART_ERROR		0x08	/* PcRef of the last message */
 #define PC_PART_PERIODS		0x10	/* int32 max_age_ms, stale_for_ms */
 #define PC_PART_REVISION	0x20	/* the revision's bytes */
 #define PC_PART_CONFIG		0x40	/* the config's jsonb varlena */
@@ -179,9 +181,6 @@ typedef struct PcEntryWrite
 	int64		retry_at;
 	bool		set_error;
 	dsa_pointer error;			/* a message from pc_store_message() */
-	bool		error_to_come;	/* with set_error: a message is set (or not,
-								 * if none could be stored) between prepare
-								 * and commit */
 } PcEntryWrite;
 
 /* The body an entry will have after a write (keycache_map.c). */

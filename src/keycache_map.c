@@ -296,14 +296,13 @@ partition_grow(PcMapPartition *part, uint32 nbuckets)
 /* A split body is kept whole unless cutting it saves at least this. */
 #define PC_SPLIT_MIN	16
 
-StaticAssertDecl(ENTRY_HEADER == 36,
-				 "an entry's header must stay 36 bytes: check its fields");
+StaticAssertDecl(ENTRY_HEADER == 40,
+				 "an entry's header must stay 40 bytes: check its fields");
 
 /* Where each part of a body starts, and its length. */
 typedef struct BodyLayout
 {
 	Size		retry;
-	Size		error;
 	Size		periods;
 	Size		revision;
 	Size		revision_len;
@@ -384,9 +383,6 @@ body_layout(const PcEntry *entry, BodyLayout *l)
 	l->retry = offset;
 	if (entry->parts & PC_PART_RETRY)
 		offset += sizeof(int64);
-	l->error = offset;
-	if (entry->parts & PC_PART_ERROR)
-		offset += sizeof(PcRef);
 	l->periods = offset;
 	if (entry->parts & PC_PART_PERIODS)
 		offset += 2 * sizeof(int32);
@@ -568,14 +564,7 @@ pc_entry_retry_at(const PcEntry *entry)
 static dsa_pointer
 entry_error(const PcEntry *entry)
 {
-	BodyLayout	l;
-	PcRef		ref;
-
-	if (!(entry->parts & PC_PART_ERROR))
-		return InvalidDsaPointer;
-	body_layout(entry, &l);
-	body_read(entry, l.error, sizeof(ref), &ref);
-	return ref_dsa(ref);
+	return ref_dsa(entry->error);
 }
 
 void
@@ -1121,16 +1110,17 @@ pc_keymap_delete(PcEntry *entry)
 /*
  * Plan a write.  A new value, or a part the entry lacks, needs a new
  * chunk; a part it has is written in place, and a part set to nothing is
- * left in place, zeroed, unless the chunk is built anew anyway.
+ * left in place, zeroed, unless the chunk is built anew anyway (then a
+ * retry time of zero goes too).  The message is in the header: never a
+ * new chunk.
  */
 static void
 plan_body(const PcEntry *entry, const PcEntryWrite *w, PcEntryPlan *plan)
 {
 	BodyLayout	l;
-	uint8		parts = entry->parts & ~PC_PART_SPLIT;
+	uint8		parts = entry->parts & ~(PC_PART_SPLIT | PC_PART_EXPIRY);
 	bool		periods = w->max_age_ms != PC_PERIOD_DEFAULT ||
 		w->stale_for_ms != PC_PERIOD_DEFAULT;
-	bool		error = DsaPointerIsValid(w->error) || w->error_to_come;
 	bool		rebuild = false;
 
 	body_layout(entry, &l);
@@ -1138,8 +1128,6 @@ plan_body(const PcEntry *entry, const PcEntryWrite *w, PcEntryPlan *plan)
 	plan->config_len = l.config_len;
 	plan->revision_len = entry->revision_len;
 	if (w->set_retry && w->retry_at != 0 && !(parts & PC_PART_RETRY))
-		rebuild = true;
-	if (w->set_error && error && !(parts & PC_PART_ERROR))
 		rebuild = true;
 	if (w->set_periods && periods && !(parts & PC_PART_PERIODS))
 		rebuild = true;
@@ -1165,11 +1153,10 @@ plan_body(const PcEntry *entry, const PcEntryWrite *w, PcEntryPlan *plan)
 	}
 	if (rebuild)
 	{
-		if (w->set_retry)
-			parts = w->retry_at != 0 ? parts | PC_PART_RETRY :
-				parts & ~PC_PART_RETRY;
-		if (w->set_error)
-			parts = error ? parts | PC_PART_ERROR : parts & ~PC_PART_ERROR;
+		int64		retry_at = w->set_retry ? w->retry_at :
+			pc_entry_retry_at(entry);
+
+		parts = retry_at != 0 ? parts | PC_PART_RETRY : parts & ~PC_PART_RETRY;
 		if (w->set_periods)
 			parts = periods ? parts | PC_PART_PERIODS :
 				parts & ~PC_PART_PERIODS;
@@ -1178,7 +1165,6 @@ plan_body(const PcEntry *entry, const PcEntryWrite *w, PcEntryPlan *plan)
 	plan->rebuild = rebuild;
 	plan->len = entry->keylen +
 		((parts & PC_PART_RETRY) ? sizeof(int64) : 0) +
-		((parts & PC_PART_ERROR) ? sizeof(PcRef) : 0) +
 		((parts & PC_PART_PERIODS) ? 2 * sizeof(int32) : 0) +
 		((parts & PC_PART_REVISION) ?
 		 plan->revlen + (plan->revision_len == PC_REVISION_LONG ?
@@ -1206,21 +1192,20 @@ body_copy(PcEntry *dst, Size dst_offset, const PcEntry *src,
 }
 
 /*
- * Fill a new chunk (not linked yet) from the locked entry it replaces and
- * the write: the header as the entry has it now, then each part, new or
- * kept.
+ * Fill a new chunk's body (not linked yet) from the entry it replaces,
+ * locked, and the write: the key, then each part, new or kept.  Its
+ * header is the entry's, copied at commit; the fields that say how the
+ * body is laid out are set here, and again after that copy.
  */
 static void
-build_chunk(PcEntry *chunk, dsa_pointer tail, Size cut, const PcEntry *old,
-			const PcEntryPlan *plan, const PcEntryWrite *w)
+build_body(PcEntry *chunk, dsa_pointer tail, Size cut, const PcEntry *old,
+		   const PcEntryPlan *plan, const PcEntryWrite *w)
 {
 	BodyLayout	l;
 	Size		offset = old->keylen;
 
 	body_layout(old, &l);
-	memcpy(chunk, old, ENTRY_HEADER);
-	pg_atomic_init_u32(&chunk->marks,
-					   pg_atomic_read_u32((pg_atomic_uint32 *) &old->marks));
+	chunk->keylen = old->keylen;
 	chunk->parts = plan->parts;
 	chunk->revision_len = plan->revision_len;
 	if (DsaPointerIsValid(tail))
@@ -1240,13 +1225,6 @@ build_chunk(PcEntry *chunk, dsa_pointer tail, Size cut, const PcEntry *old,
 
 		body_write(chunk, offset, sizeof(retry_at), &retry_at);
 		offset += sizeof(retry_at);
-	}
-	if (plan->parts & PC_PART_ERROR)
-	{
-		PcRef		error = ref_of(w->set_error ? w->error : entry_error(old));
-
-		body_write(chunk, offset, sizeof(error), &error);
-		offset += sizeof(error);
 	}
 	if (plan->parts & PC_PART_PERIODS)
 	{
@@ -1297,12 +1275,6 @@ write_in_place(PcEntry *entry, const PcEntryWrite *w)
 	body_layout(entry, &l);
 	if (w->set_retry && (entry->parts & PC_PART_RETRY))
 		body_write(entry, l.retry, sizeof(int64), &w->retry_at);
-	if (w->set_error && (entry->parts & PC_PART_ERROR))
-	{
-		PcRef		error = ref_of(w->error);
-
-		body_write(entry, l.error, sizeof(error), &error);
-	}
 	if (w->set_periods && (entry->parts & PC_PART_PERIODS))
 	{
 		int32		periods[2] = {w->max_age_ms, w->stale_for_ms};
@@ -1336,16 +1308,17 @@ pc_entry_write_size(const char *key, uint32 len, const PcEntryWrite *w)
 }
 
 /*
- * A write in two steps: pc_entry_prepare() plans it and allocates the new
- * chunk it needs, if any, under no lock; false if there is no room (the
- * caller may make room and try again).  pc_entry_commit() then writes it,
- * with the same parts present in w (an error_to_come filled in or left
- * invalid), and, through apply (NULL: nothing), the header, all under one
- * exclusive lock; *applied says whether the entry took it (not if the key
- * is gone or apply said no).  Until it has, the caller still owns
- * w->error; once it has, the entry does, and the message it replaced is
- * freed.  pc_entry_abandon() gives up a prepared write.  Worker only:
- * nothing else changes an entry's body between the two steps.
+ * A write in two steps: pc_entry_prepare() plans it and, if it needs a new
+ * chunk, allocates it under no lock and fills its body under the shared
+ * lock; false if there is no room (the caller may make room and try
+ * again).  pc_entry_commit() then writes the same w (its message may have
+ * been set meanwhile: it goes in the header) and, through apply (NULL:
+ * nothing), the header, and links the new chunk in the old one's place,
+ * all under one exclusive lock; *applied says whether the entry took it
+ * (not if the key is gone or apply said no).  Until it has, the caller
+ * still owns w->error; once it has, the entry does, and the message it
+ * replaced is freed.  pc_entry_abandon() gives up a prepared write.
+ * Worker only: nothing else changes an entry's body between the two steps.
  */
 bool
 pc_entry_prepare(const char *key, uint32 len, const PcEntryWrite *w,
@@ -1382,6 +1355,24 @@ pc_entry_prepare(const char *key, uint32 len, const PcEntryWrite *w,
 			return false;
 		}
 	}
+
+	/*
+	 * Fill the new chunk now, so that the exclusive lock is held only to copy
+	 * the header and relink: under the shared lock, which keeps the entry in
+	 * its place; its body is this process's alone to change.
+	 */
+	entry = pc_entry_find(&search, false);
+	if (entry == NULL)
+	{
+		pc_entry_abandon(prep);
+		prep->gone = true;
+		return true;
+	}
+	build_body(dsa_get_address(pc_area(), prep->head), prep->tail,
+			   prep->tail_size > 0 ?
+			   prep->head_size - ENTRY_HEADER - SPLIT_INFO : prep->plan.len,
+			   entry, &prep->plan, w);
+	pc_entry_release(entry);
 	return true;
 }
 
@@ -1417,21 +1408,25 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 		return;
 	}
 	if (w->set_error)
+	{
 		old_error = entry_error(entry);
+		entry->error = ref_of(w->error);
+	}
 	if (prep->plan.rebuild)
 	{
 		PcEntry    *chunk = dsa_get_address(area, prep->head);
+		uint8		parts = chunk->parts;
 		PcMapPartition *part;
 		PcRef	   *link;
-		Size		cut = prep->plan.len;
 
-		if (prep->tail_size > 0)
-			cut = prep->head_size - ENTRY_HEADER - SPLIT_INFO;
-		build_chunk(chunk, prep->tail, cut, entry, &prep->plan, w);
+		/* The header as it is now, but for the new body's layout. */
+		memcpy(chunk, entry, offsetof(PcEntry, parts));
+		pg_atomic_init_u32(&chunk->marks, pg_atomic_read_u32(&entry->marks));
+		chunk->parts = parts | (entry->parts & PC_PART_EXPIRY);
+		Assert(chunk->revision_len == prep->plan.revision_len);
 		link = chain_link(area, entry, &part);
 		entry_chunks(entry, &old_head_size, &old_tail, &old_tail_size);
 		old_head = ref_dsa(*link);
-		chunk->next = entry->next;
 		*link = ref_of(prep->head);
 	}
 	else

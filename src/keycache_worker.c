@@ -736,7 +736,10 @@ static bool
 prepare_with_room(const char *key, uint32 len, const PcEntryWrite *w,
 				  PcEntryPrepared *prep)
 {
-	if (!make_room(pc_entry_write_size(key, len, w)))
+	Size		need = pc_entry_write_size(key, len, w);
+
+	/* A write in place needs no room (and no victim). */
+	if (need > 0 && !make_room(need))
 		return false;
 	/* Readers may have taken the room meanwhile: one more key at a time. */
 	while (!pc_entry_prepare(key, len, w, prep))
@@ -796,8 +799,8 @@ answer_write(const PcFetchItem *item, PcEntryWrite *w)
 				w->error = pc_store_message(item->period_error, &size);
 			break;
 		case PC_ANSWER_PENDING:
-			w->error_to_come = true;
-			break;
+			break;				/* its message is made after the scheduler
+								 * counted the attempt (apply_answer) */
 		case PC_ANSWER_ERROR:
 			w->error = pc_store_message(item->error, &size);
 			break;
@@ -844,27 +847,24 @@ prepare_answer(const char *key, uint32 len, PcFetchItem *item,
 	answer_write(item, w);
 	if (prepare_with_room(key, len, w, prep))
 		return breach;
+
+	/*
+	 * No room: every key that could make room for it is being fetched.  (An
+	 * error or pending answer writes in place and always has room.)
+	 */
+	Assert(item->answer != PC_ANSWER_ERROR &&
+		   item->answer != PC_ANSWER_PENDING);
 	pc_free_message(w->error);
-	if (item->answer != PC_ANSWER_ERROR && item->answer != PC_ANSWER_PENDING)
-	{
-		/* every key that could make room for it is being fetched */
-		if (item->answer == PC_ANSWER_NOT_MODIFIED)
-			item->error = pstrdup("projcache.max_memory is used up: could not store the key's own max_age and stale_for");
-		else
-			item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
-								   value_size);
-		item->answer = PC_ANSWER_ERROR;
-		pc_count(PC_CTR_FETCH_ERRORS, 1);
-		answer_write(item, w);
-		if (prepare_with_room(key, len, w, prep))
-			return breach;
-		pc_free_message(w->error);
-	}
-	/* Not even room for its message: the answer without one. */
-	w->error = InvalidDsaPointer;
-	w->error_to_come = false;
+	if (item->answer == PC_ANSWER_NOT_MODIFIED)
+		item->error = pstrdup("projcache.max_memory is used up: could not store the key's own max_age and stale_for");
+	else
+		item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
+							   value_size);
+	item->answer = PC_ANSWER_ERROR;
+	pc_count(PC_CTR_FETCH_ERRORS, 1);
+	answer_write(item, w);
 	if (!pc_entry_prepare(key, len, w, prep))
-		elog(ERROR, "projcache: a write that allocates nothing found no room");
+		elog(ERROR, "projcache: an error answer found no room to be written in place");
 	return breach;
 }
 
@@ -1005,7 +1005,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 
 	/* An invalidation replayed from WAL may be newer than this answer. */
 	waiting = pc_replay_key_waiting(key, len);
-	if (w.error_to_come)
+	if (item->answer == PC_ANSWER_PENDING)
 	{
 		Size		size;
 
