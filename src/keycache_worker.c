@@ -928,7 +928,14 @@ answer_header(PcEntry *entry, void *arg)
 			entry->state = h->item->answer == PC_ANSWER_ENABLED ?
 				PC_STATE_ENABLED : PC_STATE_DISABLED;
 		pc_entry_set_fetched_at(entry, h->now);
-		entry->invalidated = h->e->invalidated || h->waiting;
+
+		/*
+		 * An invalidation committed while the fetch ran has left its request
+		 * bit, which the worker takes only after the batch: the answer was
+		 * read before it, so the key stays stale until that refetch.
+		 */
+		entry->invalidated = h->e->invalidated || h->waiting ||
+			(pg_atomic_read_u32(&entry->marks) & PC_REQ_INVALIDATE) != 0;
 	}
 	if (h->waiting)
 		entry->awaiting_commit = true;
