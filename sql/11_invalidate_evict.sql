@@ -12,11 +12,14 @@ SELECT projcache.invalidate('inv-1');
 SELECT wait_for($$(SELECT last_error IS NOT NULL FROM projcache.entries WHERE key = 'inv-1')$$);
 SELECT freshness, config FROM projcache.lookup('inv-1');
 
--- Once it answers, the new value comes in.
+-- Once it answers, the new value comes in.  (A retry of the failed fetch
+-- may bring it before the worker has taken the invalidation: the key then
+-- stays stale until the refetch that invalidation asked for.)
 UPDATE behaviour SET mode = 'normal';
 UPDATE upstream SET revision = 'r2', config = '{"i": 2}' WHERE key = 'inv-1';
 SELECT projcache.invalidate('inv-1');
 SELECT wait_for($$(SELECT revision = 'r2' AND fetch_state = 'complete'
+						  AND freshness = 'fresh'
 					FROM projcache.entries WHERE key = 'inv-1')$$);
 SELECT freshness, config, last_error FROM projcache.lookup('inv-1');
 -- Refetches passed the revision held.
