@@ -21,8 +21,9 @@
 # Part 2 measures the two trees again with 100,000 keys of 1 kB
 # (bench/hit_1kb.sql, 120 MB read at random, far more than a CPU cache):
 # a get() hit of a random key beside a constant query returning a 1 kB
-# jsonb, at -c 1 and -c 8, under each way the key map's memory can be
-# paged, when run as root on a machine that allows it:
+# jsonb, at -c 1 and -c 8, and in one backend the ns a hit costs with the
+# keys read spread over all 100,000, under each way the key map's memory
+# can be paged, when run as root on a machine that allows it:
 #   4k    huge_pages = off, and no transparent huge pages for shared memory
 #         (/sys/kernel/mm/transparent_hugepage/shmem_enabled = never);
 #   thp   huge_pages = off, shmem_enabled = advise: the areas a process
@@ -247,6 +248,12 @@ if wanted 2; then
 					PROFILES+=("$(profile_hit "$pages")")
 				fi
 				hits=$(pgvalue "SELECT hits - $h0 || ' hits, ' || misses + pending_reads - $o0 || ' other reads' FROM projcache.stats")
+				# In one backend, as in part 1, with the keys read spread out.
+				ns=$(pgvalue "SELECT bench.loop_get_spread_key(20000, 100000), bench.loop_spread_key(20000, 100000);
+				              SELECT round(((g.us_per_call - b.us_per_call) * 1000)::numeric), g.nonnull
+				                FROM bench.loop_get_spread_key($LOOP_CALLS, 100000) g,
+				                     bench.loop_spread_key($LOOP_CALLS, 100000) b" | tail -n 1)
+				line="$line | in-backend ns/hit ${ns%|*} (${ns#*|} of $LOOP_CALLS non-NULL)"
 				# What the kernel gave: shared memory mapped in transparent
 				# huge pages, and reserved huge pages in use.
 				mem=$(awk '/^ShmemPmdMapped:/ { t = $2 } /^HugePages_Total:/ { a = $2 }

@@ -103,6 +103,42 @@ BEGIN
     us_per_call := extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
 END $$;
 
+-- The same two with keys spread over key-1 .. key-nkeys: each call jumps
+-- 7,919 keys on (a prime, so every key is read once in nkeys calls), so
+-- that with many keys a hit reads memory the last ones did not bring into
+-- the CPU's caches.
+CREATE FUNCTION bench.loop_get_spread_key(n int, nkeys int,
+                                          OUT us_per_call float8, OUT nonnull int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v    jsonb;
+    t0   timestamptz;
+BEGIN
+    nonnull := 0;
+    t0 := clock_timestamp();
+    FOR i IN 1..n LOOP
+        v := projcache.get('key-' || (1 + (i::int8 * 7919) % nkeys));
+        IF v IS NOT NULL THEN nonnull := nonnull + 1; END IF;
+    END LOOP;
+    us_per_call := extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
+END $$;
+
+CREATE FUNCTION bench.loop_spread_key(n int, nkeys int,
+                                      OUT us_per_call float8, OUT nonnull int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v    text;
+    t0   timestamptz;
+BEGIN
+    nonnull := 0;
+    t0 := clock_timestamp();
+    FOR i IN 1..n LOOP
+        v := 'key-' || (1 + (i::int8 * 7919) % nkeys);
+        IF v IS NOT NULL THEN nonnull := nonnull + 1; END IF;
+    END LOOP;
+    us_per_call := extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
+END $$;
+
 CREATE FUNCTION bench.loop_table(n int, OUT us_per_call float8, OUT nonnull int)
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -219,7 +219,8 @@ typedef struct PcEntryScan
 
 extern dsa_pointer pc_keymap_create(dsa_area *area, int tranche_id,
 									Size *bytes);
-extern void pc_keymap_attach(dsa_area *area, dsa_pointer handle);
+extern void pc_keymap_attach(dsa_area *area, dsa_pointer handle,
+							 char *segment);
 extern PcKey pc_search_key(const char *key, uint32 len);
 extern uint32 pc_key_hash(const char *key, uint32 len);
 extern ConditionVariable *pc_key_cv(const char *key, uint32 len);

@@ -120,6 +120,22 @@ ref_dsa(PcRef ref)
 /* This backend's mapping of the table (pc_keymap_attach). */
 static PcMapControl *map_control = NULL;
 
+/*
+ * Where the area's one segment starts in this process.  A pointer into
+ * segment 0 is the offset in it, so a chunk's address is this plus its
+ * pointer: the lookup dsa_get_address() makes for any segment, done
+ * inline on the read path.
+ */
+static char *map_segment = NULL;
+
+static inline void *
+map_address(dsa_pointer dp)
+{
+	Assert(DsaPointerIsValid(dp));
+	Assert(map_segment + dp == dsa_get_address(pc_area(), dp));
+	return map_segment + dp;
+}
+
 /* The partition whose lock this backend holds for an entry, if any. */
 static PcMapPartition *held_partition = NULL;
 
@@ -150,9 +166,11 @@ pc_keymap_create(dsa_area *area, int tranche_id, Size *bytes)
 }
 
 void
-pc_keymap_attach(dsa_area *area, dsa_pointer handle)
+pc_keymap_attach(dsa_area *area, dsa_pointer handle, char *segment)
 {
-	map_control = dsa_get_address(area, handle);
+	map_segment = segment;
+	map_control = (PcMapControl *) (segment + handle);
+	Assert((void *) map_control == dsa_get_address(area, handle));
 }
 
 PcKey
@@ -192,15 +210,15 @@ partition_of(uint32 hash)
  * where its dsa_pointer is held: its bucket or the entry before it.
  */
 static PcEntry *
-chain_find(dsa_area *area, PcMapPartition *part, const PcKey *search,
+chain_find(PcMapPartition *part, const PcKey *search,
 		   PcRef **link)
 {
-	PcRef	   *buckets = dsa_get_address(area, part->buckets);
+	PcRef	   *buckets = map_address(part->buckets);
 	PcRef	   *at = &buckets[search->hash & (part->nbuckets - 1)];
 
 	while (*at != InvalidPcRef)
 	{
-		PcEntry    *entry = dsa_get_address(area, ref_dsa(*at));
+		PcEntry    *entry = map_address(ref_dsa(*at));
 
 		if (entry->keylen == search->len &&
 			memcmp(pc_entry_key(entry), search->bytes, search->len) == 0)
@@ -216,13 +234,13 @@ chain_find(dsa_area *area, PcMapPartition *part, const PcKey *search,
 
 /* Where a locked entry's reference is held in its chain. */
 static PcRef *
-chain_link(dsa_area *area, const PcEntry *entry, PcMapPartition **part)
+chain_link(const PcEntry *entry, PcMapPartition **part)
 {
 	PcKey		search = pc_search_key(pc_entry_key(entry), entry->keylen);
 	PcRef	   *link = NULL;
 
 	*part = partition_of(search.hash);
-	if (chain_find(area, *part, &search, &link) != entry)
+	if (chain_find(*part, &search, &link) != entry)
 		elog(PANIC, "projcache: a locked entry is not in its chain");
 	return link;
 }
@@ -236,7 +254,6 @@ chain_link(dsa_area *area, const PcEntry *entry, PcMapPartition **part)
 static void
 partition_grow(PcMapPartition *part, uint32 nbuckets)
 {
-	dsa_area   *area = pc_area();
 	Size		old_size = (Size) nbuckets * sizeof(PcRef);
 	Size		new_size = 2 * old_size;
 	uint32		mask = 2 * nbuckets - 1;
@@ -251,7 +268,7 @@ partition_grow(PcMapPartition *part, uint32 nbuckets)
 	new_dp = pc_alloc(new_size);
 	if (!DsaPointerIsValid(new_dp))
 		return;
-	new_buckets = dsa_get_address(area, new_dp);
+	new_buckets = map_address(new_dp);
 	memset(new_buckets, 0, new_size);
 
 	pc_lock_alone(&part->lock, LW_EXCLUSIVE);
@@ -262,14 +279,14 @@ partition_grow(PcMapPartition *part, uint32 nbuckets)
 		return;
 	}
 	old_dp = part->buckets;
-	old_buckets = dsa_get_address(area, old_dp);
+	old_buckets = map_address(old_dp);
 	for (i = 0; i < nbuckets; i++)
 	{
 		PcRef		ref = old_buckets[i];
 
 		while (ref != InvalidPcRef)
 		{
-			PcEntry    *entry = dsa_get_address(area, ref_dsa(ref));
+			PcEntry    *entry = map_address(ref_dsa(ref));
 			PcRef		next = entry->next;
 			uint32		b = pc_key_hash(pc_entry_key(entry),
 										entry->keylen) & mask;
@@ -344,7 +361,7 @@ body_read(const PcEntry *entry, Size offset, Size len, void *dst)
 		n = offset < cut ? Min(len, cut - offset) : 0;
 		if (n < len)
 		{
-			const char *tail = dsa_get_address(pc_area(), entry_tail(entry));
+			const char *tail = map_address(entry_tail(entry));
 
 			memcpy((char *) dst + n, tail + (offset + n - cut), len - n);
 		}
@@ -366,7 +383,7 @@ body_write(PcEntry *entry, Size offset, Size len, const void *src)
 		n = offset < cut ? Min(len, cut - offset) : 0;
 		if (n < len)
 		{
-			char	   *tail = dsa_get_address(pc_area(), entry_tail(entry));
+			char	   *tail = map_address(entry_tail(entry));
 
 			memcpy(tail + (offset + n - cut), (const char *) src + n, len - n);
 		}
@@ -672,7 +689,7 @@ pc_entry_error(const PcEntry *entry, bool *oom)
 	PC_ASSERT_ENTRY_LOCKED();
 	if (!DsaPointerIsValid(dp))
 		return NULL;
-	msg = dsa_get_address(pc_area(), dp);
+	msg = map_address(dp);
 	return pc_copy_no_oom(msg, strlen(msg), true, oom);
 }
 
@@ -681,7 +698,7 @@ void
 pc_free_message(dsa_pointer dp)
 {
 	if (DsaPointerIsValid(dp))
-		pc_free(dp, strlen(dsa_get_address(pc_area(), dp)) + 1);
+		pc_free(dp, strlen(map_address(dp)) + 1);
 }
 
 /* ----------------------------------------------------------------
@@ -846,12 +863,11 @@ entry_locked(PcMapPartition *part)
 PcEntry *
 pc_entry_find(const PcKey *search, bool exclusive)
 {
-	dsa_area   *area = pc_area();
 	PcMapPartition *part = partition_of(search->hash);
 	PcEntry    *entry;
 
 	pc_lock_alone(&part->lock, exclusive ? LW_EXCLUSIVE : LW_SHARED);
-	entry = chain_find(area, part, search, NULL);
+	entry = chain_find(part, search, NULL);
 	if (entry == NULL)
 		LWLockRelease(&part->lock);
 	else
@@ -894,8 +910,6 @@ pc_entry_scan_begin(PcEntryScan *scan, bool exclusive)
 PcEntry *
 pc_entry_scan_next(PcEntryScan *scan)
 {
-	dsa_area   *area = pc_area();
-
 	for (;;)
 	{
 		PcMapPartition *part;
@@ -903,7 +917,7 @@ pc_entry_scan_next(PcEntryScan *scan)
 
 		if (scan->next != InvalidPcRef)
 		{
-			PcEntry    *entry = dsa_get_address(area, ref_dsa(scan->next));
+			PcEntry    *entry = map_address(ref_dsa(scan->next));
 
 			scan->next = entry->next;
 			return entry;
@@ -915,7 +929,7 @@ pc_entry_scan_next(PcEntryScan *scan)
 			part = &map_control->partitions[scan->partition].p;
 			if (++scan->bucket < part->nbuckets)
 			{
-				buckets = dsa_get_address(area, part->buckets);
+				buckets = map_address(part->buckets);
 				scan->next = buckets[scan->bucket];
 				continue;
 			}
@@ -926,7 +940,7 @@ pc_entry_scan_next(PcEntryScan *scan)
 		part = &map_control->partitions[scan->partition].p;
 		LWLockAcquire(&part->lock, scan->exclusive ? LW_EXCLUSIVE : LW_SHARED);
 		scan->bucket = 0;
-		buckets = dsa_get_address(area, part->buckets);
+		buckets = map_address(part->buckets);
 		scan->next = buckets[0];
 	}
 }
@@ -984,7 +998,6 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 {
 	PcKey		search = pc_search_key(key, len);
 	Size		size = ENTRY_HEADER + len;
-	dsa_area   *area;
 	PcMapPartition *part;
 	PcEntry    *entry;
 	dsa_pointer dp;
@@ -1013,8 +1026,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 		}
 		return entry;
 	}
-	area = pc_area();
-	init_entry(dsa_get_address(area, dp), key, len, owner);
+	init_entry(map_address(dp), key, len, owner);
 
 	/*
 	 * Keep chains short first.  The count and size read without the lock are
@@ -1026,7 +1038,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 		partition_grow(part, nbuckets);
 
 	pc_lock_alone(&part->lock, LW_EXCLUSIVE);
-	entry = chain_find(area, part, &search, NULL);
+	entry = chain_find(part, &search, NULL);
 	if (entry != NULL)
 	{
 		/* Somebody else created it meanwhile. */
@@ -1035,8 +1047,8 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 		role_unreserve(owner);
 		return entry;
 	}
-	entry = dsa_get_address(area, dp);
-	buckets = dsa_get_address(area, part->buckets);
+	entry = map_address(dp);
+	buckets = map_address(part->buckets);
 	entry->next = buckets[search.hash & (part->nbuckets - 1)];
 	buckets[search.hash & (part->nbuckets - 1)] = ref_of(dp);
 	part->count++;
@@ -1076,7 +1088,6 @@ entry_chunks(const PcEntry *entry, Size *head_size, dsa_pointer *tail,
 void
 pc_keymap_delete(PcEntry *entry)
 {
-	dsa_area   *area = pc_area();
 	PcMapPartition *part;
 	PcRef	   *link;
 	dsa_pointer dp;
@@ -1087,7 +1098,7 @@ pc_keymap_delete(PcEntry *entry)
 	int			owner = entry->owner;
 
 	PC_ASSERT_ENTRY_LOCKED();
-	link = chain_link(area, entry, &part);
+	link = chain_link(entry, &part);
 	Assert(part == held_partition);
 	entry_chunks(entry, &head_size, &tail, &tail_size);
 	dp = ref_dsa(*link);
@@ -1368,7 +1379,7 @@ pc_entry_prepare(const char *key, uint32 len, const PcEntryWrite *w,
 		prep->gone = true;
 		return true;
 	}
-	build_body(dsa_get_address(pc_area(), prep->head), prep->tail,
+	build_body(map_address(prep->head), prep->tail,
 			   prep->tail_size > 0 ?
 			   prep->head_size - ENTRY_HEADER - SPLIT_INFO : prep->plan.len,
 			   entry, &prep->plan, w);
@@ -1390,7 +1401,6 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 				bool *applied)
 {
 	PcKey		search = pc_search_key(key, len);
-	dsa_area   *area = pc_area();
 	PcEntry    *entry;
 	dsa_pointer old_head = InvalidDsaPointer;
 	dsa_pointer old_tail = InvalidDsaPointer;
@@ -1414,7 +1424,7 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 	}
 	if (prep->plan.rebuild)
 	{
-		PcEntry    *chunk = dsa_get_address(area, prep->head);
+		PcEntry    *chunk = map_address(prep->head);
 		uint8		parts = chunk->parts;
 		PcMapPartition *part;
 		PcRef	   *link;
@@ -1424,7 +1434,7 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 		pg_atomic_init_u32(&chunk->marks, pg_atomic_read_u32(&entry->marks));
 		chunk->parts = parts | (entry->parts & PC_PART_EXPIRY);
 		Assert(chunk->revision_len == prep->plan.revision_len);
-		link = chain_link(area, entry, &part);
+		link = chain_link(entry, &part);
 		entry_chunks(entry, &old_head_size, &old_tail, &old_tail_size);
 		old_head = ref_dsa(*link);
 		*link = ref_of(prep->head);

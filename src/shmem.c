@@ -289,7 +289,8 @@ pc_attach(void)
 		dsa_pin_mapping(area);
 		pc_dsa = area;
 	}
-	pc_keymap_attach(pc_dsa, pc_shared->keymap_handle);
+	pc_keymap_attach(pc_dsa, pc_shared->keymap_handle,
+					 (char *) pc_shared + pc_shared->dsa_offset);
 	MemoryContextSwitchTo(oldcxt);
 	pc_map_attached = true;
 }
