@@ -20,6 +20,8 @@ OBJS = \
 	src/keycache_worker.o \
 	src/keycache_launcher.o \
 	src/keycache_sql.o \
+	src/keycache_registry.o \
+	src/keycache_caches.o \
 	src/keycache_replay.o \
 	src/keycache_dump.o \
 	src/dump_file.o \

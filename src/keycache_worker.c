@@ -1723,6 +1723,7 @@ pc_worker_main(Datum main_arg)
 		SchedEntry **batch;
 		int			n;
 		long		replay_poll;
+		long		caches_poll;
 		bool		dumping;
 
 		/*
@@ -1738,6 +1739,13 @@ pc_worker_main(Datum main_arg)
 			reload_settings();
 
 		MemoryContextSwitchTo(batch_cxt);
+		caches_poll = PC_MAX_SLEEP_MS;
+		if (pc_caches_reload_due(pc_real_now_ms(), &caches_poll))
+		{
+			pc_caches_reload(pc_real_now_ms());
+			caches_poll = PC_MAX_SLEEP_MS;
+			(void) pc_caches_reload_due(pc_real_now_ms(), &caches_poll);
+		}
 		replay_poll = pc_replay_poll(refetch_replayed);
 		now = pc_now_ms();
 		process_requests(now);
@@ -1755,6 +1763,7 @@ pc_worker_main(Datum main_arg)
 			continue;
 		}
 		MemoryContextReset(batch_cxt);
-		sleep_until_due(now, replay_poll, dumping);
+		sleep_until_due(now, Min(replay_poll < 0 ? caches_poll : replay_poll,
+								 caches_poll), dumping);
 	}
 }

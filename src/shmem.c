@@ -113,9 +113,9 @@ pc_shmem_request(void)
 
 	/*
 	 * ring lock, snapshot map lock, one lock per snapshot slot, WAL list,
-	 * role slots, snapshot tombstone file
+	 * role slots, snapshot tombstone file, named caches
 	 */
-	RequestNamedLWLockTranche("projcache", 5 + pc_max_snapshots);
+	RequestNamedLWLockTranche("projcache", 6 + pc_max_snapshots);
 }
 
 /* The control struct's first state: its locks, slots, atomics and CVs. */
@@ -137,6 +137,8 @@ init_shared(PcShared *shared)
 		&(GetNamedLWLockTranche("projcache"))[3 + pc_max_snapshots].lock;
 	shared->snap_tomb_lock =
 		&(GetNamedLWLockTranche("projcache"))[4 + pc_max_snapshots].lock;
+	pc_caches_init(&shared->caches,
+				   &(GetNamedLWLockTranche("projcache"))[5 + pc_max_snapshots].lock);
 	pg_atomic_init_u32(&shared->role_room_wanted, 0);
 	for (i = 0; i < PC_ROLE_SLOTS; i++)
 	{

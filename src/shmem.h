@@ -11,6 +11,7 @@
 #define PROJCACHE_SHMEM_H
 
 #include "projcache.h"
+#include "keycache_caches.h"
 
 /* ----------------------------------------------------------------
  * Counters: cumulative since start or projcache.reset_stats()
@@ -185,6 +186,9 @@ typedef struct PcShared
 	LWLock	   *role_lock;		/* which role each slot counts for */
 	pg_atomic_uint32 role_room_wanted;	/* some slot's room_wanted is set */
 	PcRoleSlot	role_slots[PC_ROLE_SLOTS];
+
+	/* The named caches (keycache_caches.c) */
+	PcCaches	caches;
 
 	/* The dumps (keycache_dump.c, snapshot_dump.c); under mutex */
 	bool		keys_dump_read; /* a scheduler read the key dump (or tried) */

@@ -598,5 +598,30 @@ SELECT count(*) FROM pg_proc
 		'0', "$from: none of those functions is PUBLIC's");
 }
 
+# ---------------------------------------------------------------------------
+# 1.3 (named caches), not yet the default version: each way to 1.2.1
+# above, updated on to 1.3, equals a fresh 1.3 install.
+# ---------------------------------------------------------------------------
+$node->safe_psql('postgres', 'CREATE DATABASE fresh_13');
+$node->safe_psql('fresh_13', "CREATE EXTENSION projcache VERSION '1.3'");
+$node->safe_psql('fresh_13', $common);
+$node->safe_psql('fresh_13', $common_versioned);
+$node->safe_psql(
+	'fresh_13', q{
+SET ROLE snap_owner;
+SELECT projcache.create_snapshot('grants',
+	'SELECT user_id, audience FROM public.grants', '1h');
+});
+for my $db (sort keys %paths)
+{
+	$node->safe_psql($db, "ALTER EXTENSION projcache UPDATE TO '1.3'");
+	for my $what (sort keys %compare)
+	{
+		is($node->safe_psql($db, $compare{$what}),
+			$node->safe_psql('fresh_13', $compare{$what}),
+			"$db, then 1.2.1 -> 1.3: $what equal a fresh 1.3 install's");
+	}
+}
+
 $node->stop;
 done_testing();

@@ -1,0 +1,423 @@
+/*-------------------------------------------------------------------------
+ *
+ * keycache_caches.c
+ *	  The named caches as every backend sees them: the copy of the
+ *	  registry in shared memory, how the key cache's worker keeps it, who
+ *	  may read a cache, and the projcache.caches view.
+ *
+ * The registry is a table of one database, projcache.database
+ * (keycache_registry.c); readers of every database need it.  So the worker,
+ * connected there, reads it and publishes each row in a slot of PcCaches:
+ * soon after a change commits (pc_caches_changed(), from the committing
+ * backend), though not more often than every PC_CACHES_MIN_GAP_MS, and
+ * at least every PC_CACHES_POLL_MS, which also covers what sends no word:
+ * rows a dump restores, a standby's replay, a transaction prepared then
+ * committed.  A cache keeps its slot, and so its
+ * counters, while it stays registered.
+ *
+ * Lock: PcCaches.lock protects the slots' registrations (the worker
+ * writes them exclusively; readers copy them shared, and take nothing else
+ * while they hold it).  The counters are atomics.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "keycache.h"
+#include "keycache_caches.h"
+#include "user_switch.h"
+
+/* Longest a committed change, or a row no commit told of, waits. */
+#define PC_CACHES_POLL_MS	1000
+
+/*
+ * Shortest time between two reloads: a role that commits changes in a
+ * loop makes the worker reload at most this often, not for each one.
+ */
+#define PC_CACHES_MIN_GAP_MS	100
+
+PG_FUNCTION_INFO_V1(projcache_caches);
+
+/* The worker's next reload and its last, on pc_real_now_ms(). */
+static int64 next_reload_ms = 0;
+static int64 last_reload_ms = 0;
+
+void
+pc_caches_init(PcCaches *caches, LWLock *lock)
+{
+	memset(caches, 0, sizeof(PcCaches));
+	caches->lock = lock;
+	pg_atomic_init_u32(&caches->changed, 0);
+	pg_atomic_init_u64(&caches->generation, 0);
+	for (int i = 0; i < PC_MAX_CACHES; i++)
+		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
+			pg_atomic_init_u64(&caches->slots[i].counters[c], 0);
+}
+
+/* A change to the registry committed: the worker reloads it now. */
+void
+pc_caches_changed(void)
+{
+	pg_atomic_write_u32(&pc_shared->caches.changed, 1);
+	pc_wake_worker();
+}
+
+/*
+ * An interval in ms, a month counting 30 days as extract(epoch) has it;
+ * false if that does not fit in 64 bits.
+ */
+bool
+pc_interval_ms(const Interval *iv, int64 *ms)
+{
+	int64		usecs;
+
+	if (pg_mul_s64_overflow((int64) iv->month * DAYS_PER_MONTH + iv->day,
+							USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, iv->time, &usecs))
+		return false;
+	*ms = usecs / 1000;
+	return true;
+}
+
+/*
+ * May the current user read the cache: a superuser, its owner's
+ * privileges, or a reader's.
+ */
+bool
+pc_cache_may_read(const PcCacheReg *reg)
+{
+	Oid			me = GetUserId();
+
+	if (has_privs_of_role(me, reg->owner))
+		return true;
+	for (int i = 0; i < reg->nreaders; i++)
+		if (has_privs_of_role(me, reg->readers[i]))
+			return true;
+	return false;
+}
+
+/* ----------------------------------------------------------------
+ * The worker's copy of the registry
+ * ----------------------------------------------------------------
+ */
+
+/* Is a reload due, and if not, how long may the worker sleep for it? */
+bool
+pc_caches_reload_due(int64 now_ms, long *sleep_ms)
+{
+	int64		due = next_reload_ms;
+
+	if (pg_atomic_read_u32(&pc_shared->caches.changed) != 0)
+		due = Min(due, last_reload_ms + PC_CACHES_MIN_GAP_MS);
+	if (now_ms >= due)
+		return true;
+	*sleep_ms = Min(*sleep_ms, (long) (due - now_ms));
+	return false;
+}
+
+/* An interval column in ms, or PC_CACHE_SETTING_UNSET for NULL. */
+static int64
+column_ms(HeapTuple tup, TupleDesc desc, int attno)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, attno, &isnull);
+	int64		ms;
+
+	if (isnull)
+		return PC_CACHE_SETTING_UNSET;
+	if (!pc_interval_ms(DatumGetIntervalP(d), &ms) || ms < 0)
+		return PC_CACHE_SETTING_UNSET;	/* create_cache() refuses these */
+	return ms;
+}
+
+static int64
+column_int(HeapTuple tup, TupleDesc desc, int attno, bool is_int8)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, attno, &isnull);
+
+	if (isnull)
+		return PC_CACHE_SETTING_UNSET;
+	return is_int8 ? DatumGetInt64(d) : DatumGetInt32(d);
+}
+
+/*
+ * Read the registry's rows into regs (zeroed, PC_MAX_CACHES of them), in a
+ * transaction of the caller's; returns how many.  No table (projcache not
+ * yet updated to 1.3 in projcache.database): none.
+ */
+static int
+read_registry(PcCacheReg *regs)
+{
+	PcUserSwitch rs;
+	int			n = 0;
+	bool		isnull;
+
+	pc_become_extension(&rs);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT pg_catalog.to_regclass("
+					"'projcache.cache_registry') IS NOT NULL",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not look for projcache.cache_registry");
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+								   SPI_tuptable->tupdesc, 1, &isnull)))
+	{
+		if (SPI_execute("SELECT name, owner::pg_catalog.oid, fetch_function,"
+						" fetch_role::pg_catalog.oid, expiry, grace_period,"
+						" refresh_interval, max_retry_backoff, batch_size,"
+						" fetch_timeout, max_memory,"
+						" readers::pg_catalog.oid[]"
+						" FROM projcache.cache_registry ORDER BY name",
+						true, PC_MAX_CACHES) != SPI_OK_SELECT)
+			elog(ERROR, "could not read projcache.cache_registry");
+		for (n = 0; n < (int) SPI_processed; n++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[n];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			PcCacheReg *reg = &regs[n];
+			Datum		d;
+			Datum	   *readers;
+			int			nreaders;
+
+			strlcpy(reg->name, SPI_getvalue(tup, desc, 1), NAMEDATALEN);
+			reg->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+			strlcpy(reg->fetch_function, SPI_getvalue(tup, desc, 3),
+					PC_CACHE_FUNCTION_LEN);
+			d = SPI_getbinval(tup, desc, 4, &isnull);
+			reg->fetch_role = isnull ? InvalidOid : DatumGetObjectId(d);
+			reg->expiry_ms = column_ms(tup, desc, 5);
+			reg->grace_period_ms = column_ms(tup, desc, 6);
+			reg->refresh_interval_ms = column_ms(tup, desc, 7);
+			reg->max_retry_backoff_ms = column_ms(tup, desc, 8);
+			reg->batch_size = column_int(tup, desc, 9, false);
+			reg->fetch_timeout_ms = column_ms(tup, desc, 10);
+			reg->max_memory = column_int(tup, desc, 11, true);
+			d = SPI_getbinval(tup, desc, 12, &isnull);
+			deconstruct_array(DatumGetArrayTypeP(d), OIDOID, sizeof(Oid),
+							  true, TYPALIGN_INT, &readers, NULL, &nreaders);
+			reg->nreaders = Min(nreaders, PC_MAX_CACHE_READERS);
+			for (int i = 0; i < reg->nreaders; i++)
+				reg->readers[i] = DatumGetObjectId(readers[i]);
+		}
+	}
+	SPI_finish();
+	pc_unbecome(&rs);
+	return n;
+}
+
+/*
+ * Make the slots say what regs (n of them) say: a cache still registered
+ * keeps its slot and counters, one gone frees its slot, a new one takes a
+ * free slot with counters at zero.  Returns whether anything changed.
+ */
+static bool
+publish(const PcCacheReg *regs, int n)
+{
+	PcCaches   *caches = &pc_shared->caches;
+	bool		changed = false;
+	bool		kept[PC_MAX_CACHES] = {false};
+
+	LWLockAcquire(caches->lock, LW_EXCLUSIVE);
+	for (int s = 0; s < PC_MAX_CACHES; s++)
+	{
+		PcCacheSlot *slot = &caches->slots[s];
+		int			r;
+
+		if (!slot->in_use)
+			continue;
+		for (r = 0; r < n; r++)
+			if (strcmp(slot->reg.name, regs[r].name) == 0)
+				break;
+		if (r == n)
+		{
+			slot->in_use = false;
+			memset(&slot->reg, 0, sizeof(PcCacheReg));
+			changed = true;
+			continue;
+		}
+		kept[r] = true;
+		if (memcmp(&slot->reg, &regs[r], sizeof(PcCacheReg)) != 0)
+		{
+			slot->reg = regs[r];
+			changed = true;
+		}
+	}
+	for (int r = 0; r < n; r++)
+	{
+		int			s;
+
+		if (kept[r])
+			continue;
+		for (s = 0; s < PC_MAX_CACHES && caches->slots[s].in_use; s++)
+			;
+		if (s == PC_MAX_CACHES)
+			break;				/* create_cache() keeps to PC_MAX_CACHES */
+		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
+			pg_atomic_write_u64(&caches->slots[s].counters[c], 0);
+		caches->slots[s].reg = regs[r];
+		caches->slots[s].in_use = true;
+		changed = true;
+	}
+	if (changed)
+		pg_atomic_fetch_add_u64(&caches->generation, 1);
+	LWLockRelease(caches->lock);
+	return changed;
+}
+
+/*
+ * Reload the registry into the slots (the worker).  A failure to read it
+ * leaves the slots as they are, with a WARNING, and is retried at the next
+ * poll.
+ */
+void
+pc_caches_reload(int64 now_ms)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	PcCacheReg *regs = palloc0(sizeof(PcCacheReg) * PC_MAX_CACHES);
+	int			n = 0;
+
+	/* Cleared first: a change committed during the read is read again. */
+	pg_atomic_write_u32(&pc_shared->caches.changed, 0);
+	last_reload_ms = now_ms;
+	next_reload_ms = now_ms + PC_CACHES_POLL_MS;
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		n = read_registry(regs);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(WARNING,
+				(errmsg("projcache could not read the named caches' registry: %s",
+						edata->message)));
+		FreeErrorData(edata);
+		MemoryContextSwitchTo(cxt);
+		pfree(regs);
+		return;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	if (publish(regs, n))
+		elog(DEBUG1, "projcache: %d named caches registered", n);
+	pfree(regs);
+}
+
+/* ----------------------------------------------------------------
+ * The projcache.caches view
+ * ----------------------------------------------------------------
+ */
+
+/* An interval Datum of ms, or NULL for a setting not set. */
+static Datum
+ms_interval(int64 ms, bool *isnull)
+{
+	Interval   *iv;
+
+	*isnull = ms == PC_CACHE_SETTING_UNSET;
+	if (*isnull)
+		return (Datum) 0;
+	iv = palloc0(sizeof(Interval));
+	iv->time = ms * 1000;
+	return IntervalPGetDatum(iv);
+}
+
+#define CACHES_COLS 18
+
+/*
+ * projcache.caches: one row for each named cache the current user may
+ * read (pc_cache_may_read()); a NULL setting follows the server's.
+ */
+Datum
+projcache_caches(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	PcCacheSlot *copy;
+	int			n = 0;
+
+	pc_require_loaded();
+	InitMaterializedSRF(fcinfo, 0);
+
+	copy = palloc(sizeof(PcCacheSlot) * PC_MAX_CACHES);
+	LWLockAcquire(pc_shared->caches.lock, LW_SHARED);
+	for (int s = 0; s < PC_MAX_CACHES; s++)
+	{
+		PcCacheSlot *slot = &pc_shared->caches.slots[s];
+
+		if (!slot->in_use)
+			continue;
+		copy[n].reg = slot->reg;
+		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
+			pg_atomic_init_u64(&copy[n].counters[c],
+							   pg_atomic_read_u64(&slot->counters[c]));
+		n++;
+	}
+	LWLockRelease(pc_shared->caches.lock);
+
+	for (int i = 0; i < n; i++)
+	{
+		const PcCacheReg *reg = &copy[i].reg;
+		Datum		values[CACHES_COLS];
+		bool		nulls[CACHES_COLS] = {false};
+		int			col = 0;
+
+		if (!pc_cache_may_read(reg))
+			continue;
+		values[col++] = CStringGetTextDatum(reg->name);
+		values[col++] = ObjectIdGetDatum(reg->owner);
+		values[col++] = CStringGetTextDatum(reg->fetch_function);
+		nulls[col] = !OidIsValid(reg->fetch_role);
+		values[col++] = ObjectIdGetDatum(reg->fetch_role);
+		values[col] = ms_interval(reg->expiry_ms, &nulls[col]);
+		col++;
+		values[col] = ms_interval(reg->grace_period_ms, &nulls[col]);
+		col++;
+		values[col] = ms_interval(reg->refresh_interval_ms, &nulls[col]);
+		col++;
+		values[col] = ms_interval(reg->max_retry_backoff_ms, &nulls[col]);
+		col++;
+		nulls[col] = reg->batch_size == PC_CACHE_SETTING_UNSET;
+		values[col++] = Int32GetDatum((int32) reg->batch_size);
+		values[col] = ms_interval(reg->fetch_timeout_ms, &nulls[col]);
+		col++;
+		nulls[col] = reg->max_memory == PC_CACHE_SETTING_UNSET;
+		values[col++] = Int64GetDatum(reg->max_memory);
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_MEMORY_USED]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_ENTRIES]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_HITS]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_MISSES]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_FETCH_CALLS]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_FETCH_ERRORS]));
+		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_EVICTIONS]));
+		Assert(col == CACHES_COLS);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
+	}
+	return (Datum) 0;
+}

@@ -1,0 +1,87 @@
+/*-------------------------------------------------------------------------
+ *
+ * keycache_caches.h
+ *	  The named caches as every backend sees them: the registry's copy in
+ *	  shared memory (keycache_caches.c), which the key cache's worker
+ *	  writes from projcache.cache_registry (keycache_registry.c).
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PROJCACHE_KEYCACHE_CACHES_H
+#define PROJCACHE_KEYCACHE_CACHES_H
+
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+
+#define PC_MAX_CACHES			64	/* named caches registered at once */
+#define PC_MAX_CACHE_READERS	32	/* roles granted one cache */
+#define PC_DEFAULT_CACHE_NAME	"default"
+#define PC_MIN_CACHE_MEMORY		(64 * 1024) /* a cache's own budget, at least */
+/* A fetch function's qualified signature, every name quoted at worst */
+#define PC_CACHE_FUNCTION_LEN	(4 * NAMEDATALEN + 64)
+#define PC_CACHE_SETTING_UNSET	(-1)	/* the server's setting applies */
+
+/* Counters of one cache, shown in projcache.caches. */
+typedef enum PcCacheCounter
+{
+	PC_CACHE_HITS,
+	PC_CACHE_MISSES,
+	PC_CACHE_FETCH_CALLS,
+	PC_CACHE_FETCH_ERRORS,
+	PC_CACHE_EVICTIONS,
+	PC_CACHE_ENTRIES,
+	PC_CACHE_MEMORY_USED,
+	PC_CACHE_NUM_COUNTERS
+} PcCacheCounter;
+
+/* A cache's registration: its row of projcache.cache_registry. */
+typedef struct PcCacheReg
+{
+	char		name[NAMEDATALEN];
+	Oid			owner;
+	Oid			fetch_role;		/* InvalidOid: the owner */
+	char		fetch_function[PC_CACHE_FUNCTION_LEN];	/* qualified signature */
+	int64		expiry_ms;		/* each PC_CACHE_SETTING_UNSET or ms */
+	int64		grace_period_ms;
+	int64		refresh_interval_ms;
+	int64		max_retry_backoff_ms;
+	int64		fetch_timeout_ms;
+	int64		batch_size;		/* PC_CACHE_SETTING_UNSET or keys */
+	int64		max_memory;		/* PC_CACHE_SETTING_UNSET or bytes */
+	int			nreaders;
+	Oid			readers[PC_MAX_CACHE_READERS];
+} PcCacheReg;
+
+/*
+ * One registered cache.  Its registration is written by the worker only,
+ * under PcCaches.lock held exclusively, and copied by readers under it
+ * held shared.  The counters are atomics; they last while the cache stays
+ * registered (the worker matches a reloaded registry's rows by name).
+ */
+typedef struct PcCacheSlot
+{
+	bool		in_use;
+	PcCacheReg	reg;
+	pg_atomic_uint64 counters[PC_CACHE_NUM_COUNTERS];
+} PcCacheSlot;
+
+typedef struct PcCaches
+{
+	LWLock	   *lock;			/* the slots' registrations */
+	pg_atomic_uint32 changed;	/* a change committed: reload the registry */
+	pg_atomic_uint64 generation;	/* bumped at each reload that changed a
+									 * slot */
+	PcCacheSlot slots[PC_MAX_CACHES];
+} PcCaches;
+
+extern void pc_caches_init(PcCaches *caches, LWLock *lock);
+extern void pc_caches_changed(void);
+extern bool pc_caches_reload_due(int64 now_ms, long *sleep_ms);
+extern void pc_caches_reload(int64 now_ms);
+extern bool pc_interval_ms(const Interval *iv, int64 *ms);
+extern bool pc_cache_may_read(const PcCacheReg *reg);
+
+#endif							/* PROJCACHE_KEYCACHE_CACHES_H */

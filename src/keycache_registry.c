@@ -1,0 +1,664 @@
+/*-------------------------------------------------------------------------
+ *
+ * keycache_registry.c
+ *	  The named caches' registry, projcache.cache_registry: the SQL
+ *	  functions that change it (create_cache, alter_cache, drop_cache,
+ *	  grant_cache, revoke_cache) and the checks each makes first.
+ *
+ * The registry is the table of the database projcache.database: these
+ * functions refuse to run in another.  Its rows are written as the
+ * bootstrap superuser (pc_become_extension), by SQL text written here
+ * only, with the caller's values as parameters, once the caller's rights
+ * are checked:
+ *
+ *	 - create_cache: EXECUTE on it (not granted to PUBLIC), EXECUTE on the
+ *	   fetch function, and membership in the fetch role it names;
+ *	 - alter_cache, drop_cache, grant_cache, revoke_cache: the privileges of
+ *	   the cache's owner (or superuser); a new fetch function or fetch role
+ *	   is checked as at creation.
+ *
+ * Every change first locks the table against other changes (SHARE ROW
+ * EXCLUSIVE), so that two creations cannot both take the last of the
+ * memory, nor the last of the PC_MAX_CACHES names.  An owner who is not a
+ * superuser may have at most half of those names and of that memory.
+ * Commits tell the key cache's worker, which publishes the registry to
+ * every database (keycache_caches.c).
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "keycache.h"
+#include "keycache_caches.h"
+#include "user_switch.h"
+
+PG_FUNCTION_INFO_V1(projcache_create_cache);
+PG_FUNCTION_INFO_V1(projcache_alter_cache);
+PG_FUNCTION_INFO_V1(projcache_drop_cache);
+PG_FUNCTION_INFO_V1(projcache_grant_cache);
+PG_FUNCTION_INFO_V1(projcache_revoke_cache);
+
+/* The arguments create_cache and alter_cache share, by position. */
+enum
+{
+	ARG_NAME,
+	ARG_FETCH_FUNCTION,
+	ARG_EXPIRY,
+	ARG_GRACE_PERIOD,
+	ARG_REFRESH_INTERVAL,
+	ARG_MAX_RETRY_BACKOFF,
+	ARG_BATCH_SIZE,
+	ARG_FETCH_TIMEOUT,
+	ARG_MAX_MEMORY,
+	ARG_FETCH_ROLE,
+	NUM_CACHE_ARGS
+};
+
+/* The bounds of the interval settings, in ms, as their server settings. */
+typedef struct PeriodBounds
+{
+	int			arg;
+	const char *name;
+	int64		min_ms;
+	int64		max_ms;
+} PeriodBounds;
+
+static const PeriodBounds period_bounds[] = {
+	{ARG_EXPIRY, "expiry", 1, INT_MAX / 4},
+	{ARG_GRACE_PERIOD, "grace_period", 0, INT_MAX / 4},
+	{ARG_REFRESH_INTERVAL, "refresh_interval", 0, INT_MAX / 4},
+	{ARG_MAX_RETRY_BACKOFF, "max_retry_backoff", 100, INT_MAX / 4},
+	{ARG_FETCH_TIMEOUT, "fetch_timeout", 0, INT_MAX},
+};
+
+#define MAX_BATCH_SIZE	100000	/* projcache.batch_size's bound */
+
+/* Did this transaction change the registry?  Told at commit. */
+static bool registry_changed = false;
+static bool xact_callback_registered = false;
+
+static void
+tell_worker_at_commit(XactEvent event, void *arg)
+{
+	if (!registry_changed)
+		return;
+	if (event == XACT_EVENT_COMMIT && pc_shared != NULL)
+		pc_caches_changed();
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE)
+		registry_changed = false;
+}
+
+/*
+ * The registry is projcache.database's table: refuse to run elsewhere,
+ * where a table of that name is not what the worker reads.
+ */
+static void
+check_registry_database(void)
+{
+	pc_require_loaded();
+	if (pc_database == NULL ||
+		strcmp(get_database_name(MyDatabaseId), pc_database) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("named caches are registered in database \"%s\"",
+						pc_database ? pc_database : ""),
+				 errdetail("The key cache's worker reads the registry of the database projcache.database names only."),
+				 errhint("Connect to database \"%s\" to register, change or drop a named cache.",
+						 pc_database ? pc_database : "")));
+}
+
+/*
+ * Statements on the registry run between registry_begin() and
+ * registry_end(): as the bootstrap superuser, connected to SPI.  A change
+ * marks the transaction, to tell the worker at commit.
+ */
+static void
+registry_begin(PcUserSwitch *rs, bool change)
+{
+	if (change)
+	{
+		if (!xact_callback_registered)
+		{
+			RegisterXactCallback(tell_worker_at_commit, NULL);
+			xact_callback_registered = true;
+		}
+		registry_changed = true;
+	}
+	pc_become_extension(rs);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+registry_end(PcUserSwitch *rs)
+{
+	SPI_finish();
+	pc_unbecome(rs);
+}
+
+/* Run one statement; an ERROR unless SPI answers 'expect'. */
+static void
+registry_exec(const char *sql, int nargs, Oid *argtypes, Datum *args,
+			  const char *nulls, int expect)
+{
+	int			ret = SPI_execute_with_args(sql, nargs, argtypes, args, nulls,
+											false, 0);
+
+	if (ret != expect)
+		elog(ERROR, "could not run a statement on projcache.cache_registry: %s",
+			 SPI_result_code_string(ret));
+}
+
+/* Lock the registry against other changes until the end of the transaction. */
+static void
+lock_registry(void)
+{
+	PcUserSwitch rs;
+
+	registry_begin(&rs, false);
+	registry_exec("LOCK TABLE projcache.cache_registry"
+				  " IN SHARE ROW EXCLUSIVE MODE",
+				  0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	registry_end(&rs);
+}
+
+/* What a change needs of a registered cache. */
+typedef struct CacheRow
+{
+	Oid			owner;
+	int64		max_memory;		/* -1: none of its own */
+	int			nreaders;
+	Oid			readers[PC_MAX_CACHE_READERS];
+} CacheRow;
+
+/*
+ * The row of a cache; an ERROR (42704) if there is none.  Call with the
+ * registry locked.
+ */
+static void
+read_cache_row(const char *name, CacheRow *row)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	bool		isnull;
+	Datum		d;
+	ArrayType  *readers;
+	Datum	   *elems;
+	int			n;
+	PcUserSwitch rs;
+
+	registry_begin(&rs, false);
+	registry_exec("SELECT owner::pg_catalog.oid, max_memory,"
+				  " readers::pg_catalog.oid[]"
+				  " FROM projcache.cache_registry"
+				  " WHERE name OPERATOR(pg_catalog.=) $1",
+				  1, argtypes, args, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		registry_end(&rs);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("cache \"%s\" does not exist", name)));
+	}
+	row->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1,
+												&isnull));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+					  &isnull);
+	row->max_memory = isnull ? -1 : DatumGetInt64(d);
+	readers = DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 3,
+											   &isnull));
+	deconstruct_array(readers, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &elems, NULL, &n);
+	row->nreaders = Min(n, PC_MAX_CACHE_READERS);
+	for (int i = 0; i < row->nreaders; i++)
+		row->readers[i] = DatumGetObjectId(elems[i]);
+	registry_end(&rs);
+}
+
+/* What the caches other than 'except' take, all and an owner's. */
+typedef struct RegistryTotals
+{
+	int			count;
+	int64		reserved;		/* bytes of max_memory */
+	int			owner_count;
+	int64		owner_reserved;
+}			RegistryTotals;
+
+static void
+registry_totals(const char *except, Oid owner, RegistryTotals * t)
+{
+	Oid			argtypes[2] = {TEXTOID, OIDOID};
+	Datum		args[2] = {CStringGetTextDatum(except), ObjectIdGetDatum(owner)};
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	PcUserSwitch rs;
+
+	registry_begin(&rs, false);
+	registry_exec("SELECT pg_catalog.count(*),"
+				  " COALESCE(pg_catalog.sum(max_memory), 0)::pg_catalog.int8,"
+				  " pg_catalog.count(*) FILTER (WHERE owner::pg_catalog.oid"
+				  " OPERATOR(pg_catalog.=) $2),"
+				  " COALESCE(pg_catalog.sum(max_memory) FILTER"
+				  " (WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2),"
+				  " 0)::pg_catalog.int8"
+				  " FROM projcache.cache_registry"
+				  " WHERE name OPERATOR(pg_catalog.<>) $1",
+				  2, argtypes, args, NULL, SPI_OK_SELECT);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	t->count = (int) DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	t->reserved = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	t->owner_count = (int) DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+	t->owner_reserved = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+	registry_end(&rs);
+}
+
+/* ----------------------------------------------------------------
+ * Checks of the arguments
+ * ----------------------------------------------------------------
+ */
+
+/* A cache's name: [a-z][a-z0-9_]*, at most NAMEDATALEN - 1 bytes, not "default". */
+static void
+check_cache_name(const char *name)
+{
+	size_t		len = strlen(name);
+	bool		ok = len > 0 && len < NAMEDATALEN && name[0] >= 'a' &&
+		name[0] <= 'z';
+
+	for (size_t i = 1; ok && i < len; i++)
+		ok = (name[i] >= 'a' && name[i] <= 'z') ||
+			(name[i] >= '0' && name[i] <= '9') || name[i] == '_';
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid cache name \"%s\"", name),
+				 errdetail("A cache's name is a lower-case letter, then lower-case letters, digits and underscores, at most %d bytes.",
+						   NAMEDATALEN - 1)));
+	if (strcmp(name, PC_DEFAULT_CACHE_NAME) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cache name \"%s\" is reserved", name),
+				 errdetail("Keys that belong to no named cache are the default cache's.")));
+}
+
+/*
+ * The fetch function: the caller may execute it, and it takes the fetch
+ * function's arguments (text[], text[]) and returns a set of rows.  Its
+ * columns are checked at each call, as the server setting's are.
+ */
+static void
+check_fetch_function(Oid fn)
+{
+	HeapTuple	tup;
+	Form_pg_proc proc;
+	bool		ok;
+
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (!HeapTupleIsValid(tup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("function with OID %u does not exist", fn)));
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	ok = proc->pronargs == 2 && proc->proretset &&
+		proc->proargtypes.values[0] == TEXTARRAYOID &&
+		proc->proargtypes.values[1] == TEXTARRAYOID &&
+		proc->prokind == PROKIND_FUNCTION;
+	ReleaseSysCache(tup);
+	if (pc_proc_aclcheck(fn, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function %s",
+						format_procedure(fn)),
+				 errdetail("Registering a cache needs EXECUTE on its fetch function.")));
+	if (strlen(format_procedure_qualified(fn)) >= PC_CACHE_FUNCTION_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("the signature of function %s is longer than %d bytes",
+						format_procedure(fn), PC_CACHE_FUNCTION_LEN - 1)));
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("function %s is not a fetch function",
+						format_procedure(fn)),
+				 errdetail("A fetch function takes (keys text[], revisions text[]) and returns TABLE(key text, state text, revision text, config jsonb [, max_age interval] [, stale_for interval])."),
+				 errhint("See projcache.fetch_function in doc/settings.md.")));
+}
+
+/* The fetch role: the caller must be a member of it. */
+static void
+check_fetch_role(Oid role)
+{
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role with OID %u does not exist", role)));
+	if (!is_member_of_role(GetUserId(), role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be a member of role \"%s\" to fetch as it",
+						GetUserNameFromId(role, false)),
+				 errdetail("A cache's fetch runs as its owner, or as a fetch role its owner is a member of.")));
+}
+
+/* An interval setting within its bounds (pc_interval_ms()). */
+static void
+check_period(const PeriodBounds *b, Interval *iv)
+{
+	int64		ms;
+
+	if (!pc_interval_ms(iv, &ms) || ms < b->min_ms || ms > b->max_ms)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %lld ms and %lld ms",
+						b->name, (long long) b->min_ms, (long long) b->max_ms)));
+}
+
+/*
+ * The settings given among the arguments, each within the bounds of its
+ * server setting, and max_memory within what the keys' part of
+ * projcache.max_memory leaves the other caches' reservations.  The caches
+ * of an owner who is not a superuser may reserve at most half of that part
+ * together, so that no role alone can take it all from the default cache
+ * and from other owners.
+ */
+static void
+check_settings(FunctionCallInfo fcinfo, const char *name, Oid owner)
+{
+	for (int i = 0; i < lengthof(period_bounds); i++)
+		if (!PG_ARGISNULL(period_bounds[i].arg))
+			check_period(&period_bounds[i],
+						 PG_GETARG_INTERVAL_P(period_bounds[i].arg));
+	if (!PG_ARGISNULL(ARG_BATCH_SIZE) &&
+		(PG_GETARG_INT32(ARG_BATCH_SIZE) < 1 ||
+		 PG_GETARG_INT32(ARG_BATCH_SIZE) > MAX_BATCH_SIZE))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size must be between 1 and %d", MAX_BATCH_SIZE)));
+	if (!PG_ARGISNULL(ARG_MAX_MEMORY))
+	{
+		int64		want = PG_GETARG_INT64(ARG_MAX_MEMORY);
+		int64		keys_part = (int64) pc_key_memory_bound();
+		RegistryTotals t;
+
+		registry_totals(name, owner, &t);
+		if (want < PC_MIN_CACHE_MEMORY || want > keys_part - t.reserved)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_memory of cache \"%s\" does not fit", name),
+					 errdetail("It must be at least %d bytes; of the keys' %lld bytes of projcache.max_memory, other caches reserve %lld, leaving %lld.",
+							   PC_MIN_CACHE_MEMORY, (long long) keys_part,
+							   (long long) t.reserved,
+							   (long long) Max(keys_part - t.reserved, 0))));
+		if (!superuser_arg(owner) && t.owner_reserved + want > keys_part / 2)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_memory of cache \"%s\" does not fit in its owner's half", name),
+					 errdetail("The caches of role \"%s\" may reserve at most half of the keys' %lld bytes of projcache.max_memory; its other caches reserve %lld.",
+							   GetUserNameFromId(owner, false),
+							   (long long) keys_part,
+							   (long long) t.owner_reserved)));
+	}
+}
+
+/* The caller must have the privileges of the cache's owner. */
+static void
+check_cache_owner(const char *name, const CacheRow *row)
+{
+	if (!has_privs_of_role(GetUserId(), row->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of cache \"%s\"", name)));
+}
+
+/* ----------------------------------------------------------------
+ * The SQL functions
+ * ----------------------------------------------------------------
+ */
+
+/* The arguments as the registry's statements take them: $2 .. $11. */
+static void
+setting_args(FunctionCallInfo fcinfo, Oid *argtypes, Datum *args,
+			 char *nulls)
+{
+	static const Oid types[NUM_CACHE_ARGS] = {
+		TEXTOID, TEXTOID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
+		INT4OID, INTERVALOID, INT8OID, OIDOID
+	};
+
+	for (int i = 0; i < NUM_CACHE_ARGS; i++)
+	{
+		argtypes[i] = types[i];
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+	}
+	/* The function by its qualified signature: OIDs change, names do not. */
+	if (!PG_ARGISNULL(ARG_FETCH_FUNCTION))
+		args[ARG_FETCH_FUNCTION] =
+			CStringGetTextDatum(format_procedure_qualified(PG_GETARG_OID(ARG_FETCH_FUNCTION)));
+}
+
+/*
+ * projcache.create_cache(name, fetch_function, expiry, grace_period,
+ *	 refresh_interval, max_retry_backoff, batch_size, fetch_timeout,
+ *	 max_memory, fetch_role)
+ */
+Datum
+projcache_create_cache(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Oid			argtypes[NUM_CACHE_ARGS + 1];
+	Datum		args[NUM_CACHE_ARGS + 1];
+	char		nulls[NUM_CACHE_ARGS + 1];
+	RegistryTotals t;
+	bool		inserted;
+	PcUserSwitch rs;
+
+	check_registry_database();
+	if (PG_ARGISNULL(ARG_NAME) || PG_ARGISNULL(ARG_FETCH_FUNCTION))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("a cache needs a name and a fetch function")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(ARG_NAME));
+	check_cache_name(name);
+	check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION));
+	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
+		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE));
+
+	lock_registry();
+	registry_totals(name, GetUserId(), &t);
+	if (t.count >= PC_MAX_CACHES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cannot register more than %d named caches",
+						PC_MAX_CACHES)));
+	if (!superuser() && t.owner_count >= PC_MAX_CACHES / 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("role \"%s\" owns %d named caches, the most one role may",
+						GetUserNameFromId(GetUserId(), false),
+						PC_MAX_CACHES / 2)));
+	check_settings(fcinfo, name, GetUserId());
+
+	setting_args(fcinfo, argtypes, args, nulls);
+	argtypes[NUM_CACHE_ARGS] = OIDOID;
+	args[NUM_CACHE_ARGS] = ObjectIdGetDatum(GetUserId());
+	nulls[NUM_CACHE_ARGS] = ' ';
+	registry_begin(&rs, true);
+	registry_exec("INSERT INTO projcache.cache_registry"
+				  " (name, fetch_function, expiry, grace_period,"
+				  " refresh_interval, max_retry_backoff, batch_size,"
+				  " fetch_timeout, max_memory, fetch_role, owner)"
+				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
+				  " $10::pg_catalog.regrole, $11::pg_catalog.regrole)"
+				  " ON CONFLICT (name) DO NOTHING",
+				  NUM_CACHE_ARGS + 1, argtypes, args, nulls, SPI_OK_INSERT);
+	inserted = SPI_processed > 0;
+	registry_end(&rs);
+	if (!inserted)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("cache \"%s\" already exists", name)));
+	PG_RETURN_VOID();
+}
+
+/* projcache.alter_cache(name, <the settings of create_cache>) */
+Datum
+projcache_alter_cache(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	CacheRow	row;
+	Oid			argtypes[NUM_CACHE_ARGS];
+	Datum		args[NUM_CACHE_ARGS];
+	char		nulls[NUM_CACHE_ARGS];
+	PcUserSwitch rs;
+
+	check_registry_database();
+	if (PG_ARGISNULL(ARG_NAME))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("the cache to change needs a name")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(ARG_NAME));
+	lock_registry();
+	read_cache_row(name, &row);
+	check_cache_owner(name, &row);
+	if (!PG_ARGISNULL(ARG_FETCH_FUNCTION))
+		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION));
+	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
+		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE));
+	check_settings(fcinfo, name, row.owner);
+
+	setting_args(fcinfo, argtypes, args, nulls);
+	registry_begin(&rs, true);
+	registry_exec("UPDATE projcache.cache_registry SET"
+				  " fetch_function = COALESCE($2, fetch_function),"
+				  " expiry = COALESCE($3, expiry),"
+				  " grace_period = COALESCE($4, grace_period),"
+				  " refresh_interval = COALESCE($5, refresh_interval),"
+				  " max_retry_backoff = COALESCE($6, max_retry_backoff),"
+				  " batch_size = COALESCE($7, batch_size),"
+				  " fetch_timeout = COALESCE($8, fetch_timeout),"
+				  " max_memory = COALESCE($9, max_memory),"
+				  " fetch_role = COALESCE($10::pg_catalog.regrole,"
+				  " fetch_role)"
+				  " WHERE name OPERATOR(pg_catalog.=) $1",
+				  NUM_CACHE_ARGS, argtypes, args, nulls, SPI_OK_UPDATE);
+	registry_end(&rs);
+	PG_RETURN_VOID();
+}
+
+/* projcache.drop_cache(name text) */
+Datum
+projcache_drop_cache(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	CacheRow	row;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {PG_GETARG_DATUM(0)};
+	PcUserSwitch rs;
+
+	check_registry_database();
+	lock_registry();
+	read_cache_row(name, &row);
+	check_cache_owner(name, &row);
+	registry_begin(&rs, true);
+	registry_exec("DELETE FROM projcache.cache_registry"
+				  " WHERE name OPERATOR(pg_catalog.=) $1",
+				  1, argtypes, args, NULL, SPI_OK_DELETE);
+	registry_end(&rs);
+	PG_RETURN_VOID();
+}
+
+/*
+ * grant_cache and revoke_cache: let reader read the cache, or no longer.
+ * Granting twice lists the reader once; a role that is gone can still be
+ * revoked.
+ */
+static void
+change_readers(FunctionCallInfo fcinfo, bool grant)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Oid			reader = PG_GETARG_OID(1);
+	CacheRow	row;
+	Oid			argtypes[2] = {TEXTOID, OIDOID};
+	Datum		args[2] = {PG_GETARG_DATUM(0), ObjectIdGetDatum(reader)};
+	bool		listed = false;
+	PcUserSwitch rs;
+
+	check_registry_database();
+	lock_registry();
+	read_cache_row(name, &row);
+	check_cache_owner(name, &row);
+	for (int i = 0; i < row.nreaders; i++)
+		listed |= row.readers[i] == reader;
+	if (grant)
+	{
+		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(reader)))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("role with OID %u does not exist", reader)));
+		if (listed)
+			return;
+		if (row.nreaders >= PC_MAX_CACHE_READERS)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("cache \"%s\" has %d readers already, the most it may have",
+							name, PC_MAX_CACHE_READERS),
+					 errhint("Grant the cache to a group role, and that role to its readers.")));
+	}
+	else if (!listed)
+		return;
+	registry_begin(&rs, true);
+	registry_exec(grant ?
+				  "UPDATE projcache.cache_registry"
+				  " SET readers = readers OPERATOR(pg_catalog.||)"
+				  " $2::pg_catalog.regrole"
+				  " WHERE name OPERATOR(pg_catalog.=) $1" :
+				  "UPDATE projcache.cache_registry"
+				  " SET readers = pg_catalog.array_remove(readers,"
+				  " $2::pg_catalog.regrole)"
+				  " WHERE name OPERATOR(pg_catalog.=) $1",
+				  2, argtypes, args, NULL, SPI_OK_UPDATE);
+	registry_end(&rs);
+}
+
+/* projcache.grant_cache(name text, reader regrole) */
+Datum
+projcache_grant_cache(PG_FUNCTION_ARGS)
+{
+	change_readers(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+/* projcache.revoke_cache(name text, reader regrole) */
+Datum
+projcache_revoke_cache(PG_FUNCTION_ARGS)
+{
+	change_readers(fcinfo, false);
+	PG_RETURN_VOID();
+}
