@@ -1,0 +1,208 @@
+# Copyright (c) 2026, projcache developers
+#
+# The named caches' registry (1.3) outside one session: every database's
+# readers see it through shared memory, and it survives what the server
+# and its data go through.
+#
+# a. A cache registered in projcache.database shows in projcache.caches of
+#    another database, to a role granted it and not to another; a change
+#    and a drop show there too (each within the worker's poll of a second:
+#    the time measured is printed).
+# b. A restart and a crash: the worker publishes the registry again, with
+#    its settings and readers, before anything else needs it.
+# c. A hot standby: its own worker publishes the replicated registry, and
+#    a cache registered on the primary shows there once replayed.
+# d. pg_dump: the dump carries the registry's rows, and a server whose
+#    projcache.database is the restored database publishes them.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use ProjcacheTest;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = projcache_node('primary', init => { allows_streaming => 1 });
+
+$node->safe_psql(
+	'postgres', q{
+ALTER EXTENSION projcache UPDATE TO '1.3';
+CREATE FUNCTION public.flags_fetch(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE sql STABLE AS $$
+	SELECT k, 'enabled', 'r1', jsonb_build_object('k', k) FROM unnest(keys) k
+$$;
+CREATE ROLE app_flags LOGIN;
+CREATE ROLE app_other LOGIN;
+CREATE DATABASE other_db;
+});
+$node->safe_psql(
+	'other_db', q{
+CREATE EXTENSION projcache VERSION '1.3';
+GRANT USAGE ON SCHEMA projcache TO app_flags, app_other;
+GRANT EXECUTE ON FUNCTION projcache.caches_1_3() TO app_flags, app_other;
+GRANT SELECT ON projcache.caches TO app_flags, app_other;
+});
+
+my $caches_sql = q{SELECT coalesce(string_agg(name || ' ' || coalesce(expiry::text, '-')
+	|| ' ' || coalesce(max_memory::text, '-'), ',' ORDER BY name), '') FROM projcache.caches};
+
+# What a role sees in projcache.caches of a database, once it equals want
+# (30 s at most); the seconds it took.
+sub caches_become
+{
+	my ($n, $db, $role, $want) = @_;
+	my $start = time;
+	my $got;
+
+	for (1 .. 600)
+	{
+		$got = $n->safe_psql($db, "SET ROLE $role; $caches_sql");
+		last if $got eq $want;
+		select(undef, undef, undef, 0.05);
+	}
+	return ($got, time - $start);
+}
+
+# ---------------------------------------------------------------------------
+# a. Another database's readers.
+# ---------------------------------------------------------------------------
+$node->safe_psql(
+	'postgres', q{
+SELECT projcache.create_cache('flags', 'public.flags_fetch(text[],text[])',
+	expiry => '30s', max_memory => 1048576);
+SELECT projcache.grant_cache('flags', 'app_flags');
+});
+my ($got, $took) = caches_become($node, 'other_db', 'app_flags',
+	'flags 00:00:30 1048576');
+is($got, 'flags 00:00:30 1048576',
+	'other_db: the granted role sees the cache registered in projcache.database');
+diag(sprintf('registered to seen in another database: %.2f s', $took));
+is($node->safe_psql('other_db', "SET ROLE app_other; $caches_sql"),
+	'', 'other_db: a role not granted sees no cache');
+
+$node->safe_psql('postgres',
+	"SELECT projcache.alter_cache('flags', expiry => '45s')");
+($got, $took) = caches_become($node, 'other_db', 'app_flags',
+	'flags 00:00:45 1048576');
+is($got, 'flags 00:00:45 1048576', 'other_db: a change shows there');
+diag(sprintf('changed to seen: %.2f s', $took));
+
+$node->safe_psql(
+	'postgres', q{
+SELECT projcache.create_cache('gone', 'public.flags_fetch(text[],text[])');
+SELECT projcache.grant_cache('gone', 'app_flags');
+});
+($got) = caches_become($node, 'other_db', 'app_flags',
+	'flags 00:00:45 1048576,gone - -');
+is($got, 'flags 00:00:45 1048576,gone - -', 'other_db: a second cache shows');
+$node->safe_psql('postgres', "SELECT projcache.drop_cache('gone')");
+($got, $took) = caches_become($node, 'other_db', 'app_flags',
+	'flags 00:00:45 1048576');
+is($got, 'flags 00:00:45 1048576', 'other_db: a dropped cache goes');
+diag(sprintf('dropped to gone: %.2f s', $took));
+
+# A transaction that rolls back changes nothing.
+$node->safe_psql(
+	'postgres', q{
+BEGIN;
+SELECT projcache.create_cache('rolled_back', 'public.flags_fetch(text[],text[])');
+SELECT projcache.grant_cache('rolled_back', 'app_flags');
+ROLLBACK;
+});
+is($node->safe_psql('postgres', 'SELECT count(*) FROM projcache.cache_registry'),
+	'1', 'a rolled back creation leaves no row');
+
+# ---------------------------------------------------------------------------
+# b. Restart and crash.
+# ---------------------------------------------------------------------------
+for my $how ('fast', 'immediate')
+{
+	$node->stop($how);
+	$node->start;
+	($got) = caches_become($node, 'other_db', 'app_flags',
+		'flags 00:00:45 1048576');
+	is($got, 'flags 00:00:45 1048576',
+		"after a $how stop: the registry is published again, with its readers");
+}
+
+# ---------------------------------------------------------------------------
+# c. A hot standby.
+# ---------------------------------------------------------------------------
+$node->backup('backup');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($node, 'backup', has_streaming => 1);
+$standby->start;
+$node->wait_for_catchup($standby, 'replay');
+($got) = caches_become($standby, 'other_db', 'app_flags',
+	'flags 00:00:45 1048576');
+is($got, 'flags 00:00:45 1048576',
+	'standby: its worker publishes the replicated registry');
+
+$node->safe_psql(
+	'postgres', q{
+SELECT projcache.create_cache('projects', 'public.flags_fetch(text[],text[])',
+	expiry => '1min');
+SELECT projcache.grant_cache('projects', 'app_flags');
+});
+$node->wait_for_catchup($standby, 'replay');
+($got) = caches_become($standby, 'other_db', 'app_flags',
+	'flags 00:00:45 1048576,projects 00:01:00 -');
+is($got, 'flags 00:00:45 1048576,projects 00:01:00 -',
+	'standby: a cache registered on the primary shows once replayed');
+my ($rc, $out, $err) = $standby->psql('postgres',
+	"SELECT projcache.create_cache('on_standby', 'public.flags_fetch(text[],text[])')");
+isnt($rc, 0, 'standby: create_cache fails there (read-only)');
+$standby->stop;
+
+# ---------------------------------------------------------------------------
+# d. pg_dump and a server reading the restored registry.
+# ---------------------------------------------------------------------------
+my $dump = $node->basedir . '/postgres.sql';
+$node->command_ok([ 'pg_dump', '-d', $node->connstr('postgres'), '-f', $dump ],
+	'pg_dump of projcache.database');
+like(slurp_file($dump), qr/COPY projcache\.cache_registry\b/,
+	'the dump carries the data of projcache.cache_registry');
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+# The dump says CREATE EXTENSION IF NOT EXISTS without a version: while
+# 1.3 is not the default version, the extension is made at 1.3 first, and
+# the dump's CREATE SCHEMA projcache then fails, alone.
+$node->safe_psql('restored', "CREATE EXTENSION projcache VERSION '1.3'");
+($rc, $out, $err) =
+  $node->psql('restored', slurp_file($dump), on_error_stop => 0);
+is( join("\n", $err =~ /(ERROR:.*)/g),
+	'ERROR:  schema "projcache" already exists',
+	'the dump restores into database restored (but for CREATE SCHEMA projcache)');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT name, owner, fetch_function, expiry, readers FROM projcache.cache_registry ORDER BY name}
+	),
+	"flags|"
+	  . $node->safe_psql('postgres', 'SELECT current_user')
+	  . "|public.flags_fetch(pg_catalog.text[],pg_catalog.text[])|00:00:45|{app_flags}\n"
+	  . "projects|"
+	  . $node->safe_psql('postgres', 'SELECT current_user')
+	  . "|public.flags_fetch(pg_catalog.text[],pg_catalog.text[])|00:01:00|{app_flags}",
+	'restored: the rows keep their owner, function, settings and readers');
+
+# Only the restored database's registry counts once it is projcache.database.
+$node->safe_psql('postgres', "SELECT projcache.drop_cache('flags')");
+$node->append_conf('postgresql.conf', "projcache.database = 'restored'\n");
+$node->restart;
+($got) = caches_become($node, 'other_db', 'app_flags',
+	'flags 00:00:45 1048576,projects 00:01:00 -');
+is($got, 'flags 00:00:45 1048576,projects 00:01:00 -',
+	'projcache.database = restored: its rows are the registry (flags, dropped in postgres, is back)');
+($rc, $out, $err) = $node->psql('postgres',
+	"SELECT projcache.create_cache('x', 'public.flags_fetch(text[],text[])')");
+like($err, qr/named caches are registered in database "restored"/,
+	'create_cache in postgres, no longer projcache.database, is refused');
+
+log_shows_no_crash($node);
+$node->stop;
+done_testing();
