@@ -85,6 +85,18 @@ SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'',
 SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'', max_memory => 1000000000000)') ~ '^22023: max_memory of cache "a" does not fit' AS too_big_refused;
 SELECT count(*) AS nothing_registered FROM projcache.cache_registry;
 
+-- Only READ COMMITTED transactions change the registry (25000): the bounds
+-- are checked against what is committed once the registry is locked.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'')');
+COMMIT;
+-- No fetch function in a temporary schema (22023): another session may
+-- own that schema later, and put its own function of that name there.
+CREATE FUNCTION pg_temp.tf(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE sql AS $$ SELECT NULL::text, NULL::text, NULL::text, NULL::jsonb $$;
+SELECT nc.try('SELECT projcache.create_cache(''a'', ''pg_temp.tf(text[],text[])'')') ~ '^22023: fetch function .* is in a temporary schema' AS temp_refused;
+
 -- A superuser registers one; the name is then taken (42710).
 SELECT projcache.create_cache('flags', 'nc.fetch(text[],text[])', expiry => '10s',
                               batch_size => 50, max_memory => 1048576);
@@ -115,6 +127,13 @@ SET ROLE nc_owner;
 SELECT nc.try('SELECT projcache.create_cache(''projects'', ''nc.fetch(text[],text[])'', fetch_role => ''nc_fetcher'')');
 RESET ROLE;
 GRANT nc_fetcher TO nc_owner;
+-- A superuser fetch role needs a superuser owner (42501).
+CREATE ROLE nc_super SUPERUSER NOLOGIN;
+GRANT nc_super TO nc_owner;
+SET ROLE nc_owner;
+SELECT nc.try('SELECT projcache.create_cache(''projects'', ''nc.fetch(text[],text[])'', fetch_role => ''nc_super'')');
+RESET ROLE;
+DROP ROLE nc_super;
 SET ROLE nc_owner;
 SELECT projcache.create_cache('projects', 'nc.fetch(text[],text[])', fetch_role => 'nc_fetcher');
 SELECT nc.try('SELECT * FROM projcache.cache_registry');
@@ -157,6 +176,10 @@ SELECT name, owner, fetch_role, expiry, grace_period, readers FROM projcache.cac
 SET ROLE nc_reader;
 SELECT nc.caches_become('{projects}');
 RESET ROLE;
+-- The roles a cache names cannot be dropped (2BP01).
+SELECT nc.try('DROP ROLE nc_readers_group');
+SELECT nc.try('DROP ROLE nc_fetcher');
+SELECT nc.try('DROP ROLE nc_owner');
 SET ROLE nc_owner;
 SELECT projcache.revoke_cache('projects', 'nc_readers_group');
 SELECT projcache.revoke_cache('projects', 'nc_readers_group');

@@ -64,6 +64,16 @@
 	pg_proc_aclcheck((proc), (role), (mode))
 #endif
 
+/*
+ * 16 gave role grants a SET option: a member may be refused SET ROLE.  Before
+ * 16 every member may SET ROLE to the roles it is a member of.
+ */
+#if PG_VERSION_NUM >= 160000
+#define pc_member_can_set_role(member, role) member_can_set_role((member), (role))
+#else
+#define pc_member_can_set_role(member, role) is_member_of_role((member), (role))
+#endif
+
 /* 17 dropped PGPROC.pgprocno for an address computation. */
 #if PG_VERSION_NUM < 170000
 #define GetNumberFromPGProc(proc) ((proc)->pgprocno)

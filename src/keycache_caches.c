@@ -3,7 +3,8 @@
  * keycache_caches.c
  *	  The named caches as every backend sees them: the copy of the
  *	  registry in shared memory, how the key cache's worker keeps it, who
- *	  may read a cache, and the projcache.caches view.
+ *	  may read a cache, the roles DROP ROLE must leave alone, and the
+ *	  projcache.caches view.
  *
  * The registry is a table of one database, projcache.database
  * (keycache_registry.c); readers of every database need it.  So the worker,
@@ -26,6 +27,8 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "executor/spi.h"
@@ -113,6 +116,67 @@ pc_cache_may_read(const PcCacheReg *reg)
 }
 
 /* ----------------------------------------------------------------
+ * Roles the registry names
+ *
+ * A cache names its owner, its fetch role and its readers by OID.  A role
+ * dropped under it would leave a number that a dump carries to another
+ * cluster, where it may be some other role.  So DROP ROLE of a role a
+ * registered cache names fails, as for a role that owns objects: the
+ * object access hook sees each role DROP ROLE is about to remove, and the
+ * published registry says which ones caches name (a change committed in
+ * the last PC_CACHES_POLL_MS may not be published yet).
+ * ----------------------------------------------------------------
+ */
+static object_access_hook_type prev_object_access_hook = NULL;
+
+static void
+refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
+					   int subId, void *arg)
+{
+	char		cache[NAMEDATALEN] = "";
+	const char *as = NULL;
+
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access != OAT_DROP || classId != AuthIdRelationId || pc_shared == NULL)
+		return;
+
+	LWLockAcquire(pc_shared->caches.lock, LW_SHARED);
+	for (int s = 0; s < PC_MAX_CACHES && as == NULL; s++)
+	{
+		const PcCacheSlot *slot = &pc_shared->caches.slots[s];
+
+		if (!slot->in_use)
+			continue;
+		if (slot->reg.owner == objectId)
+			as = "owner";
+		else if (slot->reg.fetch_role == objectId)
+			as = "fetch role";
+		for (int i = 0; as == NULL && i < slot->reg.nreaders; i++)
+			if (slot->reg.readers[i] == objectId)
+				as = "reader";
+		if (as != NULL)
+			strlcpy(cache, slot->reg.name, NAMEDATALEN);
+	}
+	LWLockRelease(pc_shared->caches.lock);
+	if (as != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("role \"%s\" cannot be dropped because named cache \"%s\" depends on it",
+						GetUserNameFromId(objectId, false), cache),
+				 errdetail("It is the cache's %s.", as),
+				 errhint("Drop the cache, revoke it from the role, or change its fetch role, in database \"%s\".",
+						 pc_database ? pc_database : "")));
+}
+
+void
+pc_caches_install_hooks(void)
+{
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = refuse_named_role_drop;
+}
+
+/* ----------------------------------------------------------------
  * The worker's copy of the registry
  * ----------------------------------------------------------------
  */
@@ -179,15 +243,27 @@ read_registry(PcCacheReg *regs)
 	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 								   SPI_tuptable->tupdesc, 1, &isnull)))
 	{
+		/*
+		 * A lock queued on the table (a VACUUM FULL behind a transaction that
+		 * changed it) must not stop the worker: this reload gives up, and the
+		 * next poll tries again.
+		 */
+		if (SPI_execute("SET LOCAL lock_timeout = 200", false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "could not set lock_timeout");
 		if (SPI_execute("SELECT name, owner::pg_catalog.oid, fetch_function,"
 						" fetch_role::pg_catalog.oid, expiry, grace_period,"
 						" refresh_interval, max_retry_backoff, batch_size,"
 						" fetch_timeout, max_memory,"
 						" readers::pg_catalog.oid[]"
 						" FROM projcache.cache_registry ORDER BY name",
-						true, PC_MAX_CACHES) != SPI_OK_SELECT)
+						true, PC_MAX_CACHES + 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read projcache.cache_registry");
-		for (n = 0; n < (int) SPI_processed; n++)
+		if (SPI_processed > PC_MAX_CACHES)
+			ereport(WARNING,
+					(errmsg("projcache.cache_registry has more than %d rows: only the first %d by name are published",
+							PC_MAX_CACHES, PC_MAX_CACHES),
+					 errhint("Rows written to the table directly, or restored, are not checked as create_cache() checks them.")));
+		for (n = 0; n < (int) Min(SPI_processed, PC_MAX_CACHES); n++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[n];
 			TupleDesc	desc = SPI_tuptable->tupdesc;

@@ -78,6 +78,7 @@ typedef struct PcCaches
 } PcCaches;
 
 extern void pc_caches_init(PcCaches *caches, LWLock *lock);
+extern void pc_caches_install_hooks(void);
 extern void pc_caches_changed(void);
 extern bool pc_caches_reload_due(int64 now_ms, long *sleep_ms);
 extern void pc_caches_reload(int64 now_ms);

@@ -32,6 +32,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -118,6 +119,17 @@ static void
 check_registry_database(void)
 {
 	pc_require_loaded();
+
+	/*
+	 * The totals that bound the registry are read after its lock is taken:
+	 * under a transaction snapshot taken before, they would miss what other
+	 * transactions committed meanwhile.
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("named caches are changed in READ COMMITTED transactions only"),
+				 errdetail("The bounds on caches and their memory are checked against what is committed when the registry is locked.")));
 	if (pc_database == NULL ||
 		strcmp(get_database_name(MyDatabaseId), pc_database) != 0)
 		ereport(ERROR,
@@ -288,8 +300,13 @@ static void
 check_cache_name(const char *name)
 {
 	size_t		len = strlen(name);
-	bool		ok = len > 0 && len < NAMEDATALEN && name[0] >= 'a' &&
-		name[0] <= 'z';
+	bool		ok = len > 0 && name[0] >= 'a' && name[0] <= 'z';
+
+	if (len >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cache name is %zu bytes long, longer than %d", len,
+						NAMEDATALEN - 1)));
 
 	for (size_t i = 1; ok && i < len; i++)
 		ok = (name[i] >= 'a' && name[i] <= 'z') ||
@@ -318,6 +335,7 @@ check_fetch_function(Oid fn)
 	HeapTuple	tup;
 	Form_pg_proc proc;
 	bool		ok;
+	bool		in_temp_schema;
 
 	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
 	if (!HeapTupleIsValid(tup))
@@ -325,6 +343,7 @@ check_fetch_function(Oid fn)
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),
 				 errmsg("function with OID %u does not exist", fn)));
 	proc = (Form_pg_proc) GETSTRUCT(tup);
+	in_temp_schema = isAnyTempNamespace(proc->pronamespace);
 	ok = proc->pronargs == 2 && proc->proretset &&
 		proc->proargtypes.values[0] == TEXTARRAYOID &&
 		proc->proargtypes.values[1] == TEXTARRAYOID &&
@@ -336,6 +355,13 @@ check_fetch_function(Oid fn)
 				 errmsg("permission denied for function %s",
 						format_procedure(fn)),
 				 errdetail("Registering a cache needs EXECUTE on its fetch function.")));
+	/* A later session may own that schema, and put its code there. */
+	if (in_temp_schema)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fetch function %s is in a temporary schema",
+						format_procedure(fn)),
+				 errdetail("A temporary schema goes with its session, and another session may define a function of that name there.")));
 	if (strlen(format_procedure_qualified(fn)) >= PC_CACHE_FUNCTION_LEN)
 		ereport(ERROR,
 				(errcode(ERRCODE_NAME_TOO_LONG),
@@ -350,20 +376,27 @@ check_fetch_function(Oid fn)
 				 errhint("See projcache.fetch_function in doc/settings.md.")));
 }
 
-/* The fetch role: the caller must be a member of it. */
+/*
+ * The fetch role: the cache's owner must be able to SET ROLE to it (a
+ * member whose grant allows SET), and a superuser fetch role needs a
+ * superuser owner, so that a cache never fetches with more rights than its
+ * owner could take.
+ */
 static void
-check_fetch_role(Oid role)
+check_fetch_role(Oid role, Oid owner)
 {
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("role with OID %u does not exist", role)));
-	if (!is_member_of_role(GetUserId(), role))
+	if (!pc_member_can_set_role(owner, role) ||
+		(superuser_arg(role) && !superuser_arg(owner)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be a member of role \"%s\" to fetch as it",
+				 errmsg("role \"%s\" cannot fetch as role \"%s\"",
+						GetUserNameFromId(owner, false),
 						GetUserNameFromId(role, false)),
-				 errdetail("A cache's fetch runs as its owner, or as a fetch role its owner is a member of.")));
+				 errdetail("A cache's fetch runs as its owner, or as a fetch role its owner may SET ROLE to; a superuser fetch role needs a superuser owner.")));
 }
 
 /* An interval setting within its bounds (pc_interval_ms()). */
@@ -488,7 +521,7 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 	check_cache_name(name);
 	check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION));
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
-		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE));
+		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), GetUserId());
 
 	lock_registry();
 	registry_totals(name, GetUserId(), &t);
@@ -544,13 +577,14 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("the cache to change needs a name")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(ARG_NAME));
+	check_cache_name(name);
 	lock_registry();
 	read_cache_row(name, &row);
 	check_cache_owner(name, &row);
 	if (!PG_ARGISNULL(ARG_FETCH_FUNCTION))
 		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION));
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
-		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE));
+		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), row.owner);
 	check_settings(fcinfo, name, row.owner);
 
 	setting_args(fcinfo, argtypes, args, nulls);
@@ -583,6 +617,7 @@ projcache_drop_cache(PG_FUNCTION_ARGS)
 	PcUserSwitch rs;
 
 	check_registry_database();
+	check_cache_name(name);
 	lock_registry();
 	read_cache_row(name, &row);
 	check_cache_owner(name, &row);
@@ -611,6 +646,7 @@ change_readers(FunctionCallInfo fcinfo, bool grant)
 	PcUserSwitch rs;
 
 	check_registry_database();
+	check_cache_name(name);
 	lock_registry();
 	read_cache_row(name, &row);
 	check_cache_owner(name, &row);

@@ -374,4 +374,5 @@ _PG_init(void)
 		pc_register_launcher();
 	pc_wal_register_rmgr();
 	pc_snap_install_hooks();
+	pc_caches_install_hooks();
 }

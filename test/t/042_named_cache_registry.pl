@@ -14,6 +14,9 @@
 #    a cache registered on the primary shows there once replayed.
 # d. pg_dump: the dump carries the registry's rows, and a server whose
 #    projcache.database is the restored database publishes them.
+# e. (run before d) A lock queued on the registry does not stop the
+#    worker; and on 16 and later, a grant without SET does not make a
+#    fetch role.
 
 use strict;
 use warnings;
@@ -28,6 +31,7 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $node = projcache_node('primary', init => { allows_streaming => 1 });
+my ($rc, $out, $err);
 
 $node->safe_psql(
 	'postgres', q{
@@ -155,10 +159,65 @@ $node->wait_for_catchup($standby, 'replay');
 	'flags 00:00:45 1048576,projects 00:01:00 -');
 is($got, 'flags 00:00:45 1048576,projects 00:01:00 -',
 	'standby: a cache registered on the primary shows once replayed');
-my ($rc, $out, $err) = $standby->psql('postgres',
+($rc, $out, $err) = $standby->psql('postgres',
 	"SELECT projcache.create_cache('on_standby', 'public.flags_fetch(text[],text[])')");
 isnt($rc, 0, 'standby: create_cache fails there (read-only)');
 $standby->stop;
+
+# ---------------------------------------------------------------------------
+# e. A lock queued on the registry does not stop the worker: a transaction
+#    holds the registry's lock, a VACUUM FULL queues behind it, and the
+#    worker's reload gives up after its lock_timeout instead of waiting, so
+#    that the default cache keeps fetching.
+# ---------------------------------------------------------------------------
+create_local_upstream($node);
+$node->safe_psql('postgres',
+	q{INSERT INTO public.upstream (key, revision, config) VALUES ('lk', 'r1', '{"lk": 1}')});
+set_fetch_function($node, 'public.fetch');
+my $holder = start_session($node, 'holder',
+	"BEGIN; SELECT projcache.alter_cache('flags', expiry => '50s'); SELECT pg_sleep(20); ROLLBACK;");
+ok( $node->poll_query_until(
+		'postgres', q{SELECT count(*) > 0 FROM pg_locks
+ WHERE relation = 'projcache.cache_registry'::regclass AND mode = 'ShareRowExclusiveLock' AND granted}),
+	'a transaction holds the registry\'s lock');
+my $log_at = log_offset($node);
+my $vacuum = start_session($node, 'vacuum', 'VACUUM FULL projcache.cache_registry');
+ok( $node->poll_query_until(
+		'postgres', q{SELECT count(*) > 0 FROM pg_locks
+ WHERE relation = 'projcache.cache_registry'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted}),
+	'a VACUUM FULL waits behind it');
+my $gave_up = 0;
+for (1 .. 600)
+{
+	$gave_up = log_since($node, $log_at) =~
+	  /could not read the named caches' registry: canceling statement due to lock timeout/;
+	last if $gave_up;
+	select(undef, undef, undef, 0.05);
+}
+ok($gave_up, 'the worker\'s reload gives up on the lock');
+is($node->safe_psql('postgres', "SELECT projcache.get('lk', '5s')"),
+	'{"lk": 1}', 'meanwhile, the default cache fetches a new key');
+$node->safe_psql('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'");
+wait_session($holder);
+wait_session($vacuum);
+
+# On PostgreSQL 16 and later a grant may refuse SET ROLE: such a member may
+# not fetch as that role.
+if ($node->safe_psql('postgres', 'SHOW server_version_num') >= 160000)
+{
+	$node->safe_psql(
+		'postgres', q{
+CREATE ROLE no_set;
+GRANT no_set TO app_flags WITH SET FALSE;
+GRANT USAGE ON SCHEMA projcache TO app_flags;
+GRANT EXECUTE ON FUNCTION projcache.create_cache TO app_flags;
+});
+	($rc, $out, $err) = $node->psql('postgres',
+		"SET ROLE app_flags; SELECT projcache.create_cache('no_set', 'public.flags_fetch(text[],text[])', fetch_role => 'no_set')");
+	like($err, qr/role "app_flags" cannot fetch as role "no_set"/,
+		'a member without SET on the role cannot name it fetch_role');
+}
 
 # ---------------------------------------------------------------------------
 # d. pg_dump and a server reading the restored registry.
