@@ -77,6 +77,7 @@ SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.scalar(text[],text[])''
 -- fit in the keys' part of projcache.max_memory (22023).
 SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'', expiry => ''0'')');
 SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'', grace_period => ''-1s'')');
+SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'', grace_period => ''-0.5ms'')');
 SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'', max_retry_backoff => ''10ms'')');
 SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'', expiry => ''100000 years'')');
 SELECT nc.try('SELECT projcache.create_cache(''a'', ''nc.fetch(text[],text[])'', batch_size => 0)');

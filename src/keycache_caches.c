@@ -27,10 +27,15 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
 #include "catalog/objectaccess.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -38,8 +43,10 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "keycache.h"
@@ -82,8 +89,9 @@ pc_caches_changed(void)
 }
 
 /*
- * An interval in ms, a month counting 30 days as extract(epoch) has it;
- * false if that does not fit in 64 bits.
+ * An interval in whole ms, rounded down (so that any negative interval is
+ * negative), a month counting 30 days and a day 24 hours; false if that
+ * does not fit in 64 bits.
  */
 bool
 pc_interval_ms(const Interval *iv, int64 *ms)
@@ -94,7 +102,7 @@ pc_interval_ms(const Interval *iv, int64 *ms)
 							USECS_PER_DAY, &usecs) ||
 		pg_add_s64_overflow(usecs, iv->time, &usecs))
 		return false;
-	*ms = usecs / 1000;
+	*ms = usecs / 1000 - (usecs % 1000 < 0 ? 1 : 0);
 	return true;
 }
 
@@ -123,8 +131,11 @@ pc_cache_may_read(const PcCacheReg *reg)
  * cluster, where it may be some other role.  So DROP ROLE of a role a
  * registered cache names fails, as for a role that owns objects: the
  * object access hook sees each role DROP ROLE is about to remove, and the
- * published registry says which ones caches name (a change committed in
- * the last PC_CACHES_POLL_MS may not be published yet).
+ * published registry says which ones caches name.  It is a guard, not a
+ * dependency: the registry is another database's table, so the hook sees
+ * it as last published, and misses what is not published yet (a change
+ * committed a moment ago, or any while no worker runs or its reloads
+ * fail).  DROP OWNED does not revoke caches: revoke_cache and drop_cache do.
  * ----------------------------------------------------------------
  */
 static object_access_hook_type prev_object_access_hook = NULL;
@@ -141,7 +152,7 @@ refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
 	if (access != OAT_DROP || classId != AuthIdRelationId || pc_shared == NULL)
 		return;
 
-	LWLockAcquire(pc_shared->caches.lock, LW_SHARED);
+	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
 	for (int s = 0; s < PC_MAX_CACHES && as == NULL; s++)
 	{
 		const PcCacheSlot *slot = &pc_shared->caches.slots[s];
@@ -222,79 +233,160 @@ column_int(HeapTuple tup, TupleDesc desc, int attno, bool is_int8)
 }
 
 /*
+ * The registry's table in this database, if it is projcache's own: a plain
+ * table that is a member of the extension and owned by a superuser.  A
+ * relation of that name made otherwise (projcache.database may exist
+ * without the extension, and its owner create a schema "projcache" there)
+ * is not read: reading it as the bootstrap superuser would run its
+ * owner's code (a view's functions, a column type's casts).
+ */
+static bool
+registry_is_ours(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	Oid			ext = get_extension_oid("projcache", true);
+	Oid			relid;
+	HeapTuple	tup;
+	bool		ours;
+
+	if (!OidIsValid(nsp) || !OidIsValid(ext))
+		return false;
+	relid = get_relname_relid("cache_registry", nsp);
+	if (!OidIsValid(relid) ||
+		getExtensionOfObject(RelationRelationId, relid) != ext)
+		return false;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	ours = ((Form_pg_class) GETSTRUCT(tup))->relkind == RELKIND_RELATION &&
+		superuser_arg(((Form_pg_class) GETSTRUCT(tup))->relowner);
+	ReleaseSysCache(tup);
+	return ours;
+}
+
+/* One row's registration; false (and a reason) if it cannot be one. */
+static bool
+read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
+{
+	char	   *name = SPI_getvalue(tup, desc, 1);
+	char	   *function = SPI_getvalue(tup, desc, 3);
+	bool		isnull;
+	Datum		d;
+	Datum	   *readers;
+	bool	   *nulls;
+	int			nreaders;
+
+	if (name == NULL || function == NULL || strlen(name) >= NAMEDATALEN ||
+		strlen(function) >= PC_CACHE_FUNCTION_LEN)
+	{
+		*why = "a NULL or overlong name or fetch function";
+		return false;
+	}
+	strlcpy(reg->name, name, NAMEDATALEN);
+	strlcpy(reg->fetch_function, function, PC_CACHE_FUNCTION_LEN);
+	d = SPI_getbinval(tup, desc, 2, &isnull);
+	if (isnull)
+	{
+		*why = "a NULL owner";
+		return false;
+	}
+	reg->owner = DatumGetObjectId(d);
+	d = SPI_getbinval(tup, desc, 4, &isnull);
+	reg->fetch_role = isnull ? InvalidOid : DatumGetObjectId(d);
+	reg->expiry_ms = column_ms(tup, desc, 5);
+	reg->grace_period_ms = column_ms(tup, desc, 6);
+	reg->refresh_interval_ms = column_ms(tup, desc, 7);
+	reg->max_retry_backoff_ms = column_ms(tup, desc, 8);
+	reg->batch_size = column_int(tup, desc, 9, false);
+	reg->fetch_timeout_ms = column_ms(tup, desc, 10);
+	reg->max_memory = column_int(tup, desc, 11, true);
+	d = SPI_getbinval(tup, desc, 12, &isnull);
+	if (!isnull)
+	{
+		deconstruct_array(DatumGetArrayTypeP(d), OIDOID, sizeof(Oid), true,
+						  TYPALIGN_INT, &readers, &nulls, &nreaders);
+		for (int i = 0; i < nreaders && reg->nreaders < PC_MAX_CACHE_READERS; i++)
+			if (!nulls[i])
+				reg->readers[reg->nreaders++] = DatumGetObjectId(readers[i]);
+	}
+	d = SPI_getbinval(tup, desc, 13, &isnull);
+	reg->created_at = isnull ? 0 : DatumGetTimestampTz(d);
+	return true;
+}
+
+/*
+ * A WARNING, unless it says what the last one said: the worker reloads
+ * every second, and a condition that lasts is told once.
+ */
+static void
+warn_once(const char *message)
+{
+	static char *last = NULL;
+
+	if (last != NULL && strcmp(last, message) == 0)
+		return;
+	if (last != NULL)
+		pfree(last);
+	last = MemoryContextStrdup(TopMemoryContext, message);
+	ereport(WARNING, (errmsg("%s", message)));
+}
+
+/*
  * Read the registry's rows into regs (zeroed, PC_MAX_CACHES of them), in a
- * transaction of the caller's; returns how many.  No table (projcache not
- * yet updated to 1.3 in projcache.database): none.
+ * transaction of the caller's; returns how many.  No table of ours
+ * (projcache not yet updated to 1.3 in projcache.database, or not there):
+ * none.
  */
 static int
 read_registry(PcCacheReg *regs)
 {
 	PcUserSwitch rs;
 	int			n = 0;
-	bool		isnull;
+	char	   *problem = NULL;
 
+	if (!registry_is_ours())
+		return 0;
 	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute("SELECT pg_catalog.to_regclass("
-					"'projcache.cache_registry') IS NOT NULL",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not look for projcache.cache_registry");
-	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-								   SPI_tuptable->tupdesc, 1, &isnull)))
-	{
-		/*
-		 * A lock queued on the table (a VACUUM FULL behind a transaction that
-		 * changed it) must not stop the worker: this reload gives up, and the
-		 * next poll tries again.
-		 */
-		if (SPI_execute("SET LOCAL lock_timeout = 200", false, 0) != SPI_OK_UTILITY)
-			elog(ERROR, "could not set lock_timeout");
-		if (SPI_execute("SELECT name, owner::pg_catalog.oid, fetch_function,"
-						" fetch_role::pg_catalog.oid, expiry, grace_period,"
-						" refresh_interval, max_retry_backoff, batch_size,"
-						" fetch_timeout, max_memory,"
-						" readers::pg_catalog.oid[]"
-						" FROM projcache.cache_registry ORDER BY name",
-						true, PC_MAX_CACHES + 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read projcache.cache_registry");
-		if (SPI_processed > PC_MAX_CACHES)
-			ereport(WARNING,
-					(errmsg("projcache.cache_registry has more than %d rows: only the first %d by name are published",
-							PC_MAX_CACHES, PC_MAX_CACHES),
-					 errhint("Rows written to the table directly, or restored, are not checked as create_cache() checks them.")));
-		for (n = 0; n < (int) Min(SPI_processed, PC_MAX_CACHES); n++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[n];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			PcCacheReg *reg = &regs[n];
-			Datum		d;
-			Datum	   *readers;
-			int			nreaders;
 
-			strlcpy(reg->name, SPI_getvalue(tup, desc, 1), NAMEDATALEN);
-			reg->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
-			strlcpy(reg->fetch_function, SPI_getvalue(tup, desc, 3),
-					PC_CACHE_FUNCTION_LEN);
-			d = SPI_getbinval(tup, desc, 4, &isnull);
-			reg->fetch_role = isnull ? InvalidOid : DatumGetObjectId(d);
-			reg->expiry_ms = column_ms(tup, desc, 5);
-			reg->grace_period_ms = column_ms(tup, desc, 6);
-			reg->refresh_interval_ms = column_ms(tup, desc, 7);
-			reg->max_retry_backoff_ms = column_ms(tup, desc, 8);
-			reg->batch_size = column_int(tup, desc, 9, false);
-			reg->fetch_timeout_ms = column_ms(tup, desc, 10);
-			reg->max_memory = column_int(tup, desc, 11, true);
-			d = SPI_getbinval(tup, desc, 12, &isnull);
-			deconstruct_array(DatumGetArrayTypeP(d), OIDOID, sizeof(Oid),
-							  true, TYPALIGN_INT, &readers, NULL, &nreaders);
-			reg->nreaders = Min(nreaders, PC_MAX_CACHE_READERS);
-			for (int i = 0; i < reg->nreaders; i++)
-				reg->readers[i] = DatumGetObjectId(readers[i]);
+	/*
+	 * A lock queued on the table (a VACUUM FULL behind a transaction that
+	 * changed it) must not stop the worker: this reload gives up, and the
+	 * next poll tries again.
+	 */
+	if (SPI_execute("SET LOCAL lock_timeout = 200", false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not set lock_timeout");
+	if (SPI_execute("SELECT name, owner::pg_catalog.oid, fetch_function,"
+					" fetch_role::pg_catalog.oid, expiry, grace_period,"
+					" refresh_interval, max_retry_backoff, batch_size,"
+					" fetch_timeout, max_memory,"
+					" readers::pg_catalog.oid[], created_at"
+					" FROM projcache.cache_registry ORDER BY name",
+					true, PC_MAX_CACHES + 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read projcache.cache_registry");
+	if (SPI_processed > PC_MAX_CACHES)
+		problem = psprintf("projcache.cache_registry has more than %d rows: only the first %d by name are published",
+						   PC_MAX_CACHES, PC_MAX_CACHES);
+	for (uint64 row = 0; row < Min(SPI_processed, PC_MAX_CACHES); row++)
+	{
+		const char *why = NULL;
+
+		if (read_row(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+					 &regs[n], &why))
+			n++;
+		else
+		{
+			memset(&regs[n], 0, sizeof(PcCacheReg));
+			if (problem == NULL)
+				problem = psprintf("projcache.cache_registry has a row with %s: it is not published",
+								   why);
 		}
 	}
 	SPI_finish();
 	pc_unbecome(&rs);
+	if (problem != NULL)
+		warn_once(problem);
 	return n;
 }
 
@@ -310,7 +402,7 @@ publish(const PcCacheReg *regs, int n)
 	bool		changed = false;
 	bool		kept[PC_MAX_CACHES] = {false};
 
-	LWLockAcquire(caches->lock, LW_EXCLUSIVE);
+	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 	{
 		PcCacheSlot *slot = &caches->slots[s];
@@ -318,8 +410,10 @@ publish(const PcCacheReg *regs, int n)
 
 		if (!slot->in_use)
 			continue;
+		/* The same cache: its name, and when it was made. */
 		for (r = 0; r < n; r++)
-			if (strcmp(slot->reg.name, regs[r].name) == 0)
+			if (strcmp(slot->reg.name, regs[r].name) == 0 &&
+				slot->reg.created_at == regs[r].created_at)
 				break;
 		if (r == n)
 		{
@@ -390,9 +484,8 @@ pc_caches_reload(int64 now_ms)
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		ereport(WARNING,
-				(errmsg("projcache could not read the named caches' registry: %s",
-						edata->message)));
+		warn_once(psprintf("projcache could not read the named caches' registry: %s",
+						   edata->message));
 		FreeErrorData(edata);
 		MemoryContextSwitchTo(cxt);
 		pfree(regs);
@@ -441,7 +534,7 @@ projcache_caches(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 
 	copy = palloc(sizeof(PcCacheSlot) * PC_MAX_CACHES);
-	LWLockAcquire(pc_shared->caches.lock, LW_SHARED);
+	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 	{
 		PcCacheSlot *slot = &pc_shared->caches.slots[s];

@@ -53,6 +53,7 @@ typedef struct PcCacheReg
 	int64		max_memory;		/* PC_CACHE_SETTING_UNSET or bytes */
 	int			nreaders;
 	Oid			readers[PC_MAX_CACHE_READERS];
+	TimestampTz created_at;		/* tells a cache made again from the last */
 } PcCacheReg;
 
 /*

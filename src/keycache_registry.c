@@ -11,11 +11,13 @@
  * only, with the caller's values as parameters, once the caller's rights
  * are checked:
  *
- *	 - create_cache: EXECUTE on it (not granted to PUBLIC), EXECUTE on the
- *	   fetch function, and membership in the fetch role it names;
+ *	 - create_cache: EXECUTE on it (not granted to PUBLIC); the caller, who
+ *	   becomes the owner, needs EXECUTE on the fetch function and the right
+ *	   to SET ROLE to the fetch role it names (a superuser fetch role needs
+ *	   a superuser owner);
  *	 - alter_cache, drop_cache, grant_cache, revoke_cache: the privileges of
  *	   the cache's owner (or superuser); a new fetch function or fetch role
- *	   is checked as at creation.
+ *	   is checked for the owner as at creation.
  *
  * Every change first locks the table against other changes (SHARE ROW
  * EXCLUSIVE), so that two creations cannot both take the last of the
@@ -32,6 +34,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_proc.h"
@@ -119,6 +122,11 @@ static void
 check_registry_database(void)
 {
 	pc_require_loaded();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("named caches are changed on the primary"),
+				 errdetail("A standby reads the registry its primary wrote.")));
 
 	/*
 	 * The totals that bound the registry are read after its lock is taken:
@@ -218,6 +226,7 @@ read_cache_row(const char *name, CacheRow *row)
 	Datum		d;
 	ArrayType  *readers;
 	Datum	   *elems;
+	bool	   *elem_nulls;
 	int			n;
 	PcUserSwitch rs;
 
@@ -240,14 +249,18 @@ read_cache_row(const char *name, CacheRow *row)
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 					  &isnull);
 	row->max_memory = isnull ? -1 : DatumGetInt64(d);
-	readers = DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
-											   SPI_tuptable->tupdesc, 3,
-											   &isnull));
-	deconstruct_array(readers, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-					  &elems, NULL, &n);
-	row->nreaders = Min(n, PC_MAX_CACHE_READERS);
-	for (int i = 0; i < row->nreaders; i++)
-		row->readers[i] = DatumGetObjectId(elems[i]);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3,
+					  &isnull);
+	row->nreaders = 0;
+	if (!isnull)
+	{
+		readers = DatumGetArrayTypeP(d);
+		deconstruct_array(readers, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+						  &elems, &elem_nulls, &n);
+		for (int i = 0; i < n && row->nreaders < PC_MAX_CACHE_READERS; i++)
+			if (!elem_nulls[i])
+				row->readers[row->nreaders++] = DatumGetObjectId(elems[i]);
+	}
 	registry_end(&rs);
 }
 
@@ -258,10 +271,10 @@ typedef struct RegistryTotals
 	int64		reserved;		/* bytes of max_memory */
 	int			owner_count;
 	int64		owner_reserved;
-}			RegistryTotals;
+} RegistryTotals;
 
 static void
-registry_totals(const char *except, Oid owner, RegistryTotals * t)
+registry_totals(const char *except, Oid owner, RegistryTotals *t)
 {
 	Oid			argtypes[2] = {TEXTOID, OIDOID};
 	Datum		args[2] = {CStringGetTextDatum(except), ObjectIdGetDatum(owner)};
@@ -325,12 +338,12 @@ check_cache_name(const char *name)
 }
 
 /*
- * The fetch function: the caller may execute it, and it takes the fetch
+ * The fetch function: the owner may execute it, and it takes the fetch
  * function's arguments (text[], text[]) and returns a set of rows.  Its
  * columns are checked at each call, as the server setting's are.
  */
 static void
-check_fetch_function(Oid fn)
+check_fetch_function(Oid fn, Oid owner)
 {
 	HeapTuple	tup;
 	Form_pg_proc proc;
@@ -349,12 +362,12 @@ check_fetch_function(Oid fn)
 		proc->proargtypes.values[1] == TEXTARRAYOID &&
 		proc->prokind == PROKIND_FUNCTION;
 	ReleaseSysCache(tup);
-	if (pc_proc_aclcheck(fn, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+	if (pc_proc_aclcheck(fn, owner, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for function %s",
 						format_procedure(fn)),
-				 errdetail("Registering a cache needs EXECUTE on its fetch function.")));
+				 errdetail("A cache's owner needs EXECUTE on its fetch function.")));
 	/* A later session may own that schema, and put its code there. */
 	if (in_temp_schema)
 		ereport(ERROR,
@@ -519,7 +532,7 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 				 errmsg("a cache needs a name and a fetch function")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(ARG_NAME));
 	check_cache_name(name);
-	check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION));
+	check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), GetUserId());
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
 		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), GetUserId());
 
@@ -582,7 +595,7 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 	read_cache_row(name, &row);
 	check_cache_owner(name, &row);
 	if (!PG_ARGISNULL(ARG_FETCH_FUNCTION))
-		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION));
+		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), row.owner);
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
 		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), row.owner);
 	check_settings(fcinfo, name, row.owner);

@@ -1668,20 +1668,20 @@ reload_settings(void)
 }
 
 /*
- * Sleep on the latch until the next timer, the WAL replay's next poll
- * (replay_poll, or -1) or the dump's next slice is due, or a reader's
- * request sets the latch.
+ * Sleep on the latch until the next timer, the next poll (poll_ms: the WAL
+ * replay's or the named caches' registry's, whichever comes first; or -1)
+ * or the dump's next slice is due, or a reader's request sets the latch.
  */
 static void
-sleep_until_due(int64 now, long replay_poll, bool dumping)
+sleep_until_due(int64 now, long poll_ms, bool dumping)
 {
 	SchedTime	wake;
 	long		timeout = PC_MAX_SLEEP_MS;
 
 	if (sched_next_wakeup(sched, pc_batch_interval_ms, &wake))
 		timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
-	if (replay_poll >= 0)
-		timeout = Min(timeout, replay_poll);
+	if (poll_ms >= 0)
+		timeout = Min(timeout, poll_ms);
 	if (dumping)
 		timeout = Min(timeout, Max(0, dump_resume_ms - pc_real_now_ms()));
 	else if (pc_dump_interval_s > 0)

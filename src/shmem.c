@@ -585,7 +585,8 @@ pc_lock_order_ok(PcLockKind kind)
 		LWLockHeldByMe(pc_shared->ring_lock) ||
 		LWLockHeldByMe(pc_shared->role_lock) ||
 		LWLockHeldByMe(pc_shared->wal_lock) ||
-		LWLockHeldByMe(pc_shared->snap_tomb_lock))
+		LWLockHeldByMe(pc_shared->snap_tomb_lock) ||
+		LWLockHeldByMe(pc_shared->caches.lock))
 		return false;
 	for (i = 0; i < pc_shared->max_snapshots; i++)
 		if (LWLockHeldByMe(&pc_shared->snap_slot_locks[i].lock))

@@ -81,6 +81,12 @@ typedef enum PcCounter
  *	 a slot's count is the number of entries whose owner it is, plus the
  *	 creations under way, and a slot counted for a role is never given to
  *	 another while an entry names it.
+ * - caches.lock (LWLock): the named caches' slots (keycache_caches.h):
+ *	 which are in use, and each one's registration.  Exclusive for the
+ *	 worker's publication, shared for readers' copies and the DROP ROLE
+ *	 guard; taken alone, never with another lock of ours, and nothing that
+ *	 can raise an ERROR runs under it.  Each slot's counters, and
+ *	 caches.changed and caches.generation, are atomics.
  * - the DSA's own lock: its allocator.
  * - counters, memory_used and snap_memory_used (DSA bytes taken, as
  *	 pc_dsa_footprint counts them, by keys and messages and by snapshot
@@ -93,7 +99,7 @@ typedef enum PcCounter
  * found; redo of a snapshot's refresh marks its slot stale).  Never a
  * slot lock, then the map lock; never two slot locks.  Every other lock of
  * ours (a key map partition, ring_lock, role_lock, wal_lock,
- * snap_tomb_lock) and snap_map_lock itself are taken with no lock of ours
+ * snap_tomb_lock, caches.lock) and snap_map_lock itself are taken with no lock of ours
  * held, and none of ours is taken under them.  Below all of them come the
  * DSA area's own lock (an allocation under a partition or slot lock) and,
  * last, the spinlock mutex, under which nothing is taken.  pc_lock_alone()

@@ -17,6 +17,8 @@
 # e. (run before d) A lock queued on the registry does not stop the
 #    worker; and on 16 and later, a grant without SET does not make a
 #    fetch role.
+# f. A relation of the registry's name that projcache did not make is
+#    never read.
 
 use strict;
 use warnings;
@@ -119,8 +121,14 @@ SELECT projcache.create_cache('rolled_back', 'public.flags_fetch(text[],text[])'
 SELECT projcache.grant_cache('rolled_back', 'app_flags');
 ROLLBACK;
 });
-is($node->safe_psql('postgres', 'SELECT count(*) FROM projcache.cache_registry'),
-	'1', 'a rolled back creation leaves no row');
+$node->safe_psql('postgres',
+	"SELECT projcache.alter_cache('flags', max_memory => 2097152)");
+($got) = caches_become($node, 'other_db', 'app_flags', 'flags 00:00:45 2097152');
+is($got, 'flags 00:00:45 2097152',
+	'a rolled back creation is not published, a later change is');
+$node->safe_psql('postgres',
+	"SELECT projcache.alter_cache('flags', max_memory => 1048576)");
+($got) = caches_become($node, 'other_db', 'app_flags', 'flags 00:00:45 1048576');
 
 # ---------------------------------------------------------------------------
 # b. Restart and crash.
@@ -161,7 +169,8 @@ is($got, 'flags 00:00:45 1048576,projects 00:01:00 -',
 	'standby: a cache registered on the primary shows once replayed');
 ($rc, $out, $err) = $standby->psql('postgres',
 	"SELECT projcache.create_cache('on_standby', 'public.flags_fetch(text[],text[])')");
-isnt($rc, 0, 'standby: create_cache fails there (read-only)');
+like($err, qr/named caches are changed on the primary/,
+	'standby: create_cache is refused there');
 $standby->stop;
 
 # ---------------------------------------------------------------------------
@@ -197,6 +206,10 @@ for (1 .. 600)
 ok($gave_up, 'the worker\'s reload gives up on the lock');
 is($node->safe_psql('postgres', "SELECT projcache.get('lk', '5s')"),
 	'{"lk": 1}', 'meanwhile, the default cache fetches a new key');
+is( $node->safe_psql(
+		'postgres', q{SELECT count(*) FROM pg_locks
+ WHERE relation = 'projcache.cache_registry'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted}),
+	'1', 'and the VACUUM FULL was still waiting then');
 $node->safe_psql('postgres',
 	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'");
 wait_session($holder);
@@ -261,6 +274,43 @@ is($got, 'flags 00:00:45 1048576,projects 00:01:00 -',
 	"SELECT projcache.create_cache('x', 'public.flags_fetch(text[],text[])')");
 like($err, qr/named caches are registered in database "restored"/,
 	'create_cache in postgres, no longer projcache.database, is refused');
+
+# ---------------------------------------------------------------------------
+# f. A relation named projcache.cache_registry that is not projcache's own
+#    (projcache.database may exist without the extension; its owner can
+#    make a schema "projcache" there) is never read by the worker, which
+#    would run its owner's code as superuser.
+# ---------------------------------------------------------------------------
+$node->safe_psql('postgres',
+	'CREATE ROLE db_owner LOGIN; CREATE DATABASE fake_db OWNER db_owner');
+$node->safe_psql(
+	'fake_db', q{
+SET ROLE db_owner;
+CREATE SCHEMA projcache;
+CREATE TABLE projcache.ran (who text);
+CREATE FUNCTION projcache.spy() RETURNS text LANGUAGE sql
+	AS $$ INSERT INTO projcache.ran VALUES (current_user) RETURNING who $$;
+CREATE VIEW projcache.cache_registry AS
+SELECT projcache.spy() AS name,
+	(SELECT oid FROM pg_catalog.pg_roles WHERE rolname = 'db_owner')::regrole AS owner,
+	'x' AS fetch_function, NULL::regrole AS fetch_role,
+	NULL::interval AS expiry, NULL::interval AS grace_period,
+	NULL::interval AS refresh_interval, NULL::interval AS max_retry_backoff,
+	NULL::int4 AS batch_size, NULL::interval AS fetch_timeout,
+	NULL::int8 AS max_memory, (SELECT '{}'::oid[])::regrole[] AS readers,
+	now() AS created_at;
+});
+$node->append_conf('postgresql.conf', "projcache.database = 'fake_db'\n");
+$node->restart;
+my $pid = wait_for_worker($node);
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT datname = 'fake_db' AND (state = 'idle' OR wait_event = '"
+		  . wait_event_of($node, 'projcache worker')
+		  . "') FROM pg_stat_activity WHERE pid = $pid"),
+	'the worker runs in fake_db and went round its loop (its first reload included)');
+is($node->safe_psql('fake_db', 'SELECT count(*) FROM projcache.ran'),
+	'0', 'it did not read the relation db_owner made: nothing of db_owner\'s ran');
 
 log_shows_no_crash($node);
 $node->stop;
