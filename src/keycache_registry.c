@@ -431,10 +431,12 @@ check_period(const PeriodBounds *b, Interval *iv)
  * projcache.max_memory leaves the other caches' reservations.  The caches
  * of an owner who is not a superuser may reserve at most half of that part
  * together, so that no role alone can take it all from the default cache
- * and from other owners.
+ * and from other owners.  totals: what registry_totals() gave for name and
+ * owner under the registry's lock, or NULL to read it here.
  */
 static void
-check_settings(FunctionCallInfo fcinfo, const char *name, Oid owner)
+check_settings(FunctionCallInfo fcinfo, const char *name, Oid owner,
+			   const RegistryTotals *totals)
 {
 	for (int i = 0; i < lengthof(period_bounds); i++)
 		if (!PG_ARGISNULL(period_bounds[i].arg))
@@ -452,7 +454,11 @@ check_settings(FunctionCallInfo fcinfo, const char *name, Oid owner)
 		int64		keys_part = (int64) pc_key_memory_bound();
 		RegistryTotals t;
 
-		registry_totals(name, owner, &t);
+		/* What the caller read under the lock already, or now. */
+		if (totals != NULL)
+			t = *totals;
+		else
+			registry_totals(name, owner, &t);
 		if (want < PC_MIN_CACHE_MEMORY || want > keys_part - t.reserved)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -549,7 +555,7 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 				 errmsg("role \"%s\" owns %d named caches, the most one role may",
 						GetUserNameFromId(GetUserId(), false),
 						PC_MAX_CACHES / 2)));
-	check_settings(fcinfo, name, GetUserId());
+	check_settings(fcinfo, name, GetUserId(), &t);
 
 	setting_args(fcinfo, argtypes, args, nulls);
 	argtypes[NUM_CACHE_ARGS] = OIDOID;
@@ -598,7 +604,7 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), row.owner);
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
 		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), row.owner);
-	check_settings(fcinfo, name, row.owner);
+	check_settings(fcinfo, name, row.owner, NULL);
 
 	setting_args(fcinfo, argtypes, args, nulls);
 	registry_begin(&rs, true);
