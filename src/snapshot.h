@@ -91,6 +91,8 @@ typedef enum PcSnapWait
 {
 	PC_SNAP_WAIT_NONE,			/* nothing to wait for */
 	PC_SNAP_WAIT_WOKEN,			/* what it waited for ended: look again */
+	PC_SNAP_WAIT_LEASE_FREE,	/* restored rows await a load nobody holds the
+								 * lease for: try it */
 	PC_SNAP_WAIT_TIMEOUT		/* the deadline passed */
 } PcSnapWait;
 

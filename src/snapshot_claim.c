@@ -63,12 +63,13 @@ pc_snap_awaits_load(PcSnapRef ref)
  * What a reader may wait for in the slot, under its lock: another backend
  * reading the dump for its rows, or, before s->restore_wait_until, the
  * first load as the owner of restored rows that another backend is trying
- * (it holds the lease).  With the lease free there is nothing to wait for:
- * the reader tries the load itself, or, if it may not, fails as before.
- * *lease_left: how long the lease lasts if nobody drops it (its end wakes
- * nobody).
+ * (it holds the lease).  PC_SNAP_WAIT_LEASE_FREE: restored rows await that
+ * load and nobody holds the lease (its holder dropped it, was cancelled, or
+ * is gone since the reader failed to take it): the reader should try the
+ * load itself.  *lease_left: how long the lease lasts if nobody drops it
+ * (its end wakes nobody).
  */
-static bool
+static PcSnapWait
 worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now,
 			  int64 *lease_left)
 {
@@ -78,18 +79,21 @@ worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now,
 
 	*lease_left = PG_INT64_MAX;
 	if (s->generation != ref.generation)
-		return false;
+		return PC_SNAP_WAIT_NONE;
 	if (checker != 0 && checker != MyProcPid &&
 		BackendPidGetProc(checker) != NULL)
-		return true;
+		return PC_SNAP_WAIT_WOKEN;
 	if (!DsaPointerIsValid(s->data) || !s->restored ||
 		real_now >= s->restore_wait_until)
-		return false;
+		return PC_SNAP_WAIT_NONE;
 	holder = (int) pg_atomic_read_u32(&s->lease_pid);
 	until = (int64) pg_atomic_read_u64(&s->lease_until_ms);
 	*lease_left = until - pc_now_ms();
-	return holder != 0 && holder != MyProcPid && *lease_left > 0 &&
-		BackendPidGetProc(holder) != NULL;
+	if (holder == MyProcPid)
+		return PC_SNAP_WAIT_NONE;
+	if (holder != 0 && *lease_left > 0 && BackendPidGetProc(holder) != NULL)
+		return PC_SNAP_WAIT_WOKEN;
+	return PC_SNAP_WAIT_LEASE_FREE;
 }
 
 /*
@@ -97,9 +101,11 @@ worth_waiting(PcSnapSlot *s, PcSnapRef ref, int64 real_now,
  * what another backend does that this read needs, rather than fail
  * (projcache.restore_wait): its reading the dump for the slot's rows, or
  * its load as the owner of rows restored from it.  PC_SNAP_WAIT_NONE:
- * there was nothing to wait for; PC_SNAP_WAIT_WOKEN: it ended: look again;
- * PC_SNAP_WAIT_TIMEOUT: the deadline passed.  Interruptible; no lock is
- * held while sleeping.
+ * there was nothing to wait for; PC_SNAP_WAIT_LEASE_FREE: restored rows
+ * await a load that nobody is trying (the holder that made the caller's
+ * lease_take fail has dropped it since): try it; PC_SNAP_WAIT_WOKEN: what
+ * it waited for ended: look again; PC_SNAP_WAIT_TIMEOUT: the deadline
+ * passed.  Interruptible; no lock is held while sleeping.
  */
 PcSnapWait
 pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
@@ -112,13 +118,18 @@ pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
 	{
 		int64		real_now = pc_real_now_ms();
 		int64		lease_left;
-		bool		wait;
+		PcSnapWait	what;
 
 		pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
-		wait = worth_waiting(s, ref, real_now, &lease_left);
+		what = worth_waiting(s, ref, real_now, &lease_left);
 		LWLockRelease(pc_snap_slot_lock(ref.index));
-		if (!wait)
+		if (what != PC_SNAP_WAIT_WOKEN)
+		{
+			/* (after a sleep, whatever ended is news: look again) */
+			if (result == PC_SNAP_WAIT_NONE)
+				result = what;
 			break;
+		}
 		if (real_now >= deadline)
 		{
 			result = PC_SNAP_WAIT_TIMEOUT;

@@ -457,10 +457,19 @@ retry:
 			return;
 		if (pc_snap_awaits_load(ref))
 		{
-			/* Another session tries their first load: wait for it. */
-			if (status == PC_LOAD_NONE && error == NULL &&
-				pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
-				continue;
+			/*
+			 * Another session tries their first load: wait for it.  If it
+			 * dropped the lease since this read failed to take it (it was
+			 * cancelled, say), nobody tries it: try it here.
+			 */
+			if (status == PC_LOAD_NONE && error == NULL)
+			{
+				PcSnapWait	waited = pc_snap_wait_restore(ref, deadline);
+
+				if (waited == PC_SNAP_WAIT_WOKEN ||
+					(waited == PC_SNAP_WAIT_LEASE_FREE && may_load()))
+					continue;
+			}
 			report_awaiting_load(reg, status, error);
 		}
 		report_dropped(reg);
