@@ -124,6 +124,132 @@ pc_cache_may_read(const PcCacheReg *reg)
 }
 
 /* ----------------------------------------------------------------
+ * Which cache a key is of
+ *
+ * A key "name:rest" is the cache name's if name is registered and
+ * published; every other key is the default cache's.  Each backend keeps a
+ * copy of the published slots, taken again when the generation moves, so
+ * that a read takes caches.lock only after a change.
+ * ----------------------------------------------------------------
+ */
+typedef struct LocalCache
+{
+	int			slot;
+	bool		open;
+	uint32		namelen;
+	PcCacheReg	reg;
+} LocalCache;
+
+static LocalCache *local_caches = NULL; /* PC_MAX_CACHES, in TopMemoryContext */
+static int	local_count = 0;
+static bool local_loaded = false;
+static uint64 local_generation = PG_UINT64_MAX;
+
+static void
+refresh_local_caches(void)
+{
+	PcCaches   *caches = &pc_shared->caches;
+
+	if (pg_atomic_read_u64(&caches->generation) == local_generation)
+		return;
+	if (local_caches == NULL)
+		local_caches = MemoryContextAlloc(TopMemoryContext,
+										  sizeof(LocalCache) * PC_MAX_CACHES);
+	pc_lock_alone(caches->lock, LW_SHARED);
+	local_generation = pg_atomic_read_u64(&caches->generation);
+	local_loaded = caches->loaded;
+	local_count = 0;
+	for (int s = 0; s < PC_MAX_CACHES; s++)
+	{
+		const PcCacheSlot *slot = &caches->slots[s];
+		LocalCache *lc;
+
+		if (!slot->in_use)
+			continue;
+		lc = &local_caches[local_count++];
+		lc->slot = s;
+		lc->open = slot->open;
+		lc->reg = slot->reg;
+		lc->namelen = (uint32) strlen(slot->reg.name);
+	}
+	LWLockRelease(caches->lock);
+}
+
+/* Could this be a cache's name: [a-z][a-z0-9_]*, shorter than NAMEDATALEN? */
+static bool
+could_be_cache_name(const char *name, uint32 len)
+{
+	if (len == 0 || len >= NAMEDATALEN || name[0] < 'a' || name[0] > 'z')
+		return false;
+	for (uint32 i = 1; i < len; i++)
+		if (!((name[i] >= 'a' && name[i] <= 'z') ||
+			  (name[i] >= '0' && name[i] <= '9') || name[i] == '_'))
+			return false;
+	return true;
+}
+
+/*
+ * The cache a key is of: its slot (and a copy of its registration in
+ * *reg), PC_CACHE_DEFAULT, or PC_CACHE_UNAVAILABLE for a key of a cache
+ * that is opening or closing, or whose prefix could be a cache's while the
+ * registry is not published yet (after a start): such a key reads as
+ * pending and is not created.  No rights are checked here.
+ */
+int
+pc_key_cache(const char *key, uint32 len, PcCacheReg *reg)
+{
+	const char *colon = memchr(key, ':', Min(len, NAMEDATALEN));
+	uint32		namelen;
+
+	if (colon == NULL)
+		return PC_CACHE_DEFAULT;
+	namelen = (uint32) (colon - key);
+	if (!could_be_cache_name(key, namelen))
+		return PC_CACHE_DEFAULT;
+	refresh_local_caches();
+	if (!local_loaded)
+		return PC_CACHE_UNAVAILABLE;
+	for (int i = 0; i < local_count; i++)
+	{
+		const LocalCache *lc = &local_caches[i];
+
+		if (lc->namelen != namelen || memcmp(lc->reg.name, key, namelen) != 0)
+			continue;
+		if (reg != NULL)
+			*reg = lc->reg;
+		return lc->open ? lc->slot : PC_CACHE_UNAVAILABLE;
+	}
+	return PC_CACHE_DEFAULT;
+}
+
+/*
+ * The cache a key is of, for a call on it by the current user (get,
+ * lookup, fetch, invalidate, evict): an ERROR (42501) unless the user may
+ * read that cache.
+ */
+int
+pc_key_cache_for_read(const char *key, uint32 len)
+{
+	PcCacheReg	reg;
+	int			slot = pc_key_cache(key, len, &reg);
+
+	if (slot >= 0 && !pc_cache_may_read(&reg))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for cache \"%s\"", reg.name),
+				 errhint("The cache's owner can allow it with projcache.grant_cache().")));
+	return slot;
+}
+
+/* Count n for a named cache's counter (slot from pc_key_cache()). */
+void
+pc_cache_count(int slot, PcCacheCounter counter, uint64 n)
+{
+	if (slot >= 0)
+		pg_atomic_fetch_add_u64(&pc_shared->caches.slots[slot].counters[counter], n);
+}
+
+/* ----------------------------------------------------------------
  * Roles the registry names
  *
  * A cache names its owner, its fetch role and its readers by OID.  A role
@@ -390,18 +516,34 @@ read_registry(PcCacheReg *regs)
 	return n;
 }
 
+/* The slots a publication closed, to open or to free once cleared. */
+typedef struct PcCacheChanges
+{
+	int			opening[PC_MAX_CACHES];
+	int			nopening;
+	int			closing[PC_MAX_CACHES];
+	int			nclosing;
+} PcCacheChanges;
+
 /*
  * Make the slots say what regs (n of them) say: a cache still registered
- * keeps its slot and counters, one gone frees its slot, a new one takes a
- * free slot with counters at zero.  Returns whether anything changed.
+ * keeps its slot and counters; one gone is closed, and a new one takes a
+ * free slot closed, with counters at zero.  A closed cache's keys read as
+ * pending and are not created (pc_key_cache()).  The caller then clears
+ * the map of their prefixes and calls finish_publish().  At the first
+ * publication since the server started, new caches open at once: the keys
+ * of their prefixes in the map are theirs from before the restart.
+ * Returns whether anything changed.
  */
 static bool
-publish(const PcCacheReg *regs, int n)
+publish(const PcCacheReg *regs, int n, PcCacheChanges *ch)
 {
 	PcCaches   *caches = &pc_shared->caches;
 	bool		changed = false;
 	bool		kept[PC_MAX_CACHES] = {false};
+	bool		first = !caches->loaded;
 
+	ch->nopening = ch->nclosing = 0;
 	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 	{
@@ -417,8 +559,8 @@ publish(const PcCacheReg *regs, int n)
 				break;
 		if (r == n)
 		{
-			slot->in_use = false;
-			memset(&slot->reg, 0, sizeof(PcCacheReg));
+			slot->open = false;
+			ch->closing[ch->nclosing++] = s;
 			changed = true;
 			continue;
 		}
@@ -431,6 +573,7 @@ publish(const PcCacheReg *regs, int n)
 	}
 	for (int r = 0; r < n; r++)
 	{
+		PcCacheSlot *slot;
 		int			s;
 
 		if (kept[r])
@@ -439,10 +582,19 @@ publish(const PcCacheReg *regs, int n)
 			;
 		if (s == PC_MAX_CACHES)
 			break;				/* create_cache() keeps to PC_MAX_CACHES */
+		slot = &caches->slots[s];
 		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
-			pg_atomic_write_u64(&caches->slots[s].counters[c], 0);
-		caches->slots[s].reg = regs[r];
-		caches->slots[s].in_use = true;
+			pg_atomic_write_u64(&slot->counters[c], 0);
+		slot->reg = regs[r];
+		slot->in_use = true;
+		slot->open = first;
+		if (!first)
+			ch->opening[ch->nopening++] = s;
+		changed = true;
+	}
+	if (first)
+	{
+		caches->loaded = true;
 		changed = true;
 	}
 	if (changed)
@@ -451,16 +603,52 @@ publish(const PcCacheReg *regs, int n)
 	return changed;
 }
 
+/* Once their prefixes are cleared: open the new slots, free the old. */
+static void
+finish_publish(const PcCacheChanges *ch)
+{
+	PcCaches   *caches = &pc_shared->caches;
+
+	if (ch->nopening == 0 && ch->nclosing == 0)
+		return;
+	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < ch->nopening; i++)
+		caches->slots[ch->opening[i]].open = true;
+	for (int i = 0; i < ch->nclosing; i++)
+	{
+		PcCacheSlot *slot = &caches->slots[ch->closing[i]];
+
+		slot->in_use = false;
+		memset(&slot->reg, 0, sizeof(PcCacheReg));
+	}
+	pg_atomic_fetch_add_u64(&caches->generation, 1);
+	LWLockRelease(caches->lock);
+}
+
+/* The prefix "name:" of a slot's keys, for the caller's eviction. */
+static void
+clear_prefix(int s, PcCacheEvictFn evict_prefix)
+{
+	char		prefix[NAMEDATALEN + 1];
+	uint32		len;
+
+	len = (uint32) strlcpy(prefix, pc_shared->caches.slots[s].reg.name,
+						   NAMEDATALEN);
+	prefix[len++] = ':';
+	evict_prefix(prefix, len);
+}
+
 /*
  * Reload the registry into the slots (the worker).  A failure to read it
  * leaves the slots as they are, with a WARNING, and is retried at the next
  * poll.
  */
 void
-pc_caches_reload(int64 now_ms)
+pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	PcCacheReg *regs = palloc0(sizeof(PcCacheReg) * PC_MAX_CACHES);
+	PcCacheChanges ch;
 	int			n = 0;
 
 	/* Cleared first: a change committed during the read is read again. */
@@ -493,8 +681,20 @@ pc_caches_reload(int64 now_ms)
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
-	if (publish(regs, n))
+	if (publish(regs, n, &ch))
 		elog(DEBUG1, "projcache: %d named caches registered", n);
+
+	/*
+	 * Only the worker writes the slots, so those closed above stay as they
+	 * are while it clears their prefixes: a new cache of the values the
+	 * default cache fetched, a dropped one of the values its own function
+	 * fetched, which must not be read as the default cache's.
+	 */
+	for (int i = 0; i < ch.nopening; i++)
+		clear_prefix(ch.opening[i], evict_prefix);
+	for (int i = 0; i < ch.nclosing; i++)
+		clear_prefix(ch.closing[i], evict_prefix);
+	finish_publish(&ch);
 	pfree(regs);
 }
 

@@ -24,6 +24,12 @@
 #define PC_CACHE_FUNCTION_LEN	(4 * NAMEDATALEN + 64)
 #define PC_CACHE_SETTING_UNSET	(-1)	/* the server's setting applies */
 
+/* What pc_key_cache() says of a key besides a slot number. */
+#define PC_CACHE_DEFAULT		(-1)	/* the default cache's */
+#define PC_CACHE_UNAVAILABLE	(-2)	/* a cache's that is opening or
+										 * closing, or maybe one's: the
+										 * registry is not published yet */
+
 /* Counters of one cache, shown in projcache.caches. */
 typedef enum PcCacheCounter
 {
@@ -65,6 +71,9 @@ typedef struct PcCacheReg
 typedef struct PcCacheSlot
 {
 	bool		in_use;
+	bool		open;			/* its keys are routed to it; false while the
+								 * worker clears its prefix (opening or
+								 * closing) */
 	PcCacheReg	reg;
 	pg_atomic_uint64 counters[PC_CACHE_NUM_COUNTERS];
 } PcCacheSlot;
@@ -75,6 +84,8 @@ typedef struct PcCaches
 	pg_atomic_uint32 changed;	/* a change committed: reload the registry */
 	pg_atomic_uint64 generation;	/* bumped at each reload that changed a
 									 * slot */
+	bool		loaded;			/* the worker published the registry since the
+								 * server started */
 	PcCacheSlot slots[PC_MAX_CACHES];
 } PcCaches;
 
@@ -82,7 +93,11 @@ extern void pc_caches_init(PcCaches *caches, LWLock *lock);
 extern void pc_caches_install_hooks(void);
 extern void pc_caches_changed(void);
 extern bool pc_caches_reload_due(int64 now_ms, long *sleep_ms);
-extern void pc_caches_reload(int64 now_ms);
+typedef void (*PcCacheEvictFn) (const char *prefix, uint32 len);
+extern void pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix);
+extern int	pc_key_cache(const char *key, uint32 len, PcCacheReg *reg);
+extern int	pc_key_cache_for_read(const char *key, uint32 len);
+extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);
 extern bool pc_interval_ms(const Interval *iv, int64 *ms);
 extern bool pc_cache_may_read(const PcCacheReg *reg);
 

@@ -334,6 +334,42 @@ evict_one_for_memory(void)
 	return true;
 }
 
+/* The prefix evict_cache_keys() looks for, while it scans the map. */
+static const char *scan_prefix;
+static uint32 scan_prefix_len;
+
+static bool
+has_scan_prefix(PcEntry *entry)
+{
+	return entry->keylen >= scan_prefix_len &&
+		memcmp(pc_entry_key(entry), scan_prefix, scan_prefix_len) == 0;
+}
+
+/*
+ * Evict every key that starts with prefix ("name:"), for a named cache
+ * that opens or closes (keycache_caches.c).  Between batches no fetch
+ * runs, so each goes at once.
+ */
+static void
+evict_cache_keys(const char *prefix, uint32 len)
+{
+	PcKeyList	list;
+
+	pc_keylist_init(&list, 0);
+	scan_prefix = prefix;
+	scan_prefix_len = len;
+	pc_keylist_from_map(&list, has_scan_prefix, NULL);
+	if (list.oom)
+		pc_report_oom("the keys of a named cache");
+	for (int i = 0; i < list.count; i++)
+	{
+		if (sched_request_evict(sched, list.keys[i], list.lens[i]) ==
+			SCHED_EVICT_NOW)
+			delete_shared(list.keys[i], list.lens[i],
+						  PC_CTR_REQUESTED_EVICTIONS);
+	}
+}
+
 /*
  * Evict until 'need' more bytes fit below the target; false if they do not
  * (no key left that can be evicted).
@@ -1742,7 +1778,7 @@ pc_worker_main(Datum main_arg)
 		caches_poll = PC_MAX_SLEEP_MS;
 		if (pc_caches_reload_due(pc_real_now_ms(), &caches_poll))
 		{
-			pc_caches_reload(pc_real_now_ms());
+			pc_caches_reload(pc_real_now_ms(), evict_cache_keys);
 			caches_poll = PC_MAX_SLEEP_MS;
 			(void) pc_caches_reload_due(pc_real_now_ms(), &caches_poll);
 		}
