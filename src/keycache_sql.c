@@ -436,10 +436,23 @@ static void
 read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 			   const char **key, uint32 *len)
 {
+	int			cache;
+
 	pc_require_loaded();
 	pc_check_key(keyarg, key, len);
+	cache = pc_key_cache_for_read(*key, *len);
+	if (cache == PC_CACHE_UNAVAILABLE)
+	{
+		/* Its cache opens or closes: pending, and not created. */
+		memset(r, 0, sizeof(PcRead));
+		r->state = PC_STATE_PENDING;
+		r->fetch_state = PC_FETCH_PENDING;
+		return;
+	}
 	wait_for_dump(*key, *len);
 	read_key(*key, *len, details, r);
+	pc_cache_count(cache, r->found && r->state != PC_STATE_PENDING ?
+				   PC_CACHE_HITS : PC_CACHE_MISSES, 1);
 	if (r->state == PC_STATE_PENDING && wait_ms > 0)
 	{
 		demand_key(*key, *len);
@@ -600,6 +613,8 @@ projcache_fetch(PG_FUNCTION_ARGS)
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
+	if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+		PG_RETURN_VOID();		/* its cache opens or closes */
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
@@ -795,6 +810,9 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 
 	pc_require_loaded();
 	pc_check_key(arg, &key, &len);
+	/* A key of a cache that opens or closes is being evicted anyway. */
+	if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+		PG_RETURN_BOOL(false);
 
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
@@ -859,6 +877,8 @@ projcache_evict(PG_FUNCTION_ARGS)
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
+	if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+		PG_RETURN_BOOL(false);	/* being evicted anyway */
 	if (!request_cached_key(key, len, PC_REQ_EVICT, &serial))
 		PG_RETURN_BOOL(false);
 	if (!wait_for_eviction(key, len, serial))
@@ -973,7 +993,13 @@ projcache_entries(PG_FUNCTION_ARGS)
 	{
 		Datum		values[ENTRIES_COLUMNS];
 		bool		nulls[ENTRIES_COLUMNS];
+		PcCacheReg	reg;
+		int			cache = pc_key_cache(copies.keys[i], copies.lens[i], &reg);
 
+		/* Only the keys of the caches the user may read. */
+		if ((cache >= 0 && !pc_cache_may_read(&reg)) ||
+			(cache == PC_CACHE_UNAVAILABLE && !superuser()))
+			continue;
 		entry_row(copies.keys[i], pc_keylist_payload(&copies, i), now,
 				  values, nulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
