@@ -466,7 +466,25 @@ typedef enum PcFetchOutcome
 								 * cancel, no such function, ... */
 } PcFetchOutcome;
 
+/*
+ * Whom one call asks, and how: the default cache's settings, or a named
+ * cache's (keycache_caches.h).
+ */
+typedef struct PcFetchTarget
+{
+	int			cache;			/* its slot, or PC_CACHE_DEFAULT */
+	const char *function;		/* a named cache's qualified signature; NULL:
+								 * projcache.fetch_function */
+	Oid			owner;			/* a named cache's owner */
+	Oid			fetch_role;		/* InvalidOid: the owner */
+	uint32		key_offset;		/* bytes of "name:" the function does not see */
+	int			timeout_ms;		/* 0: none */
+	int32		max_age_ms;		/* for keys the function gives none; or
+								 * PC_PERIOD_DEFAULT */
+	int32		stale_for_ms;
+}			PcFetchTarget;
+
 extern PcFetchOutcome pc_fetch_batch(PcFetchItem *items, int nitems,
-									 bool quiet);
+									 bool quiet, const PcFetchTarget * target);
 
 #endif							/* PROJCACHE_KEYCACHE_H */

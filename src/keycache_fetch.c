@@ -66,6 +66,7 @@
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 
+#include "compat.h"
 #include "keycache.h"
 #include "keycache_bisect.h"
 #include "user_switch.h"
@@ -139,10 +140,46 @@ period_columns_init(PeriodColumn *cols)
  * (filling in cols): one of type interval (or a domain over it) is
  * selected; one of another type is not, and cols says why.
  */
-static char *
-fetch_query(Oid *roleid, PeriodColumn *cols)
+/*
+ * A named cache's function and role (keycache_caches.c): the function its
+ * registration names; its owner, or its fetch role if the owner may still
+ * SET ROLE to it (a superuser fetch role only for a superuser owner).  The
+ * owner must still have EXECUTE on the function.  Checked at each call:
+ * rights granted at create_cache() may have been revoked since.
+ */
+static Oid
+named_cache_function(const PcFetchTarget * t, Oid *roleid)
 {
-	List	   *names = pc_string_to_qualified_name_list(pc_fetch_function);
+	Oid			fn;
+
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(t->owner)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("the owner of this named cache no longer exists")));
+	fn = DatumGetObjectId(DirectFunctionCall1(regprocedurein,
+											  CStringGetDatum(t->function)));
+	if (pc_proc_aclcheck(fn, t->owner, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("the owner of this named cache may no longer execute %s",
+						t->function)));
+	*roleid = t->owner;
+	if (OidIsValid(t->fetch_role))
+	{
+		if (!pc_member_can_set_role(t->owner, t->fetch_role) ||
+			(superuser_arg(t->fetch_role) && !superuser_arg(t->owner)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("the owner of this named cache may no longer fetch as role %u",
+							t->fetch_role)));
+		*roleid = t->fetch_role;
+	}
+	return fn;
+}
+
+static char *
+fetch_query(const PcFetchTarget * target, Oid *roleid, PeriodColumn *cols)
+{
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Oid			fn;
 	HeapTuple	proctup;
@@ -151,24 +188,31 @@ fetch_query(Oid *roleid, PeriodColumn *cols)
 	char	   *schema;
 	int			natts = 4;
 
-	fn = LookupFuncName(names, 2, argtypes, true);
-	if (!OidIsValid(fn))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("fetch function %s(text[], text[]) does not exist",
-						NameListToString(names)),
-				 errhint("Set projcache.fetch_function to a function of database \"%s\".",
-						 pc_database)));
-
-	if (pc_fetch_role != NULL && pc_fetch_role[0] != '\0')
-		*roleid = get_role_oid(pc_fetch_role, false);
+	if (target->function != NULL)
+		fn = named_cache_function(target, roleid);
 	else
 	{
-		proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-		if (!HeapTupleIsValid(proctup))
-			elog(ERROR, "cache lookup failed for function %u", fn);
-		*roleid = ((Form_pg_proc) GETSTRUCT(proctup))->proowner;
-		ReleaseSysCache(proctup);
+		List	   *names = pc_string_to_qualified_name_list(pc_fetch_function);
+
+		fn = LookupFuncName(names, 2, argtypes, true);
+		if (!OidIsValid(fn))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("fetch function %s(text[], text[]) does not exist",
+							NameListToString(names)),
+					 errhint("Set projcache.fetch_function to a function of database \"%s\".",
+							 pc_database)));
+
+		if (pc_fetch_role != NULL && pc_fetch_role[0] != '\0')
+			*roleid = get_role_oid(pc_fetch_role, false);
+		else
+		{
+			proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+			if (!HeapTupleIsValid(proctup))
+				elog(ERROR, "cache lookup failed for function %u", fn);
+			*roleid = ((Form_pg_proc) GETSTRUCT(proctup))->proowner;
+			ReleaseSysCache(proctup);
+		}
 	}
 
 	/*
@@ -626,15 +670,19 @@ keys_may_have_caused(const ErrorData *edata, bool in_function)
  */
 static void
 report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
-			   int64 started_ms, bool split, bool quiet)
+			   int64 started_ms, bool split, bool quiet,
+			   const PcFetchTarget * target)
 {
 	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
-		pc_fetch_timeout_ms > 0 &&
-		pc_real_now_ms() - started_ms >= pc_fetch_timeout_ms)
+		target->timeout_ms > 0 &&
+		pc_real_now_ms() - started_ms >= target->timeout_ms)
 	{
 		pfree(edata->message);
-		edata->message = psprintf("fetch function ran longer than projcache.fetch_timeout (%d ms)",
-								  pc_fetch_timeout_ms);
+		edata->message = psprintf("fetch function ran longer than %s (%d ms)",
+								  target->function == NULL ?
+								  "projcache.fetch_timeout" :
+								  "its cache's fetch_timeout",
+								  target->timeout_ms);
 	}
 	if (split)
 		ereport(DEBUG1,
@@ -655,6 +703,7 @@ report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
 /* One call of the fetch function, for pc_run_in_subxact(). */
 typedef struct FetchCall
 {
+	const		PcFetchTarget *target;
 	PcFetchItem *items;
 	int			nitems;
 	MemoryContext callercxt;	/* where the answers go */
@@ -674,12 +723,12 @@ call_fetch_function(void *arg)
 	char	   *query;
 
 	period_columns_init(cols);
-	query = fetch_query(&call->roleid, cols);
+	query = fetch_query(call->target, &call->roleid, cols);
 
 	/* An ERROR restores the user with the subtransaction. */
 	pc_become(&call->sw, PC_AS_FETCH_ROLE, call->roleid, NULL);
-	if (pc_fetch_timeout_ms > 0)
-		enable_timeout_after(STATEMENT_TIMEOUT, pc_fetch_timeout_ms);
+	if (call->target->timeout_ms > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, call->target->timeout_ms);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	call->breaches = run_fetch(query, cols, call->items, call->nitems,
@@ -742,7 +791,8 @@ settle_call(FetchCall *call, ErrorData *edata, int64 started_ms, bool quiet)
 		outcome = keys_may_have_caused(edata, call->in_function) ?
 			PC_FETCH_FAILED : PC_FETCH_FAILED_ALL;
 		report_failure(items, nitems, edata, started_ms,
-					   outcome == PC_FETCH_FAILED && nitems > 1, quiet);
+					   outcome == PC_FETCH_FAILED && nitems > 1, quiet,
+					   call->target);
 		FreeErrorData(edata);
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
 		return outcome;
@@ -793,7 +843,8 @@ settle_call(FetchCall *call, ErrorData *edata, int64 started_ms, bool quiet)
  * A call counts as one fetch error, however many rows broke the contract.
  */
 PcFetchOutcome
-pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet)
+pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet,
+			   const PcFetchTarget * target)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	int64		started_ms;
@@ -804,8 +855,10 @@ pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet)
 	clear_answers(items, nitems);
 	pc_count(PC_CTR_FETCH_CALLS, 1);
 	pc_count(PC_CTR_FETCHED_KEYS, nitems);
+	pc_cache_count(target->cache, PC_CACHE_FETCH_CALLS, 1);
 
-	if (pc_fetch_function == NULL || pc_fetch_function[0] == '\0')
+	if (target->function == NULL &&
+		(pc_fetch_function == NULL || pc_fetch_function[0] == '\0'))
 	{
 		fail_batch(items, nitems, "projcache.fetch_function is not set");
 		pc_count(PC_CTR_FETCH_ERRORS, 1);
@@ -821,6 +874,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet)
 						   "projcache: calling the fetch function");
 
 	started_ms = pc_real_now_ms();
+	call.target = target;
 	call.items = items;
 	call.nitems = nitems;
 	call.callercxt = callercxt;
@@ -846,5 +900,16 @@ pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet)
 
 	outcome = settle_call(&call, edata, started_ms, quiet);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	if (outcome != PC_FETCH_ANSWERED)
+		pc_cache_count(target->cache, PC_CACHE_FETCH_ERRORS, 1);
+
+	/* A named cache's periods, for the keys the function gave none. */
+	for (int i = 0; i < nitems; i++)
+	{
+		if (items[i].max_age_ms == PC_PERIOD_DEFAULT)
+			items[i].max_age_ms = target->max_age_ms;
+		if (items[i].stale_for_ms == PC_PERIOD_DEFAULT)
+			items[i].stale_for_ms = target->stale_for_ms;
+	}
 	return outcome;
 }

@@ -1092,8 +1092,8 @@ value_changed(PcFetchItem *item, uint8 old_state)
  * notify (the queue is full) is logged, never the worker's end.
  */
 static void
-notify_changes(PcFetchItem *items, uint8 *old_states, const bool *applied,
-			   int n)
+notify_changes(SchedEntry **batch, PcFetchItem *items, uint8 *old_states,
+			   const bool *applied, int n)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile int changed = 0;	/* read in PG_CATCH */
@@ -1114,7 +1114,7 @@ notify_changes(PcFetchItem *items, uint8 *old_states, const bool *applied,
 		for (i = 0; i < n; i++)
 			if (applied[i] && value_changed(&items[i], old_states[i]))
 				Async_Notify(pc_notify_channel,
-							 pnstrdup(items[i].key, items[i].keylen));
+							 pnstrdup(batch[i]->key, batch[i]->keylen));
 		CommitTransactionCommand();
 	}
 	PG_CATCH();
@@ -1182,6 +1182,7 @@ finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
 /* A batch as run_batch() runs it, in batch_cxt. */
 typedef struct BatchRun
 {
+	const		PcFetchTarget *target;	/* the keys' cache, and how to ask it */
 	SchedEntry **batch;
 	int			n;
 	PcFetchItem *items;			/* each key's question, then its answer */
@@ -1194,10 +1195,12 @@ typedef struct BatchRun
 
 /* The batch's questions: each key with its current revision. */
 static void
-prepare_batch(BatchRun *run, SchedEntry **batch, int n)
+prepare_batch(BatchRun *run, SchedEntry **batch, int n,
+			  const PcFetchTarget * target)
 {
 	int			i;
 
+	run->target = target;
 	run->batch = batch;
 	run->n = n;
 	run->items = palloc0(n * sizeof(PcFetchItem));
@@ -1212,8 +1215,9 @@ prepare_batch(BatchRun *run, SchedEntry **batch, int n)
 		PcEntry    *entry;
 		bool		oom = false;
 
-		run->items[i].key = batch[i]->key;
-		run->items[i].keylen = batch[i]->keylen;
+		/* A named cache's function sees its keys without "name:". */
+		run->items[i].key = batch[i]->key + target->key_offset;
+		run->items[i].keylen = batch[i]->keylen - target->key_offset;
 		run->items[i].revision = NULL;
 		run->suspect[i] = batch[i]->suspect;
 
@@ -1249,7 +1253,7 @@ run_call(BatchRun *run, BisectPlan *plan, const int *keys, int k)
 	for (j = 0; j < k; j++)
 		run->call_items[j] = run->items[keys[j]];
 	outcome = pc_fetch_batch(run->call_items, k,
-							 k == 1 && run->suspect[keys[0]]);
+							 k == 1 && run->suspect[keys[0]], run->target);
 	for (j = 0; j < k; j++)
 	{
 		run->items[keys[j]] = run->call_items[j];
@@ -1343,7 +1347,7 @@ settle_unasked(BatchRun *run, BisectPlan *plan)
  * more, in apply_answer().
  */
 static void
-run_batch(SchedEntry **batch, int n)
+run_batch(SchedEntry **batch, int n, const PcFetchTarget * target)
 {
 	BatchRun	run;
 	BisectSettings settings;
@@ -1354,7 +1358,7 @@ run_batch(SchedEntry **batch, int n)
 
 	MemoryContextReset(batch_cxt);
 	oldcxt = MemoryContextSwitchTo(batch_cxt);
-	prepare_batch(&run, batch, n);
+	prepare_batch(&run, batch, n, target);
 
 	/*
 	 * Splitting stops after as long as one call may take; suspects get a
@@ -1370,9 +1374,90 @@ run_batch(SchedEntry **batch, int n)
 		run_call(&run, plan, keys, k);
 	settle_unasked(&run, plan);
 	bisect_end(plan);
-	notify_changes(run.items, run.old_states, run.applied, n);
+	notify_changes(batch, run.items, run.old_states, run.applied, n);
 
 	MemoryContextSwitchTo(oldcxt);
+}
+
+/* How long a key of a cache that opens or closes waits to be asked for. */
+#define PC_CACHES_RETRY_MS	100
+
+/* How to ask for a named cache's keys (slot from pc_key_cache()). */
+static void
+cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
+{
+	t->cache = slot;
+	t->function = reg->fetch_function;
+	t->owner = reg->owner;
+	t->fetch_role = reg->fetch_role;
+	t->key_offset = (uint32) strlen(reg->name) + 1;
+	t->timeout_ms = reg->fetch_timeout_ms == PC_CACHE_SETTING_UNSET ?
+		pc_fetch_timeout_ms : (int) reg->fetch_timeout_ms;
+	t->max_age_ms = reg->expiry_ms == PC_CACHE_SETTING_UNSET ?
+		PC_PERIOD_DEFAULT : (int32) reg->expiry_ms;
+	t->stale_for_ms = reg->grace_period_ms == PC_CACHE_SETTING_UNSET ?
+		PC_PERIOD_DEFAULT : (int32) reg->grace_period_ms;
+}
+
+/*
+ * Fetch a ready batch, one cache at a time: each named cache's keys with
+ * its function, role, timeout and periods, the rest with the server's
+ * settings.  A key of a cache that is opening or closing is not asked
+ * for: its cache's change evicts it.
+ */
+static void
+run_batches(SchedEntry **batch, int n)
+{
+	/* Not in batch_cxt: each run_batch() resets it. */
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	int		   *cache = palloc(n * sizeof(int));
+	PcCacheReg *regs = palloc(n * sizeof(PcCacheReg));
+	SchedEntry **group = palloc(n * sizeof(SchedEntry *));
+	bool	   *done = palloc0(n * sizeof(bool));
+
+	MemoryContextSwitchTo(oldcxt);
+
+	for (int i = 0; i < n; i++)
+		cache[i] = pc_key_cache(batch[i]->key, batch[i]->keylen, &regs[i]);
+	for (int i = 0; i < n; i++)
+	{
+		PcFetchTarget target;
+		int			k = 0;
+
+		if (done[i])
+			continue;
+		for (int j = i; j < n; j++)
+			if (!done[j] && cache[j] == cache[i])
+			{
+				group[k++] = batch[j];
+				done[j] = true;
+			}
+		if (cache[i] == PC_CACHE_UNAVAILABLE)
+		{
+			/* Put back unasked: the cache's change evicts them meanwhile. */
+			for (int j = 0; j < k; j++)
+			{
+				sched_defer_fetch(sched, group[j],
+								  pc_now_ms() + PC_CACHES_RETRY_MS);
+				mirror_entry(group[j]);
+			}
+			continue;
+		}
+		if (cache[i] == PC_CACHE_DEFAULT)
+		{
+			memset(&target, 0, sizeof(target));
+			target.cache = PC_CACHE_DEFAULT;
+			target.timeout_ms = pc_fetch_timeout_ms;
+			target.max_age_ms = target.stale_for_ms = PC_PERIOD_DEFAULT;
+		}
+		else
+			cache_target(&regs[i], cache[i], &target);
+		run_batch(group, k, &target);
+	}
+	pfree(cache);
+	pfree(regs);
+	pfree(group);
+	pfree(done);
 }
 
 /* ----------------------------------------------------------------
@@ -1795,7 +1880,7 @@ pc_worker_main(Datum main_arg)
 							  &batch);
 		if (n > 0)
 		{
-			run_batch(batch, n);
+			run_batches(batch, n);
 			continue;
 		}
 		MemoryContextReset(batch_cxt);
