@@ -1,0 +1,131 @@
+-- Named caches (1.3), routing: a key name:rest is the cache name's, its
+-- function is asked for rest, as the cache's owner; reading it needs the
+-- cache's grant; other keys stay the default cache's.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS projcache VERSION '1.2.1';
+ALTER EXTENSION projcache UPDATE TO '1.3';
+CREATE SCHEMA ncr;
+GRANT USAGE ON SCHEMA ncr TO PUBLIC;
+
+CREATE FUNCTION ncr.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+-- Wait (30 s at most) until projcache.caches lists exactly these names.
+CREATE FUNCTION ncr.caches_become(want text[]) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    got text[];
+BEGIN
+    FOR i IN 1..600 LOOP
+        SELECT coalesce(array_agg(name ORDER BY name), '{}') INTO got
+          FROM projcache.caches;
+        IF got = want THEN
+            RETURN got;
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RETURN got;
+END $$;
+
+-- Each function says who it ran as and which key it was asked for.
+CREATE TABLE ncr.calls (fn text, who text, keys text[]);
+GRANT INSERT ON ncr.calls TO PUBLIC;
+CREATE FUNCTION ncr.flags(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO ncr.calls VALUES ('flags', current_user, keys);
+    RETURN QUERY SELECT k, 'enabled'::text, 'r1'::text,
+                        jsonb_build_object('flag', k, 'from', 'flags') FROM unnest(keys) k;
+END $$;
+CREATE FUNCTION ncr.apikeys(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO ncr.calls VALUES ('apikeys', current_user, keys);
+    RETURN QUERY SELECT k, 'enabled'::text, 'r1'::text,
+                        jsonb_build_object('apikey', k) FROM unnest(keys) k;
+END $$;
+
+CREATE ROLE ncr_flags_owner;
+CREATE ROLE ncr_app;
+CREATE ROLE ncr_other;
+GRANT USAGE ON SCHEMA projcache TO ncr_flags_owner, ncr_app, ncr_other;
+GRANT EXECUTE ON FUNCTION
+    projcache.create_cache(text, regprocedure, interval, interval, interval, interval, integer, interval, bigint, regrole),
+    projcache.grant_cache(text, regrole),
+    projcache.get(text), projcache.get(text, interval),
+    projcache.lookup(text, interval), projcache.fetch(text),
+    projcache.invalidate(text), projcache.evict(text),
+    projcache.entries_1_2_1(), projcache.caches_1_3()
+    TO ncr_flags_owner, ncr_app, ncr_other;
+GRANT SELECT ON projcache.entries, projcache.caches TO ncr_flags_owner, ncr_app, ncr_other;
+
+SET ROLE ncr_flags_owner;
+SELECT projcache.create_cache('flags', 'ncr.flags(text[],text[])', expiry => '2min');
+SELECT projcache.grant_cache('flags', 'ncr_app');
+SELECT ncr.caches_become('{flags}');
+RESET ROLE;
+SELECT projcache.create_cache('apikeys', 'ncr.apikeys(text[],text[])');
+SELECT ncr.caches_become('{apikeys,flags}');
+
+-- The flags cache's function is asked for "dark_mode", as its owner.
+SET ROLE ncr_app;
+SELECT projcache.get('flags:dark_mode', '10s');
+RESET ROLE;
+SELECT fn, who, keys FROM ncr.calls;
+
+-- A role without the grant: 42501 on every key-level call.
+SET ROLE ncr_other;
+SELECT ncr.try($$SELECT projcache.get('flags:dark_mode')$$);
+SELECT ncr.try($$SELECT projcache.get('flags:dark_mode', '1s')$$);
+SELECT ncr.try($$SELECT * FROM projcache.lookup('flags:dark_mode')$$);
+SELECT ncr.try($$SELECT projcache.fetch('flags:x')$$);
+SELECT ncr.try($$SELECT projcache.invalidate('flags:dark_mode')$$);
+SELECT ncr.try($$SELECT projcache.evict('flags:dark_mode')$$);
+SELECT ncr.try($$SELECT projcache.get('apikeys:k1')$$);
+-- ... and entries shows it none of the cache's keys.
+SELECT count(*) AS flags_keys_seen FROM projcache.entries WHERE key LIKE 'flags:%';
+RESET ROLE;
+SET ROLE ncr_app;
+SELECT projcache.get('flags:dark_mode') AS read_again;
+SELECT key, max_age FROM projcache.entries WHERE key LIKE 'flags:%';
+SELECT ncr.try($$SELECT projcache.get('apikeys:k1')$$);
+RESET ROLE;
+
+-- A superuser reads every cache; the apikeys function is asked as its owner.
+SELECT projcache.get('apikeys:k1', '10s');
+SELECT fn, who, keys FROM ncr.calls WHERE fn = 'apikeys';
+-- Keys with no registered prefix are the default cache's, as in 1.2.
+SELECT projcache.get('nosuchcache:x') IS NULL AS default_cache_key;
+SELECT key FROM projcache.entries WHERE key = 'nosuchcache:x';
+SELECT hits >= 1 AS counted_hits, misses >= 1 AS counted_misses, fetch_calls >= 1 AS counted_calls
+  FROM projcache.caches WHERE name = 'flags';
+
+-- Dropping a cache evicts its keys before its prefix is the default's.
+SELECT projcache.drop_cache('apikeys');
+SELECT ncr.caches_become('{flags}');
+SELECT count(*) AS apikeys_keys_left FROM projcache.entries WHERE key LIKE 'apikeys:%';
+
+SELECT projcache.drop_cache('flags');
+SELECT ncr.caches_become('{}');
+SELECT count(*) AS flags_keys_left FROM projcache.entries WHERE key LIKE 'flags:%';
+SELECT projcache.evict('nosuchcache:x');
+
+DROP SCHEMA ncr CASCADE;
+REVOKE USAGE ON SCHEMA projcache FROM ncr_flags_owner, ncr_app, ncr_other;
+REVOKE ALL ON projcache.entries, projcache.caches FROM ncr_flags_owner, ncr_app, ncr_other;
+REVOKE ALL ON FUNCTION
+    projcache.create_cache(text, regprocedure, interval, interval, interval, interval, integer, interval, bigint, regrole),
+    projcache.grant_cache(text, regrole),
+    projcache.get(text), projcache.get(text, interval),
+    projcache.lookup(text, interval), projcache.fetch(text),
+    projcache.invalidate(text), projcache.evict(text),
+    projcache.entries_1_2_1(), projcache.caches_1_3()
+    FROM ncr_flags_owner, ncr_app, ncr_other;
+DROP ROLE ncr_flags_owner, ncr_app, ncr_other;
