@@ -241,6 +241,55 @@ pc_key_cache_for_read(const char *key, uint32 len)
 	return slot;
 }
 
+/*
+ * What the key dump writes of a key's cache (keycache_dump.c): for a named
+ * cache's key, *tagged and its creation time in *tag; for the default
+ * cache's, neither.  False: leave the key out (its cache is opening or
+ * closing, so its value is not that cache's).
+ */
+bool
+pc_key_dump_tag(const char *key, uint32 len, bool *tagged, TimestampTz *tag)
+{
+	PcCacheReg	reg;
+	int			slot = pc_key_cache(key, len, &reg);
+
+	*tagged = slot >= 0;
+	*tag = slot >= 0 ? reg.created_at : 0;
+	return slot != PC_CACHE_UNAVAILABLE;
+}
+
+/*
+ * May a key of the dump be loaded: it was dumped for the cache it is of
+ * now, the very one (a tagged key, tagged with its cache's creation time),
+ * or the default cache (untagged).  Not a dropped cache's key, nor one of
+ * a cache made again under the name, nor a default key of a prefix that a
+ * cache has taken since: each would be served under grants its value was
+ * not fetched for.  Before the registry is published, no key of a prefix
+ * that could be a cache's is.
+ */
+bool
+pc_key_restorable(const char *key, uint32 len, bool tagged, TimestampTz tag)
+{
+	PcCacheReg	reg;
+	int			slot = pc_key_cache(key, len, &reg);
+
+	if (slot == PC_CACHE_DEFAULT)
+		return !tagged;
+	return slot >= 0 && tagged && reg.created_at == tag;
+}
+
+/* Has the worker published the registry since the server started? */
+bool
+pc_caches_published(void)
+{
+	bool		loaded;
+
+	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+	loaded = pc_shared->caches.loaded;
+	LWLockRelease(pc_shared->caches.lock);
+	return loaded;
+}
+
 /* Count n for a named cache's counter (slot from pc_key_cache()). */
 void
 pc_cache_count(int slot, PcCacheCounter counter, uint64 n)
@@ -531,9 +580,10 @@ typedef struct PcCacheChanges
  * free slot closed, with counters at zero.  A closed cache's keys read as
  * pending and are not created (pc_key_cache()).  The caller then clears
  * the map of their prefixes and calls finish_publish().  At the first
- * publication since the server started, new caches open at once: the keys
- * of their prefixes in the map are theirs from before the restart.
- * Returns whether anything changed.
+ * publication since the server started, new caches open at once: until
+ * then no key of a prefix that could be a cache's was created, and the
+ * dump brings back only the keys dumped for the very cache they are of
+ * (pc_key_restorable()).  Returns whether anything changed.
  */
 static bool
 publish(const PcCacheReg *regs, int n, PcCacheChanges *ch)

@@ -97,6 +97,11 @@ typedef void (*PcCacheEvictFn) (const char *prefix, uint32 len);
 extern void pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix);
 extern int	pc_key_cache(const char *key, uint32 len, PcCacheReg *reg);
 extern int	pc_key_cache_for_read(const char *key, uint32 len);
+extern bool pc_key_dump_tag(const char *key, uint32 len, bool *tagged,
+							TimestampTz *tag);
+extern bool pc_key_restorable(const char *key, uint32 len, bool tagged,
+							  TimestampTz tag);
+extern bool pc_caches_published(void);
 extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);
 extern bool pc_interval_ms(const Interval *iv, int64 *ms);
 extern bool pc_cache_may_read(const PcCacheReg *reg);

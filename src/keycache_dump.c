@@ -30,6 +30,15 @@
  * scheduler that never comes (its database missing, say) costs readers
  * that much once, not on every read of a key the dump does not hold.
  *
+ * Named caches.  A named cache's key is dumped with its cache's creation
+ * time after its value (a record without one is the default cache's, as
+ * every record of 1.2 is, which also reads such a record as not readable),
+ * and is loaded only into that very cache: not once it was dropped, not
+ * into one made again under its name, and no default cache's key of a
+ * prefix that a cache took since (pc_key_restorable).  So a crash between
+ * a drop_cache() and the next dump cannot bring a cache's values back as
+ * the default cache's, where its readers' grants no longer hold.
+ *
  * Tombstones.  A key that evict() removed or that turned disabled must not
  * come back from a dump written before (after a crash, the last periodic
  * dump is loaded).  Before the worker removes such a key from the map, or
@@ -74,11 +83,15 @@
 
 #include "dump_file.h"
 #include "keycache.h"
+#include "keycache_caches.h"
 #include "keycache_policy.h"
 #include "projcache.h"
 #include "shmem.h"
 
-/* One key, as written: this header, the key, then the value's bytes. */
+/*
+ * One key, as written: this header, the key, then the value's bytes, and
+ * for a named cache's key its cache's created_at (a TimestampTz).
+ */
 typedef struct KeyRecord
 {
 	int64		age_ms;			/* since its last successful fetch */
@@ -652,7 +665,12 @@ copy_record(PcKeyDump *d, int i, int64 now)
 	KeyRecord	rec;
 	RecordCopy	result = RECORD_GONE;
 	bool		visited;
+	bool		tagged;
+	TimestampTz tag;
 
+	/* (only the worker changes the caches: this holds while it copies) */
+	if (!pc_key_dump_tag(d->list.keys[i], d->list.lens[i], &tagged, &tag))
+		return RECORD_GONE;
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return RECORD_GONE;
@@ -665,8 +683,9 @@ copy_record(PcKeyDump *d, int i, int64 now)
 		struct varlena *config = pc_entry_config(entry, &d->oom);
 		int32		revision_len = revision ? (int32) strlen(revision) : -1;
 		uint32		config_len = config ? VARSIZE(config) : 0;
-		Size		need = sizeof(KeyRecord) + d->list.lens[i] +
+		Size		tag_at = sizeof(KeyRecord) + d->list.lens[i] +
 			Max(revision_len, 0) + config_len;
+		Size		need = tag_at + (tagged ? sizeof(TimestampTz) : 0);
 
 		/* Grow the buffer without an ERROR while the lock is held. */
 		if (need >= (Size) d->record.maxlen)
@@ -701,6 +720,8 @@ copy_record(PcKeyDump *d, int i, int64 now)
 			if (config != NULL)
 				memcpy(d->record.data + sizeof(rec) + d->list.lens[i] +
 					   Max(revision_len, 0), config, config_len);
+			if (tagged)
+				memcpy(d->record.data + tag_at, &tag, sizeof(tag));
 			d->record.len = need;
 			result = RECORD_COPIED;
 		}
@@ -807,9 +828,11 @@ pc_keys_dump_end(PcKeyDump *d, bool discard)
  * a mismatch means another projcache wrote it.
  */
 static bool
-record_valid(const char *payload, uint32 len, KeyRecord *rec)
+record_valid(const char *payload, uint32 len, KeyRecord *rec, bool *tagged,
+			 TimestampTz *tag)
 {
 	Size		value_len;
+	Size		untagged_len;
 
 	if (len < sizeof(KeyRecord))
 		return false;
@@ -824,8 +847,12 @@ record_valid(const char *payload, uint32 len, KeyRecord *rec)
 		rec->fifo > PC_DUMP_FIFO_MAIN || rec->visited > 1)
 		return false;
 	value_len = (Size) Max(rec->revision_len, 0) + rec->config_len;
-	if ((Size) len != sizeof(KeyRecord) + rec->keylen + value_len)
+	untagged_len = sizeof(KeyRecord) + rec->keylen + value_len;
+	*tagged = (Size) len == untagged_len + sizeof(TimestampTz);
+	if ((Size) len != untagged_len && !*tagged)
 		return false;
+	if (*tagged)
+		memcpy(tag, payload + untagged_len, sizeof(TimestampTz));
 	if (rec->config_len > 0)
 	{
 		struct varlena *config =
@@ -912,6 +939,8 @@ typedef struct LoadCounts
 	uint64		too_old;		/* past their lifetime */
 	uint64		bad;			/* not readable */
 	uint64		removed;		/* tombstoned */
+	uint64		other_cache;	/* dumped for a cache that is gone, or a key
+								 * of a cache made since */
 	bool		full;			/* stopped with memory nearly full */
 }			LoadCounts;
 
@@ -1029,8 +1058,10 @@ load_record(const char *payload, uint32 len, const TombList *tombs,
 	const char *key;
 	int64		age;
 	int64		lifetime;
+	bool		tagged = false;
+	TimestampTz tag = 0;
 
-	if (!record_valid(payload, len, &rec))
+	if (!record_valid(payload, len, &rec, &tagged, &tag))
 	{
 		counts->bad++;
 		return true;
@@ -1040,6 +1071,11 @@ load_record(const char *payload, uint32 len, const TombList *tombs,
 	if (tombstoned(tombs, key, rec.keylen))
 	{
 		counts->removed++;
+		return true;
+	}
+	if (!pc_key_restorable(key, rec.keylen, tagged, tag))
+	{
+		counts->other_cache++;
 		return true;
 	}
 	age = rec.age_ms + since_dump_ms;
@@ -1127,10 +1163,12 @@ load_dump(PcDumpRestoreFn restore)
 					counts.loaded, PC_KEYS_DUMP_FILE,
 					(double) since_dump_ms / 1000.0),
 			 (counts.too_old > 0 || counts.bad > 0 || counts.removed > 0 ||
-			  counts.full) ?
+			  counts.other_cache > 0 || counts.full) ?
 			 errdetail("Left out: " UINT64_FORMAT " past expiry + grace_period or their own periods, "
-					   UINT64_FORMAT " not readable, " UINT64_FORMAT " evicted or disabled since the dump%s.",
+					   UINT64_FORMAT " not readable, " UINT64_FORMAT " evicted or disabled since the dump, "
+					   UINT64_FORMAT " of a named cache dropped or made since%s.",
 					   counts.too_old, counts.bad, counts.removed,
+					   counts.other_cache,
 					   counts.full ?
 					   "; loading stopped with memory nearly full" : "") : 0));
 	pc_dump_close(r);

@@ -1620,6 +1620,30 @@ begin_key_dump(void)
 }
 
 /*
+ * The named caches' registry, published before the dump is loaded: the
+ * dump brings a named cache's keys back only into that very cache.  A
+ * registry that cannot be read now (its table locked) is tried a few
+ * times; after that the dump is loaded without it, leaving out every key
+ * of a prefix that could be a cache's.
+ */
+static void
+publish_registry_before_load(void)
+{
+	for (int attempt = 0; attempt < 10 && !pc_caches_published(); attempt++)
+	{
+		if (attempt > 0)
+		{
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 100, pc_wait_event(PC_WAIT_WORKER));
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		pc_caches_reload(pc_real_now_ms(), evict_cache_keys);
+	}
+}
+
+/*
  * Load the dump, once per server start: the first scheduler does, before
  * its first fetch; one restarted later finds the map warm already.  (The
  * snapshots' dump was adopted at the server's start, in shmem.c.)
@@ -1634,7 +1658,10 @@ load_dump_once(void)
 	pc_shared->keys_dump_read = true;
 	SpinLockRelease(&pc_shared->mutex);
 	if (first && pc_dump_interval_s >= 0)
+	{
+		publish_registry_before_load();
 		(void) pc_keys_load_dump(restore_loaded_key);
+	}
 	else if (!first)
 		pc_keys_tombstones_resume();
 	/* Readers waiting for the dump's keys read on (keycache_dump.c). */
