@@ -117,6 +117,42 @@ SELECT ncr.caches_become('{}');
 SELECT count(*) AS flags_keys_left FROM projcache.entries WHERE key LIKE 'flags:%';
 SELECT projcache.evict('nosuchcache:x');
 
+-- A cache that fetches as a superuser runs only a function a superuser
+-- owns: another owner could change what it runs as a superuser.
+ALTER FUNCTION ncr.apikeys(text[], text[]) OWNER TO ncr_flags_owner;
+SELECT left(ncr.try($$SELECT projcache.create_cache('su_cache', 'ncr.apikeys(text[],text[])')$$), 5)
+    AS create_as_superuser;
+SELECT projcache.create_cache('su_cache', 'ncr.flags(text[],text[])');
+SELECT left(ncr.try($$SELECT projcache.alter_cache('su_cache', fetch_function => 'ncr.apikeys(text[],text[])')$$), 5)
+    AS alter_as_superuser;
+ALTER FUNCTION ncr.apikeys(text[], text[]) OWNER TO CURRENT_USER;
+SELECT projcache.drop_cache('su_cache');
+SELECT ncr.caches_become('{}');
+
+-- A cache dropped and made again in one transaction is another cache: the
+-- old function's value is not served as the new one's.
+CREATE FUNCTION ncr.value_becomes(k text, field text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..300 LOOP
+        IF projcache.get(k, '100ms') ? field THEN
+            RETURN true;
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RETURN false;
+END $$;
+SELECT projcache.create_cache('again', 'ncr.flags(text[],text[])');
+SELECT ncr.caches_become('{again}');
+SELECT ncr.value_becomes('again:k', 'flag') AS old_function_value;
+BEGIN;
+SELECT projcache.drop_cache('again');
+SELECT projcache.create_cache('again', 'ncr.apikeys(text[],text[])');
+COMMIT;
+SELECT ncr.value_becomes('again:k', 'apikey') AS new_function_value;
+SELECT projcache.drop_cache('again');
+SELECT ncr.caches_become('{}');
+
 DROP SCHEMA ncr CASCADE;
 REVOKE USAGE ON SCHEMA projcache FROM ncr_flags_owner, ncr_app, ncr_other;
 REVOKE ALL ON projcache.entries, projcache.caches FROM ncr_flags_owner, ncr_app, ncr_other;

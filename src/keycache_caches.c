@@ -32,6 +32,7 @@
 #include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
@@ -278,6 +279,38 @@ pc_key_restorable(const char *key, uint32 len, bool tagged, TimestampTz tag)
 	return slot >= 0 && tagged && reg.created_at == tag;
 }
 
+/*
+ * The published caches' generation: a read that checked a key's cache,
+ * then read the key, reads again if it moved in between.
+ */
+uint64
+pc_caches_generation(void)
+{
+	return pg_atomic_read_u64(&pc_shared->caches.generation);
+}
+
+/*
+ * Would a named cache's fetch as runas run, with a superuser's rights,
+ * code that a role who is not a superuser controls (the function's owner,
+ * who may replace its body at any time)?  Checked at create_cache(),
+ * alter_cache() and each fetch.
+ */
+bool
+pc_fetch_escalates(Oid fn, Oid runas)
+{
+	HeapTuple	tup;
+	Oid			owner;
+
+	if (!superuser_arg(runas))
+		return false;
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (!HeapTupleIsValid(tup))
+		return true;
+	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+	ReleaseSysCache(tup);
+	return !superuser_arg(owner);
+}
+
 /* Has the worker published the registry since the server started? */
 bool
 pc_caches_published(void)
@@ -466,6 +499,7 @@ read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
 		return false;
 	}
 	reg->owner = DatumGetObjectId(d);
+	reg->owner_is_superuser = superuser_arg(reg->owner);
 	d = SPI_getbinval(tup, desc, 4, &isnull);
 	reg->fetch_role = isnull ? InvalidOid : DatumGetObjectId(d);
 	reg->expiry_ms = column_ms(tup, desc, 5);

@@ -23,6 +23,9 @@
 /* A fetch function's qualified signature, every name quoted at worst */
 #define PC_CACHE_FUNCTION_LEN	(4 * NAMEDATALEN + 64)
 #define PC_CACHE_SETTING_UNSET	(-1)	/* the server's setting applies */
+/* A fetch of a cache of an owner who is not a superuser, at most, when
+ * projcache.fetch_timeout is 0 (none) */
+#define PC_CACHE_MAX_FETCH_MS	(60 * 1000)
 
 /* What pc_key_cache() says of a key besides a slot number. */
 #define PC_CACHE_DEFAULT		(-1)	/* the default cache's */
@@ -48,6 +51,7 @@ typedef struct PcCacheReg
 {
 	char		name[NAMEDATALEN];
 	Oid			owner;
+	bool		owner_is_superuser; /* when the registry was read */
 	Oid			fetch_role;		/* InvalidOid: the owner */
 	char		fetch_function[PC_CACHE_FUNCTION_LEN];	/* qualified signature */
 	int64		expiry_ms;		/* each PC_CACHE_SETTING_UNSET or ms */
@@ -102,6 +106,8 @@ extern bool pc_key_dump_tag(const char *key, uint32 len, bool *tagged,
 extern bool pc_key_restorable(const char *key, uint32 len, bool tagged,
 							  TimestampTz tag);
 extern bool pc_caches_published(void);
+extern uint64 pc_caches_generation(void);
+extern bool pc_fetch_escalates(Oid fn, Oid runas);
 extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);
 extern bool pc_interval_ms(const Interval *iv, int64 *ms);
 extern bool pc_cache_may_read(const PcCacheReg *reg);

@@ -174,6 +174,11 @@ named_cache_function(const PcFetchTarget * t, Oid *roleid)
 							t->fetch_role)));
 		*roleid = t->fetch_role;
 	}
+	if (pc_fetch_escalates(fn, *roleid))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("this named cache fetches as a superuser, and the owner of %s is not one",
+						t->function)));
 	return fn;
 }
 

@@ -208,6 +208,8 @@ lock_registry(void)
 typedef struct CacheRow
 {
 	Oid			owner;
+	Oid			fetch_function;
+	Oid			fetch_role;		/* InvalidOid: the owner */
 	int64		max_memory;		/* -1: none of its own */
 	int			nreaders;
 	Oid			readers[PC_MAX_CACHE_READERS];
@@ -232,7 +234,9 @@ read_cache_row(const char *name, CacheRow *row)
 
 	registry_begin(&rs, false);
 	registry_exec("SELECT owner::pg_catalog.oid, max_memory,"
-				  " readers::pg_catalog.oid[]"
+				  " readers::pg_catalog.oid[],"
+				  " fetch_function::pg_catalog.regprocedure::pg_catalog.oid,"
+				  " fetch_role::pg_catalog.oid"
 				  " FROM projcache.cache_registry"
 				  " WHERE name OPERATOR(pg_catalog.=) $1",
 				  1, argtypes, args, NULL, SPI_OK_SELECT);
@@ -249,6 +253,12 @@ read_cache_row(const char *name, CacheRow *row)
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 					  &isnull);
 	row->max_memory = isnull ? -1 : DatumGetInt64(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4,
+					  &isnull);
+	row->fetch_function = isnull ? InvalidOid : DatumGetObjectId(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5,
+					  &isnull);
+	row->fetch_role = isnull ? InvalidOid : DatumGetObjectId(d);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3,
 					  &isnull);
 	row->nreaders = 0;
@@ -412,6 +422,23 @@ check_fetch_role(Oid role, Oid owner)
 				 errdetail("A cache's fetch runs as its owner, or as a fetch role its owner may SET ROLE to; a superuser fetch role needs a superuser owner.")));
 }
 
+/*
+ * A cache that fetches as a superuser (its owner, or its fetch role) runs
+ * only a function a superuser owns: another owner could replace its body
+ * at any time, and have it run with a superuser's rights.
+ */
+static void
+check_fetch_escalation(Oid fn, Oid runas)
+{
+	if (pc_fetch_escalates(fn, runas))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("a cache that fetches as superuser \"%s\" cannot run function %s",
+						GetUserNameFromId(runas, false), format_procedure(fn)),
+				 errdetail("The function's owner is not a superuser, and could change what it runs."),
+				 errhint("Fetch as a role that is not a superuser (fetch_role), or have a superuser own the function.")));
+}
+
 /* An interval setting within its bounds (pc_interval_ms()). */
 static void
 check_period(const PeriodBounds *b, Interval *iv)
@@ -541,6 +568,9 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 	check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), GetUserId());
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
 		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), GetUserId());
+	check_fetch_escalation(PG_GETARG_OID(ARG_FETCH_FUNCTION),
+						   PG_ARGISNULL(ARG_FETCH_ROLE) ? GetUserId() :
+						   PG_GETARG_OID(ARG_FETCH_ROLE));
 
 	lock_registry();
 	registry_totals(name, GetUserId(), &t);
@@ -562,12 +592,18 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 	args[NUM_CACHE_ARGS] = ObjectIdGetDatum(GetUserId());
 	nulls[NUM_CACHE_ARGS] = ' ';
 	registry_begin(&rs, true);
+
+	/*
+	 * clock_timestamp(), not now(): a cache dropped and made again in one
+	 * transaction is another cache, whose keys must not be the old one's.
+	 */
 	registry_exec("INSERT INTO projcache.cache_registry"
 				  " (name, fetch_function, expiry, grace_period,"
 				  " refresh_interval, max_retry_backoff, batch_size,"
-				  " fetch_timeout, max_memory, fetch_role, owner)"
+				  " fetch_timeout, max_memory, fetch_role, owner, created_at)"
 				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
-				  " $10::pg_catalog.regrole, $11::pg_catalog.regrole)"
+				  " $10::pg_catalog.regrole, $11::pg_catalog.regrole,"
+				  " pg_catalog.clock_timestamp())"
 				  " ON CONFLICT (name) DO NOTHING",
 				  NUM_CACHE_ARGS + 1, argtypes, args, nulls, SPI_OK_INSERT);
 	inserted = SPI_processed > 0;
@@ -604,6 +640,15 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), row.owner);
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
 		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), row.owner);
+	{
+		Oid			fn = PG_ARGISNULL(ARG_FETCH_FUNCTION) ?
+			row.fetch_function : PG_GETARG_OID(ARG_FETCH_FUNCTION);
+		Oid			runas = !PG_ARGISNULL(ARG_FETCH_ROLE) ?
+			PG_GETARG_OID(ARG_FETCH_ROLE) :
+			OidIsValid(row.fetch_role) ? row.fetch_role : row.owner;
+
+		check_fetch_escalation(fn, runas);
+	}
 	check_settings(fcinfo, name, row.owner, NULL);
 
 	setting_args(fcinfo, argtypes, args, nulls);

@@ -337,23 +337,50 @@ typedef struct KeyWait
 	PcRead	   *r;
 } KeyWait;
 
-/* For wait_on_key(): read the key; done once it is no longer pending. */
+/* A key read as pending, unknown: its cache opens or closes. */
+static void
+read_pending(PcRead *r)
+{
+	memset(r, 0, sizeof(PcRead));
+	r->state = PC_STATE_PENDING;
+	r->fetch_state = PC_FETCH_PENDING;
+}
+
+/*
+ * For wait_on_key(): read the key; done once it is no longer pending.  A
+ * cache may have been made or dropped over the key's prefix while the
+ * reader slept, and its value fetched by that cache's function: the rights
+ * are checked again at each look, and the look is taken again if the
+ * caches changed during it.
+ */
 static bool
 key_settled(const char *key, uint32 len, void *arg)
 {
 	KeyWait    *w = (KeyWait *) arg;
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
+	uint64		generation;
 
-	entry = pc_entry_find(&search, false);
-	if (entry == NULL)
+	do
 	{
-		/* Evicted meanwhile: read (and re-create) it as a reader would. */
-		read_key(key, len, w->details, w->r);
-		return w->r->state != PC_STATE_PENDING;
-	}
-	copy_entry(entry, w->details, true, w->r);
-	pc_entry_release(entry);
+		generation = pc_caches_generation();
+		if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+		{
+			read_pending(w->r);
+			return false;
+		}
+		entry = pc_entry_find(&search, false);
+		if (entry == NULL)
+		{
+			/* Evicted meanwhile: read (and re-create) it as a reader would. */
+			read_key(key, len, w->details, w->r);
+		}
+		else
+		{
+			copy_entry(entry, w->details, true, w->r);
+			pc_entry_release(entry);
+		}
+	} while (pc_caches_generation() != generation);
 	/* A failed copy is reported once the sleep is over. */
 	return w->r->oom || w->r->state != PC_STATE_PENDING;
 }
@@ -437,20 +464,29 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 			   const char **key, uint32 *len)
 {
 	int			cache;
+	uint64		generation;
 
 	pc_require_loaded();
 	pc_check_key(keyarg, key, len);
-	cache = pc_key_cache_for_read(*key, *len);
-	if (cache == PC_CACHE_UNAVAILABLE)
-	{
-		/* Its cache opens or closes: pending, and not created. */
-		memset(r, 0, sizeof(PcRead));
-		r->state = PC_STATE_PENDING;
-		r->fetch_state = PC_FETCH_PENDING;
-		return;
-	}
 	wait_for_dump(*key, *len);
-	read_key(*key, *len, details, r);
+
+	/*
+	 * The rights checked, then the key read; again if the caches changed in
+	 * between (a cache made over its prefix, whose function's value the read
+	 * would otherwise serve without the cache's grant).
+	 */
+	do
+	{
+		generation = pc_caches_generation();
+		cache = pc_key_cache_for_read(*key, *len);
+		if (cache == PC_CACHE_UNAVAILABLE)
+		{
+			/* Its cache opens or closes: pending, and not created. */
+			read_pending(r);
+			return;
+		}
+		read_key(*key, *len, details, r);
+	} while (pc_caches_generation() != generation);
 	pc_cache_count(cache, r->found && r->state != PC_STATE_PENDING ?
 				   PC_CACHE_HITS : PC_CACHE_MISSES, 1);
 	if (r->state == PC_STATE_PENDING && wait_ms > 0)

@@ -1393,6 +1393,20 @@ cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
 	t->key_offset = (uint32) strlen(reg->name) + 1;
 	t->timeout_ms = reg->fetch_timeout_ms == PC_CACHE_SETTING_UNSET ?
 		pc_fetch_timeout_ms : (int) reg->fetch_timeout_ms;
+
+	/*
+	 * One worker fetches for every cache: the cache of an owner who is not a
+	 * superuser holds it no longer than the server's fetch_timeout allows,
+	 * and never without a bound.
+	 */
+	if (!reg->owner_is_superuser)
+	{
+		int			bound = pc_fetch_timeout_ms > 0 ?
+			pc_fetch_timeout_ms : PC_CACHE_MAX_FETCH_MS;
+
+		if (t->timeout_ms <= 0 || t->timeout_ms > bound)
+			t->timeout_ms = bound;
+	}
 	t->max_age_ms = reg->expiry_ms == PC_CACHE_SETTING_UNSET ?
 		PC_PERIOD_DEFAULT : (int32) reg->expiry_ms;
 	t->stale_for_ms = reg->grace_period_ms == PC_CACHE_SETTING_UNSET ?
