@@ -28,7 +28,10 @@ typedef enum PcIdentity
 	/* A snapshot's owner: analyzing, checking and loading its query. */
 	PC_AS_SNAPSHOT_OWNER,
 
-	/* The fetch role: calling the fetch function in the scheduler. */
+	/*
+	 * The fetch role: calling the fetch function in the scheduler (for a
+	 * named cache's keys, its fetch role or owner, see keycache_fetch.c).
+	 */
 	PC_AS_FETCH_ROLE,
 
 	/* The role a foreign table is read for: checking its rights to read. */
