@@ -80,6 +80,17 @@ typedef struct SchedOwner
 /* Buckets of the tables of flows and of owners: few roles ask for keys. */
 #define SCHED_ROLE_BUCKETS 256
 
+/* One pool's FIFOs: [0] small, [1] main (see sched_memory_victim) */
+typedef struct SchedPool
+{
+	SchedEntry *fifo_head[2];	/* newest */
+	SchedEntry *fifo_tail[2];	/* oldest */
+	size_t		fifo_count[2];
+	size_t		fifo_bytes[2];	/* what their keys weigh (SchedEntry.bytes) */
+	uint32_t	small_share;	/* the small FIFO's share of those, in parts
+								 * of SCHED_SHARE_ONE (see adapt_small_share) */
+}			SchedPool;
+
 struct Sched
 {
 	SchedConfig config;
@@ -102,21 +113,19 @@ struct Sched
 	SchedEntry **dispatched;
 	int			dispatched_capacity;
 
-	/* S3-FIFO's FIFOs (see sched_memory_victim): [0] small, [1] main */
-	SchedEntry *fifo_head[2];	/* newest */
-	SchedEntry *fifo_tail[2];	/* oldest */
-	size_t		fifo_count[2];
-	size_t		fifo_bytes[2];	/* what their keys weigh (SchedEntry.bytes) */
-	uint32_t	small_share;	/* the small FIFO's share of those, in parts
-								 * of SCHED_SHARE_ONE (see adapt_small_share) */
+	/* S3-FIFO's FIFOs of each pool (see sched_memory_victim) */
+	SchedPool	pools[SCHED_MAX_POOLS];
+	SchedPoolFn pool_of;		/* a new key's pool; NULL: all in pool 0 */
+	void	   *pool_arg;
 
 	/*
 	 * The ghost FIFO: hashes of keys evicted from either FIFO lately. Slot
 	 * hash & (nghosts - 1) holds the hash with its low bit set (0 if empty),
 	 * the FIFO that evicted it and the number of evictions from that FIFO
-	 * before it; a hash is still remembered while it is among the last
-	 * fifo_count[1] evicted from there.  A newer hash may overwrite an older
-	 * one: the ghost forgets.
+	 * before it; a hash is still remembered while it is among the last keys
+	 * of its pool's main FIFO evicted from there.  (One ghost FIFO for every
+	 * pool: a key's pool is known again when it comes back.)  A newer hash
+	 * may overwrite an older one: the ghost forgets.
 	 */
 	struct SchedGhost
 	{
@@ -306,9 +315,10 @@ sched_count(const Sched *s)
 static void
 fifo_push(Sched *s, SchedEntry *e, bool main, bool at_head)
 {
+	SchedPool  *p = &s->pools[e->pool];
 	int			f = main ? 1 : 0;
-	SchedEntry **end = at_head ? &s->fifo_head[f] : &s->fifo_tail[f];
-	SchedEntry **other = at_head ? &s->fifo_tail[f] : &s->fifo_head[f];
+	SchedEntry **end = at_head ? &p->fifo_head[f] : &p->fifo_tail[f];
+	SchedEntry **other = at_head ? &p->fifo_tail[f] : &p->fifo_head[f];
 
 	e->in_main = main;
 	e->fifo_older = at_head ? *end : NULL;
@@ -323,29 +333,30 @@ fifo_push(Sched *s, SchedEntry *e, bool main, bool at_head)
 	*end = e;
 	if (*other == NULL)
 		*other = e;
-	s->fifo_count[f]++;
-	s->fifo_bytes[f] += e->bytes;
+	p->fifo_count[f]++;
+	p->fifo_bytes[f] += e->bytes;
 }
 
 /* Take e out of its FIFO. */
 static void
 fifo_remove(Sched *s, SchedEntry *e)
 {
+	SchedPool  *p = &s->pools[e->pool];
 	int			f = e->in_main ? 1 : 0;
 
-	SCHED_ASSERT(s->fifo_count[f] > 0);
+	SCHED_ASSERT(p->fifo_count[f] > 0);
 	if (e->fifo_newer != NULL)
 		e->fifo_newer->fifo_older = e->fifo_older;
 	else
-		s->fifo_head[f] = e->fifo_older;
+		p->fifo_head[f] = e->fifo_older;
 	if (e->fifo_older != NULL)
 		e->fifo_older->fifo_newer = e->fifo_newer;
 	else
-		s->fifo_tail[f] = e->fifo_newer;
+		p->fifo_tail[f] = e->fifo_newer;
 	e->fifo_newer = e->fifo_older = NULL;
-	s->fifo_count[f]--;
-	SCHED_ASSERT(s->fifo_bytes[f] >= e->bytes);
-	s->fifo_bytes[f] -= e->bytes;
+	p->fifo_count[f]--;
+	SCHED_ASSERT(p->fifo_bytes[f] >= e->bytes);
+	p->fifo_bytes[f] -= e->bytes;
 }
 
 /*
@@ -353,10 +364,11 @@ fifo_remove(Sched *s, SchedEntry *e)
  * 0 the small one, 1 the main one; -1 if it does not remember it.
  */
 static int
-ghost_origin(const Sched *s, uint32_t hash)
+ghost_origin(const Sched *s, uint32_t hash, int pool)
 {
 	const struct SchedGhost *g;
-	size_t		span = s->fifo_count[1] > 0 ? s->fifo_count[1] : 1;
+	size_t		main_count = s->pools[pool].fifo_count[1];
+	size_t		span = main_count > 0 ? main_count : 1;
 
 	if (s->nghosts == 0)
 		return -1;
@@ -374,12 +386,12 @@ ghost_origin(const Sched *s, uint32_t hash)
  * SCHED_SMALL_MIN_PERCENT and SCHED_SMALL_MAX_PERCENT.
  */
 static void
-adapt_small_share(Sched *s, bool grow)
+adapt_small_share(SchedPool * p, size_t nkeys, bool grow)
 {
 	const uint64_t min = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100;
 	const uint64_t max = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MAX_PERCENT / 100;
-	uint64_t	keys = s->nentries > 0 ? s->nentries : 1;
-	uint64_t	share = s->small_share;
+	uint64_t	keys = nkeys > 0 ? nkeys : 1;
+	uint64_t	share = p->small_share;
 	uint64_t	step;
 
 	step = (uint64_t) SCHED_SHARE_ONE *
@@ -390,7 +402,7 @@ adapt_small_share(Sched *s, bool grow)
 		share = share + step > max ? max : share + step;
 	else
 		share = share < min + step ? min : share - step;
-	s->small_share = (uint32_t) share;
+	p->small_share = (uint32_t) share;
 }
 
 /*
@@ -425,12 +437,23 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	s->buckets[b] = e;
 	s->nentries++;
 
+	/* Its pool, for good: the caller says. */
+	if (s->pool_of != NULL)
+	{
+		int			pool = s->pool_of(key, keylen, s->pool_arg);
+
+		e->pool = (uint8_t) (pool > 0 && pool < SCHED_MAX_POOLS ? pool : 0);
+	}
+
 	/* Back soon after a FIFO let it go?  Then it goes to main. */
-	origin = ghost_origin(s, e->hash);
+	origin = ghost_origin(s, e->hash, e->pool);
 	if (origin >= 0)
 	{
+		SchedPool  *p = &s->pools[e->pool];
+
 		s->ghosts[e->hash & (s->nghosts - 1)].hash = 0;
-		adapt_small_share(s, origin == 0);
+		adapt_small_share(p, p->fifo_count[0] + p->fifo_count[1] + 1,
+						  origin == 0);
 	}
 	fifo_push(s, e, origin >= 0, true);
 	return e;
@@ -846,8 +869,9 @@ sched_create(const SchedConfig *config, SchedAllocFn alloc_fn,
 	s->config = *config;
 	s->nbuckets = SCHED_INITIAL_BUCKETS;
 	s->buckets = sched_alloc0(s, s->nbuckets * sizeof(SchedEntry *));
-	s->small_share = (uint32_t) ((uint64_t) SCHED_SHARE_ONE *
-								 SCHED_SMALL_MIN_PERCENT / 100);
+	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+		s->pools[p].small_share = (uint32_t) ((uint64_t) SCHED_SHARE_ONE *
+											  SCHED_SMALL_MIN_PERCENT / 100);
 	return s;
 }
 
@@ -930,24 +954,25 @@ sched_set_config(Sched *s, const SchedConfig *config)
 	if (old.expiry_ms == config->expiry_ms &&
 		old.grace_period_ms == config->grace_period_ms)
 		return 0;
-	for (f = 0; f < 2; f++)
-		for (e = s->fifo_head[f]; e != NULL; e = e->fifo_older)
-		{
-			int64_t		shift;
+	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+		for (f = 0; f < 2; f++)
+			for (e = s->pools[p].fifo_head[f]; e != NULL; e = e->fifo_older)
+			{
+				int64_t		shift;
 
-			if (!e->has_expiry)
-				continue;
-			shift = (sched_period(e->max_age_ms, config->expiry_ms) -
-					 sched_period(e->max_age_ms, old.expiry_ms)) +
-				(sched_period(e->stale_for_ms, config->grace_period_ms) -
-				 sched_period(e->stale_for_ms, old.grace_period_ms));
-			if (shift == 0)
-				continue;
-			e->expiry += shift;
-			moved++;
-			if (e->heap_pos[SCHED_QUEUE_EVICT] >= 0)
-				queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
-		}
+				if (!e->has_expiry)
+					continue;
+				shift = (sched_period(e->max_age_ms, config->expiry_ms) -
+						 sched_period(e->max_age_ms, old.expiry_ms)) +
+					(sched_period(e->stale_for_ms, config->grace_period_ms) -
+					 sched_period(e->stale_for_ms, old.grace_period_ms));
+				if (shift == 0)
+					continue;
+				e->expiry += shift;
+				moved++;
+				if (e->heap_pos[SCHED_QUEUE_EVICT] >= 0)
+					queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
+			}
 	return moved;
 }
 
@@ -1256,13 +1281,13 @@ sched_evictable(const SchedEntry *e)
 
 /* Does the small FIFO hold its share of what the keys weigh? */
 static bool
-small_holds_share(const Sched *s)
+small_holds_share(const SchedPool * p)
 {
-	uint64_t	small = s->fifo_bytes[0];
-	uint64_t	total = small + s->fifo_bytes[1];
+	uint64_t	small = p->fifo_bytes[0];
+	uint64_t	total = small + p->fifo_bytes[1];
 
 	/* keys weigh at most the memory they take: no product overflows */
-	return small * SCHED_SHARE_ONE >= total * s->small_share;
+	return small * SCHED_SHARE_ONE >= total * p->small_share;
 }
 
 /*
@@ -1272,12 +1297,13 @@ small_holds_share(const Sched *s)
  * visited or none can be evicted.
  */
 SchedEntry *
-sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
+sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 {
-	size_t		looks = 2 * s->nentries + 1;
+	SchedPool  *p = &s->pools[pool];
+	size_t		looks = 2 * (p->fifo_count[0] + p->fifo_count[1]) + 1;
 	size_t		small_looks = 0;
 
-	while (looks-- > 0 && s->nentries > 0)
+	while (looks-- > 0 && p->fifo_count[0] + p->fifo_count[1] > 0)
 	{
 		SchedEntry *e;
 
@@ -1285,10 +1311,10 @@ sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 		 * The small FIFO while it holds its share of the bytes, unless each
 		 * of its keys was passed over in this call for being fetched.
 		 */
-		if (s->fifo_count[0] > 0 && small_looks < s->fifo_count[0] &&
-			(small_holds_share(s) || s->fifo_count[1] == 0))
+		if (p->fifo_count[0] > 0 && small_looks < p->fifo_count[0] &&
+			(small_holds_share(p) || p->fifo_count[1] == 0))
 		{
-			e = s->fifo_tail[0];
+			e = p->fifo_tail[0];
 			if (!sched_evictable(e))
 			{
 				/* being fetched: stays in the small FIFO, untouched */
@@ -1308,9 +1334,9 @@ sched_memory_victim(Sched *s, SchedVisitedFn visited, void *arg)
 				return e;
 			continue;
 		}
-		if (s->fifo_count[1] == 0)
+		if (p->fifo_count[1] == 0)
 			break;
-		e = s->fifo_tail[1];
+		e = p->fifo_tail[1];
 		if (sched_evictable(e) && !visited(e, arg))
 			return e;
 		/* read again since last looked at, or being fetched: reinserted */
@@ -1348,48 +1374,84 @@ sched_evict_victim(Sched *s, SchedEntry *victim)
 bool
 sched_in_ghost(const Sched *s, const char *key, size_t keylen)
 {
-	return ghost_origin(s, sched_hash(key, keylen)) >= 0;
+	return ghost_origin(s, sched_hash(key, keylen), 0) >= 0;
 }
 
 uint32_t
 sched_small_share(const Sched *s)
 {
-	return s->small_share;
+	return s->pools[0].small_share;
 }
 
 size_t
 sched_small_count(const Sched *s)
 {
-	return s->fifo_count[0];
+	return s->pools[0].fifo_count[0];
 }
 
 void
 sched_set_bytes(Sched *s, SchedEntry *e, size_t bytes)
 {
+	SchedPool  *p = &s->pools[e->pool];
 	int			f = e->in_main ? 1 : 0;
 
 	if (bytes == 0)
 		bytes = 1;
-	SCHED_ASSERT(s->fifo_bytes[f] >= e->bytes);
-	s->fifo_bytes[f] -= e->bytes;
-	s->fifo_bytes[f] += bytes;
+	SCHED_ASSERT(p->fifo_bytes[f] >= e->bytes);
+	p->fifo_bytes[f] -= e->bytes;
+	p->fifo_bytes[f] += bytes;
 	e->bytes = bytes;
 }
 
 size_t
 sched_fifo_bytes(const Sched *s, bool main)
 {
-	return s->fifo_bytes[main ? 1 : 0];
+	return s->pools[0].fifo_bytes[main ? 1 : 0];
+}
+
+void
+sched_set_pool_fn(Sched *s, SchedPoolFn pool_of, void *arg)
+{
+	s->pool_of = pool_of;
+	s->pool_arg = arg;
+}
+
+size_t
+sched_pool_bytes(const Sched *s, int pool)
+{
+	return s->pools[pool].fifo_bytes[0] + s->pools[pool].fifo_bytes[1];
+}
+
+size_t
+sched_pool_count(const Sched *s, int pool)
+{
+	return s->pools[pool].fifo_count[0] + s->pools[pool].fifo_count[1];
+}
+
+/* The first key of pool's FIFOs in keep order at or after pool: main, small. */
+static SchedEntry *
+keep_order_from(const Sched *s, int pool, bool main)
+{
+	for (; pool < SCHED_MAX_POOLS; pool++, main = true)
+	{
+		if (main && s->pools[pool].fifo_head[1] != NULL)
+			return s->pools[pool].fifo_head[1];
+		if (s->pools[pool].fifo_head[0] != NULL)
+			return s->pools[pool].fifo_head[0];
+	}
+	return NULL;
 }
 
 SchedEntry *
 sched_keep_order_next(const Sched *s, const SchedEntry *prev)
 {
 	if (prev == NULL)
-		return s->fifo_head[1] != NULL ? s->fifo_head[1] : s->fifo_head[0];
+		return keep_order_from(s, 0, true);
 	if (prev->fifo_older != NULL)
 		return prev->fifo_older;
-	return prev->in_main ? s->fifo_head[0] : NULL;
+	if (prev->in_main)
+		return keep_order_from(s, prev->pool, false);
+	return keep_order_from(s, prev->pool + 1, true);
 }
 
 void
@@ -1570,7 +1632,7 @@ sched_owner_victim(Sched *s, uint32_t owner, SchedVisitedFn visited,
 static bool
 once_behind_value(const Sched *s)
 {
-	const SchedEntry *oldest = s->fifo_tail[0];
+	const SchedEntry *oldest = s->pools[0].fifo_tail[0];
 
 	return oldest != NULL && oldest->has_last_fetch &&
 		sched_evictable(oldest);

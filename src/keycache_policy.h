@@ -209,6 +209,7 @@ typedef struct SchedEntry
 	 * of each is its head, the oldest its tail.
 	 */
 	bool		in_main;
+	uint8_t		pool;			/* whose FIFOs: see "Pools" below */
 	struct SchedEntry *fifo_newer;
 	struct SchedEntry *fifo_older;
 
@@ -346,8 +347,26 @@ extern SchedEvictReply sched_request_evict(Sched *s, const char *key,
 
 typedef bool (*SchedVisitedFn) (SchedEntry *entry, void *arg);
 
-extern SchedEntry *sched_memory_victim(Sched *s, SchedVisitedFn visited,
-									   void *arg);
+/*
+ * Pools: keys are evicted for memory within their pool only.  Each pool has
+ * its own FIFOs (and small FIFO's share), and sched_memory_victim() takes
+ * its victim from the pool it is given, so that a pool filling up never
+ * evicts another pool's keys.  Pool 0 is the default.  A key's pool is
+ * said, once, when the key is first known, by the function given to
+ * sched_set_pool_fn() (none: every key in pool 0); the caller keeps it
+ * true by removing a key before its pool changes.  sched_small_share(),
+ * sched_small_count() and sched_fifo_bytes() are pool 0's.
+ */
+#define SCHED_MAX_POOLS			65
+
+typedef int (*SchedPoolFn) (const char *key, size_t keylen, void *arg);
+
+extern void sched_set_pool_fn(Sched *s, SchedPoolFn pool_of, void *arg);
+extern size_t sched_pool_bytes(const Sched *s, int pool);
+extern size_t sched_pool_count(const Sched *s, int pool);
+
+extern SchedEntry *sched_memory_victim(Sched *s, int pool,
+									   SchedVisitedFn visited, void *arg);
 
 /*
  * Evict a victim of sched_memory_victim(), remembered in the ghost FIFO

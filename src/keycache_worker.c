@@ -45,6 +45,7 @@
 
 #include "keycache.h"
 #include "keycache_bisect.h"
+#include "keycache_caches.h"
 #include "keycache_policy.h"
 #include "snapshot.h"
 #include "user_switch.h"
@@ -94,6 +95,8 @@ static Size ring_len = 0;		/* drained into ring_buf, not yet acted on */
 static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
 									 * pc_real_now_ms() (keycache_bisect.h) */
 
+static int	key_pool(const char *key, size_t keylen, void *arg);
+
 /* ----------------------------------------------------------------
  * Settings and the shared map
  * ----------------------------------------------------------------
@@ -140,7 +143,10 @@ load_settings(void)
 				 errhint("Keys whose fetch function gives them their own max_age and stale_for are refreshed if it lies strictly between those.")));
 
 	if (sched == NULL)
+	{
 		sched = sched_create(&config, sched_cxt_alloc, sched_cxt_free);
+		sched_set_pool_fn(sched, key_pool, NULL);
+	}
 	else if (sched_set_config(sched, &config) > 0)
 	{
 		PcEntryScan scan;
@@ -319,19 +325,113 @@ take_visited(SchedEntry *e, void *arg)
  */
 
 /*
- * Evict S3-FIFO's next victim; false if no key can be evicted (the rest are
- * being fetched).
+ * Each named cache's keys are a pool of their own (keycache_policy.h,
+ * "Pools"): pool slot + 1; the default cache's, pool 0.  Eviction takes a
+ * victim from one pool only, so that which cache pays is chosen here: a
+ * cache with a budget (max_memory) pays only for going over it; under the
+ * memory's target, the largest of the pools without a budget (the default
+ * cache's and those of caches without one) pays.  A cache that floods
+ * itself thus evicts its own keys, never another cache's.
+ */
+static int
+key_pool(const char *key, size_t keylen, void *arg)
+{
+	int			slot = pc_key_cache(key, (uint32) keylen, NULL);
+
+	return slot >= 0 ? slot + 1 : 0;
+}
+
+/* A named cache's own budget in bytes (its pool's), or 0 for none. */
+static Size
+pool_budget(int pool)
+{
+	const PcCacheSlot *slot;
+
+	if (pool == 0)
+		return 0;
+	/* Only this worker writes the slots: no lock to read them. */
+	slot = &pc_shared->caches.slots[pool - 1];
+	if (!slot->in_use || slot->reg.max_memory == PC_CACHE_SETTING_UNSET)
+		return 0;
+	return (Size) slot->reg.max_memory;
+}
+
+/*
+ * A named cache's key that the worker has just learnt of (a reader made
+ * it, or the dump brought it back) weighs what its entry takes, until its
+ * next write says again: pending keys count in their cache's budget too.
+ * (The default cache's weigh 1 until then, as before named caches: its
+ * pool is bounded by the memory's target, which counts them.)
+ */
+static void
+weigh_new_key(SchedEntry *e)
+{
+	PcKey		search;
+	PcEntry    *entry;
+
+	if (e->bytes > 1 || e->pool == 0)
+		return;
+	search = pc_search_key(e->key, (uint32) e->keylen);
+	entry = pc_entry_find(&search, false);
+	if (entry != NULL)
+	{
+		sched_set_bytes(sched, e, pc_entry_footprint(entry));
+		pc_entry_release(entry);
+	}
+}
+
+/*
+ * Evict S3-FIFO's next victim of a pool; false if no key of it can be
+ * evicted (the rest are being fetched).
  */
 static bool
-evict_one_for_memory(void)
+evict_one_for_memory(int pool)
 {
-	SchedEntry *victim = sched_memory_victim(sched, take_visited, NULL);
+	SchedEntry *victim = sched_memory_victim(sched, pool, take_visited, NULL);
 
 	if (victim == NULL)
 		return false;
+	if (pool > 0)
+		pc_cache_count(pool - 1, PC_CACHE_EVICTIONS, 1);
 	delete_shared(victim->key, victim->keylen, PC_CTR_MEMORY_EVICTIONS);
 	sched_evict_victim(sched, victim);
 	return true;
+}
+
+/*
+ * The pool that pays when memory is short: the largest without a budget
+ * that has a key to give; else the one most over its budget; else the
+ * largest.  -1 if none has a key.
+ */
+static int
+paying_pool(void)
+{
+	int			best = -1;
+	Size		best_bytes = 0;
+
+	for (int pass = 0; pass < 3 && best < 0; pass++)
+	{
+		for (int p = 0; p < SCHED_MAX_POOLS; p++)
+		{
+			Size		bytes = sched_pool_bytes(sched, p);
+			Size		budget = pool_budget(p);
+			Size		weight;
+
+			if (sched_pool_count(sched, p) == 0)
+				continue;
+			if (pass == 0 && budget > 0)
+				continue;
+			if (pass == 1 && (budget == 0 || bytes <= budget))
+				continue;
+			weight = pass == 1 ? bytes - budget : bytes;
+			if (best < 0 || weight > best_bytes)
+			{
+				best = p;
+				best_bytes = weight;
+			}
+		}
+	}
+	return best;
 }
 
 /* The prefix evict_cache_keys() looks for, while it scans the map. */
@@ -378,13 +478,103 @@ static bool
 make_room(Size need)
 {
 	Size		target = pc_key_memory_target();
+	bool		tried[SCHED_MAX_POOLS] = {false};
 
 	while (pc_key_memory_used() + need > target)
 	{
-		if (!evict_one_for_memory())
+		int			pool = paying_pool();
+
+		if (pool < 0)
 			return false;
+		if (!evict_one_for_memory(pool))
+		{
+			/* Its keys are all being fetched: the next pool pays, once. */
+			if (tried[pool])
+				return false;
+			tried[pool] = true;
+			for (pool = 0; pool < SCHED_MAX_POOLS; pool++)
+				if (!tried[pool] && sched_pool_count(sched, pool) > 0 &&
+					evict_one_for_memory(pool))
+					break;
+			if (pool == SCHED_MAX_POOLS)
+				return false;
+		}
 	}
 	return true;
+}
+
+/* What the pools without a budget hold together; *largest: the largest. */
+static Size
+unbudgeted_bytes(int *largest)
+{
+	Size		total = 0;
+	Size		most = 0;
+
+	*largest = -1;
+	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	{
+		Size		bytes = sched_pool_bytes(sched, p);
+
+		if (pool_budget(p) > 0 || sched_pool_count(sched, p) == 0)
+			continue;
+		total += bytes;
+		if (*largest < 0 || bytes > most)
+		{
+			*largest = p;
+			most = bytes;
+		}
+	}
+	return total;
+}
+
+/*
+ * Keep each named cache with a budget within it, evicting its own keys
+ * only, and the pools without one within what the budgets leave of the
+ * target: a budget is reserved, so that a cache growing into it never
+ * evicts another cache's keys.  Then show each cache's keys and what they
+ * take in projcache.caches.
+ */
+static void
+evict_for_budgets(void)
+{
+	Size		reserved = 0;
+	Size		pooled = 0;
+	Size		used;
+	Size		overhead;
+	Size		target = pc_key_memory_target();
+	Size		limit;
+	int			largest;
+
+	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	{
+		Size		budget = pool_budget(p);
+
+		while (budget > 0 && sched_pool_bytes(sched, p) > budget &&
+			   evict_one_for_memory(p))
+			;
+		reserved += budget;
+		pooled += sched_pool_bytes(sched, p);
+	}
+
+	/* The map's own structures count against the target too. */
+	used = pc_key_memory_used();
+	overhead = used > pooled ? used - pooled : 0;
+	limit = target > overhead + reserved ? target - overhead - reserved : 0;
+	while (unbudgeted_bytes(&largest) > limit && largest >= 0 &&
+		   evict_one_for_memory(largest))
+		;
+
+	for (int p = 1; p < SCHED_MAX_POOLS; p++)
+	{
+		PcCacheSlot *slot = &pc_shared->caches.slots[p - 1];
+
+		if (!slot->in_use)
+			continue;
+		pg_atomic_write_u64(&slot->counters[PC_CACHE_MEMORY_USED],
+							(uint64) sched_pool_bytes(sched, p));
+		pg_atomic_write_u64(&slot->counters[PC_CACHE_ENTRIES],
+							(uint64) sched_pool_count(sched, p));
+	}
 }
 
 /*
@@ -396,6 +586,7 @@ evict_for_memory(void)
 {
 	(void) pg_atomic_exchange_u32(&pc_shared->room_wanted, 0);
 	(void) make_room(0);
+	evict_for_budgets();
 }
 
 /*
@@ -506,6 +697,7 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 	e = sched_lookup(sched, key, len);
 	if (e == NULL)
 		return;
+	weigh_new_key(e);
 	sched_set_owner(sched, e, (uint32) owner);
 	sched_set_flow(sched, e, role);
 	if (e->state == SCHED_IN_PROGRESS &&
@@ -780,7 +972,9 @@ prepare_with_room(const char *key, uint32 len, const PcEntryWrite *w,
 	/* Readers may have taken the room meanwhile: one more key at a time. */
 	while (!pc_entry_prepare(key, len, w, prep))
 	{
-		if (!evict_one_for_memory())
+		int			pool = paying_pool();
+
+		if (pool < 0 || !evict_one_for_memory(pool))
 			return false;
 	}
 	return true;
@@ -1548,6 +1742,7 @@ restore_saved_key(const char *key, uint32 len, const SavedEntry *s,
 		return;
 	if (s->attempts > 0 && !s->invalidated)
 		sched_resume_backoff(sched, e, s->attempts, now);
+	weigh_new_key(e);
 	/* Its fetch, if any, waits for its creator's turn. */
 	sched_set_owner(sched, e, (uint32) s->owner);
 	sched_set_flow(sched, e, pc_role_of_slot(s->owner));
@@ -1601,6 +1796,7 @@ restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
 
 	if (fifo != PC_DUMP_FIFO_UNKNOWN)
 		sched_restore_fifo(sched, e, fifo == PC_DUMP_FIFO_MAIN);
+	weigh_new_key(e);
 	mirror_entry(e);
 }
 

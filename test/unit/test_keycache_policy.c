@@ -1821,7 +1821,7 @@ visit(SieveFixture * f, const char *key)
 static const char *
 sieve_evict(SieveFixture * f)
 {
-	SchedEntry *e = sched_memory_victim(f->s, test_and_clear, &f->v);
+	SchedEntry *e = sched_memory_victim(f->s, 0, test_and_clear, &f->v);
 
 	if (e == NULL)
 		return NULL;
@@ -2025,8 +2025,8 @@ test_s3fifo_dump_order_round_trip(void **state)
 	/* Nothing read since: both evict the same keys in the same order. */
 	for (;;)
 	{
-		SchedEntry *a = sched_memory_victim(f->s, test_and_clear, &f->v);
-		SchedEntry *b = sched_memory_victim(restored, test_and_clear, &f->v);
+		SchedEntry *a = sched_memory_victim(f->s, 0, test_and_clear, &f->v);
+		SchedEntry *b = sched_memory_victim(restored, 0, test_and_clear, &f->v);
 
 		if (a == NULL || b == NULL)
 		{
@@ -3057,6 +3057,126 @@ test_owner_victims(void **state)
 }
 
 /*
+ * Pools (sched_set_pool_fn): keys 'a'..'m' are pool 0's, 'n'..'z' pool
+ * 1's, digits pool 2's.
+ */
+static int
+letter_pool(const char *key, size_t keylen, void *arg)
+{
+	(void) keylen;
+	(void) arg;
+	if (key[0] >= 'n' && key[0] <= 'z')
+		return 1;
+	if (key[0] >= '0' && key[0] <= '9')
+		return 2;
+	return 0;
+}
+
+/*
+ * Eviction for memory takes its victims from the pool it is given only,
+ * whatever was read: a pool that fills up never evicts another's keys.
+ * Each row caches keys (oldest first), marks some read, and evicts from
+ * one pool until nothing is left there.
+ */
+static void
+test_pools_table(void **state)
+{
+	static const struct
+	{
+		const char *keys;
+		const char *visited;
+		int			pool;
+		size_t		victims;
+	}			rows[] = {
+		{"abcxyz12", "", 0, 3},
+		{"abcxyz12", "ax1", 0, 3},
+		{"abcxyz12", "abc", 1, 3},
+		{"axbycz", "xyz", 1, 3},
+		{"1a2b3x", "123", 2, 3},
+		{"abcdef", "", 1, 0},
+		{"nopq", "np", 0, 0},
+	};
+
+	(void) state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+	{
+		SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+		SieveFixture f = {0};
+		size_t		before[3];
+		size_t		evicted = 0;
+		char		order[32];
+
+		f.s = sched_create(&config, malloc, free);
+		sched_set_pool_fn(f.s, letter_pool, NULL);
+		cached(&f, rows[r].keys);
+		for (const char *k = rows[r].visited; *k; k++)
+		{
+			char		key[2] = {*k, '\0'};
+
+			visit(&f, key);
+		}
+		for (int p = 0; p < 3; p++)
+			before[p] = sched_pool_count(f.s, p);
+		assert_int_equal(before[0] + before[1] + before[2],
+						 strlen(rows[r].keys));
+		/* the dump's walk still sees every key of every pool */
+		keep_order(f.s, order);
+		assert_int_equal(strlen(order), strlen(rows[r].keys));
+
+		for (;;)
+		{
+			SchedEntry *e = sched_memory_victim(f.s, rows[r].pool,
+												test_and_clear, &f.v);
+
+			if (e == NULL)
+				break;
+			assert_int_equal(letter_pool(e->key, e->keylen, NULL),
+							 rows[r].pool);
+			sched_evict_victim(f.s, e);
+			evicted++;
+		}
+		assert_int_equal(evicted, rows[r].victims);
+		for (int p = 0; p < 3; p++)
+			assert_int_equal(sched_pool_count(f.s, p),
+							 p == rows[r].pool ? 0 : before[p]);
+		sched_destroy(f.s);
+	}
+}
+
+/*
+ * What a pool's keys weigh is the pool's alone, and a key evicted and
+ * known again (back from the ghost FIFO) is in its pool again.
+ */
+static void
+test_pools_bytes(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *e;
+
+	sched_set_pool_fn(f->s, letter_pool, NULL);
+	cached(f, "ax1");
+	sched_set_bytes(f->s, sched_lookup(f->s, "x", 1), 4000);
+	sched_set_bytes(f->s, sched_lookup(f->s, "a", 1), 100);
+	assert_int_equal(sched_pool_bytes(f->s, 0), 100);
+	assert_int_equal(sched_pool_bytes(f->s, 1), 4000);
+	assert_int_equal(sched_pool_bytes(f->s, 2), 1);
+
+	e = sched_memory_victim(f->s, 1, test_and_clear, &f->v);
+	assert_non_null(e);
+	assert_memory_equal(e->key, "x", 1);
+	sched_evict_victim(f->s, e);
+	assert_int_equal(sched_pool_bytes(f->s, 1), 0);
+	assert_int_equal(sched_pool_bytes(f->s, 0), 100);
+
+	cached(f, "x");
+	e = sched_lookup(f->s, "x", 1);
+	assert_int_equal(e->pool, 1);
+	assert_true(e->in_main);	/* back from the ghost FIFO */
+	assert_int_equal(sched_pool_count(f->s, 1), 1);
+	assert_int_equal(sched_pool_count(f->s, 0), 1);
+}
+
+/*
  * A changed expiry or grace period applies to keys already cached: each
  * eviction moves by the difference (raising expiry must not leave keys
  * evicted on the old schedule while they read as fresh).
@@ -3417,6 +3537,9 @@ main(void)
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test(test_fair_once_bound_table),
 		cmocka_unit_test_setup_teardown(test_owner_victims,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test(test_pools_table),
+		cmocka_unit_test_setup_teardown(test_pools_bytes,
 										sieve_setup, sieve_teardown),
 	};
 
