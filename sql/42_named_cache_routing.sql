@@ -153,6 +153,17 @@ SELECT ncr.value_becomes('again:k', 'apikey') AS new_function_value;
 SELECT projcache.drop_cache('again');
 SELECT ncr.caches_become('{}');
 
+-- A cache's own batch_size splits its keys' calls of its function.
+SELECT projcache.create_cache('small', 'ncr.flags(text[],text[])', batch_size => 2);
+SELECT ncr.caches_become('{small}');
+SELECT count(projcache.get('small:b' || i)) FROM generate_series(1, 5) i;
+SELECT count(*) AS cached FROM generate_series(1, 5) i
+ WHERE projcache.get('small:b' || i, '10s') IS NOT NULL;
+SELECT max(cardinality(keys)) <= 2 AS within_batch_size, sum(cardinality(keys)) AS keys_asked
+  FROM ncr.calls WHERE keys && ARRAY['b1', 'b2', 'b3', 'b4', 'b5'];
+SELECT projcache.drop_cache('small');
+SELECT ncr.caches_become('{}');
+
 DROP SCHEMA ncr CASCADE;
 REVOKE USAGE ON SCHEMA projcache FROM ncr_flags_owner, ncr_app, ncr_other;
 REVOKE ALL ON projcache.entries, projcache.caches FROM ncr_flags_owner, ncr_app, ncr_other;

@@ -89,7 +89,10 @@ typedef struct SchedPool
 	size_t		fifo_bytes[2];	/* what their keys weigh (SchedEntry.bytes) */
 	uint32_t	small_share;	/* the small FIFO's share of those, in parts
 								 * of SCHED_SHARE_ONE (see adapt_small_share) */
-}			SchedPool;
+	/* its own settings (sched_set_pool_config), or -1: the config's */
+	int64_t		max_retry_backoff_ms;
+	int64_t		refresh_interval_ms;
+} SchedPool;
 
 struct Sched
 {
@@ -386,7 +389,7 @@ ghost_origin(const Sched *s, uint32_t hash, int pool)
  * SCHED_SMALL_MIN_PERCENT and SCHED_SMALL_MAX_PERCENT.
  */
 static void
-adapt_small_share(SchedPool * p, size_t nkeys, bool grow)
+adapt_small_share(SchedPool *p, size_t nkeys, bool grow)
 {
 	const uint64_t min = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100;
 	const uint64_t max = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MAX_PERCENT / 100;
@@ -870,8 +873,12 @@ sched_create(const SchedConfig *config, SchedAllocFn alloc_fn,
 	s->nbuckets = SCHED_INITIAL_BUCKETS;
 	s->buckets = sched_alloc0(s, s->nbuckets * sizeof(SchedEntry *));
 	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	{
 		s->pools[p].small_share = (uint32_t) ((uint64_t) SCHED_SHARE_ONE *
 											  SCHED_SMALL_MIN_PERCENT / 100);
+		s->pools[p].max_retry_backoff_ms = -1;
+		s->pools[p].refresh_interval_ms = -1;
+	}
 	return s;
 }
 
@@ -1148,10 +1155,20 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
  * lies strictly between the key's own fresh and stale periods (which may
  * differ from the configuration's): else none, and any scheduled goes.
  */
+/* The bound of e's backoff: its pool's own, else the config's. */
+static int64_t
+max_retry_backoff(const Sched *s, const SchedEntry *e)
+{
+	int64_t		own = s->pools[e->pool].max_retry_backoff_ms;
+
+	return own >= 0 ? own : s->config.max_retry_backoff_ms;
+}
+
 static void
 schedule_refresh(Sched *s, SchedEntry *e, SchedTime now)
 {
-	int64_t		refresh = s->config.refresh_interval_ms;
+	int64_t		own = s->pools[e->pool].refresh_interval_ms;
+	int64_t		refresh = own >= 0 ? own : s->config.refresh_interval_ms;
 
 	if (refresh > 0 &&
 		sched_refresh_interval_valid(sched_max_age(s, e),
@@ -1196,8 +1213,7 @@ sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result,
 		int64_t		delay;
 
 		e->attempts++;
-		delay = sched_backoff_delay(e->attempts,
-									s->config.max_retry_backoff_ms);
+		delay = sched_backoff_delay(e->attempts, max_retry_backoff(s, e));
 		e->state = SCHED_PENDING;
 		e->has_initiated = true;
 		e->initiated = e->fetch_initiated;
@@ -1281,7 +1297,7 @@ sched_evictable(const SchedEntry *e)
 
 /* Does the small FIFO hold its share of what the keys weigh? */
 static bool
-small_holds_share(const SchedPool * p)
+small_holds_share(const SchedPool *p)
 {
 	uint64_t	small = p->fifo_bytes[0];
 	uint64_t	total = small + p->fifo_bytes[1];
@@ -1414,6 +1430,14 @@ sched_set_pool_fn(Sched *s, SchedPoolFn pool_of, void *arg)
 {
 	s->pool_of = pool_of;
 	s->pool_arg = arg;
+}
+
+void
+sched_set_pool_config(Sched *s, int pool, int64_t max_retry_backoff_ms,
+					  int64_t refresh_interval_ms)
+{
+	s->pools[pool].max_retry_backoff_ms = max_retry_backoff_ms;
+	s->pools[pool].refresh_interval_ms = refresh_interval_ms;
 }
 
 size_t
@@ -1848,7 +1872,7 @@ sched_resume_backoff(Sched *s, SchedEntry *e, int attempts, SchedTime now)
 	e->attempts = attempts;
 	if (e->state != SCHED_IN_PROGRESS || q < 0)
 		return;
-	delay = sched_backoff_delay(attempts, s->config.max_retry_backoff_ms);
+	delay = sched_backoff_delay(attempts, max_retry_backoff(s, e));
 	if (delay <= 0)
 		return;
 	e->has_fetch_when = true;

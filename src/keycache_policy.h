@@ -362,6 +362,14 @@ typedef bool (*SchedVisitedFn) (SchedEntry *entry, void *arg);
 typedef int (*SchedPoolFn) (const char *key, size_t keylen, void *arg);
 
 extern void sched_set_pool_fn(Sched *s, SchedPoolFn pool_of, void *arg);
+
+/*
+ * A pool's own max_retry_backoff_ms and refresh_interval_ms (-1: the
+ * config's), for its keys' next backoff and next refresh.
+ */
+extern void sched_set_pool_config(Sched *s, int pool,
+								  int64_t max_retry_backoff_ms,
+								  int64_t refresh_interval_ms);
 extern size_t sched_pool_bytes(const Sched *s, int pool);
 extern size_t sched_pool_count(const Sched *s, int pool);
 

@@ -381,6 +381,26 @@ weigh_new_key(SchedEntry *e)
 }
 
 /*
+ * Each named cache's own max_retry_backoff and refresh_interval, for its
+ * pool's keys (PC_CACHE_SETTING_UNSET is the scheduler's "the server's").
+ * After each reload of the registry.
+ */
+static void
+apply_cache_settings(void)
+{
+	for (int p = 1; p < SCHED_MAX_POOLS; p++)
+	{
+		const PcCacheSlot *slot = &pc_shared->caches.slots[p - 1];
+
+		if (slot->in_use)
+			sched_set_pool_config(sched, p, slot->reg.max_retry_backoff_ms,
+								  slot->reg.refresh_interval_ms);
+		else
+			sched_set_pool_config(sched, p, -1, -1);
+	}
+}
+
+/*
  * Evict S3-FIFO's next victim of a pool; false if no key of it can be
  * evicted (the rest are being fetched).
  */
@@ -1631,6 +1651,7 @@ run_batches(SchedEntry **batch, int n)
 	{
 		PcFetchTarget target;
 		int			k = 0;
+		int			chunk;
 
 		if (done[i])
 			continue;
@@ -1660,7 +1681,17 @@ run_batches(SchedEntry **batch, int n)
 		}
 		else
 			cache_target(&regs[i], cache[i], &target);
-		run_batch(group, k, &target);
+
+		/*
+		 * A cache's own batch_size splits its keys' calls; it cannot make
+		 * them larger than projcache.batch_size, which gathers the batch.
+		 */
+		chunk = k;
+		if (cache[i] >= 0 && regs[i].batch_size != PC_CACHE_SETTING_UNSET &&
+			regs[i].batch_size < k)
+			chunk = (int) Max(regs[i].batch_size, 1);
+		for (int from = 0; from < k; from += chunk)
+			run_batch(group + from, Min(chunk, k - from), &target);
 	}
 	pfree(cache);
 	pfree(regs);
@@ -1851,6 +1882,7 @@ publish_registry_before_load(void)
 		}
 		pc_caches_reload(pc_real_now_ms(), evict_cache_keys);
 	}
+	apply_cache_settings();
 }
 
 /*
@@ -2101,6 +2133,7 @@ pc_worker_main(Datum main_arg)
 		if (pc_caches_reload_due(pc_real_now_ms(), &caches_poll))
 		{
 			pc_caches_reload(pc_real_now_ms(), evict_cache_keys);
+			apply_cache_settings();
 			caches_poll = PC_MAX_SLEEP_MS;
 			(void) pc_caches_reload_due(pc_real_now_ms(), &caches_poll);
 		}

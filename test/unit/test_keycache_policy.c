@@ -3177,6 +3177,89 @@ test_pools_bytes(void **state)
 }
 
 /*
+ * Dispatch the n keys due at now, in one batch, and complete each with
+ * answer; what the last completion said.
+ */
+static SchedCompletion
+complete_all(Store * st, int n, Answer answer, SchedTime now)
+{
+	SchedEntry **batch = NULL;
+	SchedEntry *taken[8];
+	SchedCompletion last = SCHED_DONE;
+
+	assert_int_equal(sched_ready_batch(st->sched, now, DISPATCH_BATCH_SIZE, 0,
+									   &batch), n);
+	memcpy(taken, batch, n * sizeof(SchedEntry *));
+	for (int i = 0; i < n; i++)
+		last = complete(st, taken[i], answer, now);
+	return last;
+}
+
+/*
+ * A pool's own max_retry_backoff and refresh_interval
+ * (sched_set_pool_config) apply to its keys only.  Each row: the pool's
+ * own settings (-1: the config's, 60 s backoff and no refresh) and the
+ * delays its key waits after consecutive failures, beside a pool 0 key
+ * that keeps the config's.
+ */
+static void
+test_pool_config_table(void **state)
+{
+	static const struct
+	{
+		int64_t		backoff;
+		int64_t		refresh;
+		int64_t		delays[4];
+	}			rows[] = {
+		{-1, -1, {0, 1000, 1500, 2250}},
+		{1500, -1, {0, 1000, 1500, 1500}},
+		{500, 7000, {0, 500, 500, 500}},
+		{-1, 7000, {0, 1000, 1500, 2250}},
+	};
+
+	(void) state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+	{
+		Store		st;
+		SchedTime	now = 0;
+		SchedEntry *e;
+
+		store_init_full(&st, 5000, 5000, 0, 60000);
+		sched_set_pool_fn(st.sched, letter_pool, NULL);
+		sched_set_pool_config(st.sched, 1, rows[r].backoff, rows[r].refresh);
+		assert_non_null(begin_fetch(&st, "x", now));
+		assert_non_null(begin_fetch(&st, "a", now));
+		assert_int_equal(lookup(&st, "x")->pool, 1);
+		for (int i = 0; i < 4; i++)
+		{
+			static const int64_t config_delays[] = {0, 1000, 1500, 2250};
+			SchedEntry *x;
+			SchedEntry *a;
+
+			assert_int_equal(complete_all(&st, 2, ANSWER_PENDING, now),
+							 SCHED_RESCHEDULED);
+			x = in_progress(&st, "x");
+			a = in_progress(&st, "a");
+			assert_int_equal(x->has_fetch_when ? x->fetch_when - now : 0,
+							 rows[r].delays[i]);
+			assert_int_equal(a->has_fetch_when ? a->fetch_when - now : 0,
+							 config_delays[i]);
+			now += 3000;
+		}
+		/* A value: the pool's refresh is scheduled, the config's is none. */
+		assert_int_equal(complete_all(&st, 2, ANSWER_ENABLED, now),
+						 SCHED_DONE);
+		e = lookup(&st, "x");
+		if (rows[r].refresh > 0)
+			assert_true(e->heap_pos[SCHED_QUEUE_REFRESH] >= 0);
+		else
+			assert_true(e->heap_pos[SCHED_QUEUE_REFRESH] < 0);
+		assert_true(lookup(&st, "a")->heap_pos[SCHED_QUEUE_REFRESH] < 0);
+		store_free(&st);
+	}
+}
+
+/*
  * A changed expiry or grace period applies to keys already cached: each
  * eviction moves by the difference (raising expiry must not leave keys
  * evicted on the old schedule while they read as fresh).
@@ -3541,6 +3624,7 @@ main(void)
 		cmocka_unit_test(test_pools_table),
 		cmocka_unit_test_setup_teardown(test_pools_bytes,
 										sieve_setup, sieve_teardown),
+		cmocka_unit_test(test_pool_config_table),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
