@@ -46,6 +46,9 @@
 /* Longest evict() waits for the worker to act. */
 #define PC_EVICT_WAIT_MS	5000
 
+/* How often a read that waits looks whether a cache opened or closed. */
+#define PC_CACHES_POLL_WAIT_MS	50
+
 PG_FUNCTION_INFO_V1(projcache_check_preloaded);
 PG_FUNCTION_INFO_V1(projcache_get);
 PG_FUNCTION_INFO_V1(projcache_get_wait);
@@ -293,7 +296,14 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 		remaining = deadline - pc_real_now_ms();
 		if (result || remaining <= 0)
 			break;
-		(void) ConditionVariableTimedSleep(cv, (long) remaining,
+
+		/*
+		 * (at most PC_CACHES_POLL_WAIT_MS: a key whose cache opens or closes
+		 * meanwhile is not broadcast)
+		 */
+		(void) ConditionVariableTimedSleep(cv,
+										   (long) Min(remaining,
+													  PC_CACHES_POLL_WAIT_MS),
 										   pc_wait_event(PC_WAIT_KEY));
 	}
 	ConditionVariableCancelSleep();
@@ -459,16 +469,43 @@ wait_for_dump(const char *key, uint32 len)
 		(void) wait_on_key(key, len, left, key_restored, NULL);
 }
 
+/*
+ * Wait, until deadline (on pc_real_now_ms()), for the published caches to
+ * change from generation: a cache that opens or closes does between two
+ * of the worker's batches.  Nothing broadcasts it, so this polls every
+ * PC_CACHES_POLL_WAIT_MS.  True if they changed.
+ */
+static bool
+wait_for_caches_change(uint64 generation, int64 deadline)
+{
+	for (;;)
+	{
+		int64		left = deadline - pc_real_now_ms();
+
+		if (pc_caches_generation() != generation)
+			return true;
+		if (left <= 0)
+			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 (long) Min(left, PC_CACHES_POLL_WAIT_MS),
+						 pc_wait_event(PC_WAIT_KEY));
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 static void
 read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 			   const char **key, uint32 *len)
 {
 	int			cache;
 	uint64		generation;
+	int64		deadline;
 
 	pc_require_loaded();
 	pc_check_key(keyarg, key, len);
 	wait_for_dump(*key, *len);
+	deadline = pc_real_now_ms() + wait_ms;
 
 	/*
 	 * The rights checked, then the key read; again if the caches changed in
@@ -481,7 +518,12 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 		cache = pc_key_cache_for_read(*key, *len);
 		if (cache == PC_CACHE_UNAVAILABLE)
 		{
-			/* Its cache opens or closes: pending, and not created. */
+			/*
+			 * Its cache opens or closes: pending, and not created; a read
+			 * that may wait waits for that to end.
+			 */
+			if (wait_for_caches_change(generation, deadline))
+				continue;
 			read_pending(r);
 			return;
 		}
@@ -491,8 +533,11 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 				   PC_CACHE_HITS : PC_CACHE_MISSES, 1);
 	if (r->state == PC_STATE_PENDING && wait_ms > 0)
 	{
+		int64		left = deadline - pc_real_now_ms();
+
 		demand_key(*key, *len);
-		wait_for_key(*key, *len, wait_ms, details, r);
+		if (left > 0)
+			wait_for_key(*key, *len, left, details, r);
 	}
 }
 
