@@ -368,5 +368,43 @@ is( $new->safe_psql(
 		"SET ROLE app; SELECT n FROM projcache.snapshot('after') AS s(n int)"),
 	'3', 'a snapshot registered after the upgrade reads');
 
+# Named caches (1.3) on the upgraded server: the update from the version
+# pg_upgrade carried, a cache of its own function, a grant.
+$new->safe_psql(
+	'postgres', q{
+ALTER EXTENSION projcache UPDATE TO '1.3';
+CREATE FUNCTION public.flags_src(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE sql STABLE AS $$
+	SELECT k, 'enabled', 'r1', jsonb_build_object('flag', k) FROM unnest(keys) k
+$$;
+SELECT projcache.create_cache('flags', 'public.flags_src(text[],text[])'),
+	projcache.grant_cache('flags', 'app');
+GRANT EXECUTE ON FUNCTION projcache.get(text, interval),
+	projcache.caches_1_3() TO app;
+GRANT EXECUTE ON FUNCTION projcache.get(text) TO outsider;
+GRANT SELECT ON projcache.caches TO app;
+});
+# (projcache.caches shows app the cache once the grant is published)
+my $published = 0;
+for (1 .. 600)
+{
+	$published = $new->safe_psql('postgres',
+		"SET ROLE app; SELECT count(*) FROM projcache.caches WHERE name = 'flags'"
+	);
+	last if $published eq '1';
+	select(undef, undef, undef, 0.05);
+}
+is($published, '1', 'after the update to 1.3, a cache made is published');
+is( $new->safe_psql(
+		'postgres', "SET ROLE app; SELECT projcache.get('flags:dark', '10s')"),
+	'{"flag": "dark"}',
+	'a role granted the cache reads its key, from its function');
+($rc, $out, $err) = $new->psql('postgres',
+	"SET ROLE outsider; SELECT projcache.get('flags:dark')",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/42501.*permission denied for cache "flags"/s,
+	'a role not granted the cache is refused with 42501');
+
 $new->stop;
 done_testing();
