@@ -97,6 +97,11 @@ SELECT projcache.get('flags:dark_mode') AS read_again;
 SELECT key, max_age FROM projcache.entries WHERE key LIKE 'flags:%';
 SELECT ncr.try($$SELECT projcache.get('apikeys:k1')$$);
 RESET ROLE;
+-- The cache's expiry (2 min), on the debug clock: past it, the key is no
+-- longer fresh.
+SELECT freshness FROM projcache.lookup('flags:dark_mode');
+SELECT projcache.debug_advance_clock('3 min');
+SELECT freshness <> 'fresh' AS past_cache_expiry FROM projcache.lookup('flags:dark_mode');
 
 -- A superuser reads every cache; the apikeys function is asked as its owner.
 SELECT projcache.get('apikeys:k1', '10s');
@@ -153,6 +158,61 @@ SELECT ncr.value_becomes('again:k', 'apikey') AS new_function_value;
 SELECT projcache.drop_cache('again');
 SELECT ncr.caches_become('{}');
 
+-- A fetch role: the cache's function runs as it.
+CREATE ROLE ncr_fetcher;
+GRANT ncr_fetcher TO ncr_flags_owner;
+GRANT INSERT ON ncr.calls TO ncr_fetcher;
+SET ROLE ncr_flags_owner;
+SELECT projcache.create_cache('roled', 'ncr.flags(text[],text[])', fetch_role => 'ncr_fetcher'),
+       projcache.grant_cache('roled', 'ncr_app');
+RESET ROLE;
+SELECT ncr.caches_become('{roled}');
+SET ROLE ncr_app;
+SELECT projcache.get('roled:r1', '10s') ->> 'from' AS read_by_grant;
+RESET ROLE;
+SELECT who FROM ncr.calls WHERE keys = '{r1}';
+
+-- A revoke holds within a second, in every session.
+CREATE FUNCTION ncr.refused_within(k text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..300 LOOP
+        BEGIN
+            PERFORM projcache.get(k);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN true;
+        END;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RETURN false;
+END $$;
+SELECT projcache.revoke_cache('roled', 'ncr_app');
+SET ROLE ncr_app;
+SELECT ncr.refused_within('roled:r1') AS refused_after_revoke;
+RESET ROLE;
+
+-- The owner's right to SET ROLE to the fetch role is checked at each
+-- fetch: without it, the fetch fails (and runs nothing).
+CREATE FUNCTION ncr.error_of(k text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    e text;
+BEGIN
+    FOR i IN 1..300 LOOP
+        SELECT last_error INTO e FROM projcache.lookup(k);
+        IF e IS NOT NULL THEN
+            RETURN e;
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RETURN NULL;
+END $$;
+REVOKE ncr_fetcher FROM ncr_flags_owner;
+SELECT ncr.error_of('roled:r2') LIKE '%may no longer fetch as role%' AS fetch_role_rechecked;
+SELECT count(*) AS calls_for_r2 FROM ncr.calls WHERE keys = '{r2}';
+SELECT projcache.drop_cache('roled');
+SELECT ncr.caches_become('{}');
+
 -- A cache's own batch_size splits its keys' calls of its function.
 SELECT projcache.create_cache('small', 'ncr.flags(text[],text[])', batch_size => 2);
 SELECT ncr.caches_become('{small}');
@@ -175,4 +235,4 @@ REVOKE ALL ON FUNCTION
     projcache.invalidate(text), projcache.evict(text),
     projcache.entries_1_2_1(), projcache.caches_1_3()
     FROM ncr_flags_owner, ncr_app, ncr_other;
-DROP ROLE ncr_flags_owner, ncr_app, ncr_other;
+DROP ROLE ncr_flags_owner, ncr_app, ncr_other, ncr_fetcher;

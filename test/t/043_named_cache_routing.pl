@@ -1,10 +1,14 @@
 # Copyright (c) 2026, projcache developers
 #
-# Named caches' keys across databases, restarts and crashes (issue 32).
+# Named caches' keys across databases, standbys, restarts and crashes
+# (issue 32).
 #
 # a. Another database: a role granted a cache reads its keys there (its
 #    function runs in projcache.database, as the cache's owner); a role
-#    not granted gets 42501 there too; the default cache is unchanged.
+#    not granted gets 42501 there too; the default cache is unchanged; a
+#    revoke, then a grant again, reach its sessions.
+#
+# c. A hot standby: the same reads, revoke and grant, replayed.
 #
 # b. Warm restart: the key dump brings a named cache's keys back only into
 #    that very cache.  Table-driven: each round caches one key per case,
@@ -41,7 +45,7 @@ use PostgreSQL::Test::Utils;
 use ProjcacheTest;
 use Test::More;
 
-my $node = projcache_node('routing');
+my $node = projcache_node('routing', init => { allows_streaming => 1 });
 
 # Each function says which it is; all fail while public.sources_up is
 # false.
@@ -111,8 +115,9 @@ sub read_as
 {
 	my ($role, $key, %opts) = @_;
 	my $db = $opts{db} // 'postgres';
+	my $on = $opts{node} // $node;
 	my $wait = defined $opts{wait} ? ", '$opts{wait}'" : '';
-	my ($rc, $out, $err) = $node->psql(
+	my ($rc, $out, $err) = $on->psql(
 		$db, qq{
 \\set VERBOSITY sqlstate
 SET ROLE $role;
@@ -139,6 +144,54 @@ is(read_as('outsider', 'plain:x', db => 'other_db', wait => '10s'),
 	'default', 'other_db: a key of no cache is the default cache\'s');
 is(read_as('outsider', 'Kept:x', db => 'other_db', wait => '10s'),
 	'default', 'other_db: another spelling of the name is no cache\'s');
+
+# Read as role until the read says want (30 s at most); what it last said.
+sub read_becomes
+{
+	my ($role, $key, $want, %opts) = @_;
+	my $got;
+
+	for (1 .. 600)
+	{
+		$got = read_as($role, $key, %opts);
+		last if $got eq $want;
+		select(undef, undef, undef, 0.05);
+	}
+	return $got;
+}
+
+# A revoke reaches the other database's sessions within a second or so;
+# a grant again, the same.
+$node->safe_psql('postgres', "SELECT projcache.revoke_cache('kept', 'app')");
+is(read_becomes('app', 'kept:x', '42501', db => 'other_db'),
+	'42501', 'other_db: after a revoke, the role is refused');
+$node->safe_psql('postgres', "SELECT projcache.grant_cache('kept', 'app')");
+is(read_becomes('app', 'kept:x', 'fa', db => 'other_db'),
+	'fa', 'other_db: granted again, it reads');
+
+# ---------------------------------------------------------------------------
+# c. A hot standby: its own worker publishes the replicated registry and
+#    fetches the caches' keys there, with their functions; grants and
+#    revokes replayed hold there too.
+# ---------------------------------------------------------------------------
+$node->backup('backup');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($node, 'backup', has_streaming => 1);
+$standby->start;
+$node->wait_for_catchup($standby, 'replay');
+is(read_becomes('app', 'kept:s', 'fa', node => $standby, wait => '10s'),
+	'fa', 'standby: the granted role reads a key of the cache, from its function');
+is(read_as('outsider', 'kept:s', node => $standby),
+	'42501', 'standby: a role not granted is refused');
+$node->safe_psql('postgres', "SELECT projcache.revoke_cache('kept', 'app')");
+$node->wait_for_catchup($standby, 'replay');
+is(read_becomes('app', 'kept:s', '42501', node => $standby),
+	'42501', 'standby: a revoke replayed holds there');
+$node->safe_psql('postgres', "SELECT projcache.grant_cache('kept', 'app')");
+$node->wait_for_catchup($standby, 'replay');
+is(read_becomes('app', 'kept:s', 'fa', node => $standby),
+	'fa', 'standby: a grant replayed holds there');
+$standby->stop;
 
 # ---------------------------------------------------------------------------
 # b. Warm restart.
@@ -206,6 +259,14 @@ SELECT projcache.create_cache('lapsed', 'public.fa(text[],text[])',
 	is(read_as('app', 'kept:a'), 'fa', "$r: kept:a came back from the dump");
 	is(read_as('app', 'lapsed:a'), 'fa',
 		"$r: lapsed:a came back from the dump");
+
+	# The read above refetches it (keys come back stale): that fetch must
+	# be over before the clock moves, or it would be fetched anew after.
+	ok( $node->poll_query_until(
+			'postgres', q{
+SELECT fetch_state = 'complete' AND freshness = 'fresh'
+  FROM projcache.entries WHERE key = 'lapsed:a'}),
+		"$r: lapsed:a was fetched again after the restart");
 
 	# lapsed:a expires and leaves the map; kept's expiry is an hour.
 	advance_clock($node, '5min');
