@@ -1303,7 +1303,9 @@ value_changed(PcFetchItem *item, uint8 old_state)
  * NOTIFY projcache.notify_channel with each changed key, in a transaction
  * of its own that commits after the values are stored: a listener that
  * reads the key on hearing the notice gets the new value.  A failure to
- * notify (the queue is full) is logged, never the worker's end.
+ * notify (the queue is full) is logged, never the worker's end.  Only the
+ * default cache's keys: anyone who can connect may LISTEN, and a named
+ * cache's key names are for the roles it is granted to.
  */
 static void
 notify_changes(SchedEntry **batch, PcFetchItem *items, uint8 *old_states,
@@ -1317,7 +1319,8 @@ notify_changes(SchedEntry **batch, PcFetchItem *items, uint8 *old_states,
 		RecoveryInProgress())
 		return;
 	for (i = 0; i < n; i++)
-		if (applied[i] && value_changed(&items[i], old_states[i]))
+		if (applied[i] && value_changed(&items[i], old_states[i]) &&
+			batch[i]->pool == 0)
 			changed++;
 	if (changed == 0)
 		return;
@@ -1326,7 +1329,8 @@ notify_changes(SchedEntry **batch, PcFetchItem *items, uint8 *old_states,
 	{
 		StartTransactionCommand();
 		for (i = 0; i < n; i++)
-			if (applied[i] && value_changed(&items[i], old_states[i]))
+			if (applied[i] && value_changed(&items[i], old_states[i]) &&
+				batch[i]->pool == 0)
 				Async_Notify(pc_notify_channel,
 							 pnstrdup(batch[i]->key, batch[i]->keylen));
 		CommitTransactionCommand();

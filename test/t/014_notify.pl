@@ -4,7 +4,8 @@
 # each key whose stored value changed (a new revision replacing a value, or
 # a key turning disabled), after the value is stored: a listener that reads
 # the key on hearing the notice gets the new value.  No notice for a first
-# value, a not_modified answer, or a fetch that failed.
+# value, a not_modified answer, or a fetch that failed; none for a named
+# cache's key (1.3).
 
 use strict;
 use warnings;
@@ -150,6 +151,31 @@ $node->safe_psql('postgres',
 	  SELECT projcache.invalidate('a')});
 is_deeply([ hear_until('a') ], ['a'],
 	'with the channel off nothing was sent; on again, the next change is heard');
+
+# A named cache's keys (1.3) are not notified: any role that can connect
+# may LISTEN, and their names are for the roles the cache is granted to.
+$node->safe_psql(
+	'postgres', q{
+ALTER EXTENSION projcache UPDATE TO '1.3';
+SELECT projcache.create_cache('nc', 'public.fetch_nm(text[],text[])');
+});
+ok( $node->poll_query_until(
+		'postgres', "SELECT count(*) = 1 FROM projcache.caches WHERE name = 'nc'"),
+	'the named cache is published');
+is( $node->safe_psql(
+		'postgres', q{SELECT projcache.get('nc:a', '10s') IS NOT NULL}),
+	't', 'its key is cached from its function');
+$node->safe_psql(
+	'postgres',
+	q{UPDATE public.upstream SET revision = 'r12', config = '{"v": 12}' WHERE key = 'a';
+	  SELECT projcache.invalidate('nc:a');});
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT revision = 'r12' FROM projcache.entries WHERE key = 'nc:a'"),
+	'the named cache\'s key was fetched again with a new value');
+$node->safe_psql('postgres', q{SELECT projcache.invalidate('a')});
+is_deeply([ hear_until('a') ], ['a'],
+	'the default cache\'s key is notified, the named cache\'s is not');
 
 # A channel name longer than an identifier is refused.
 my ($rc, $out, $err) = $node->psql('postgres',
