@@ -8,7 +8,9 @@
 #    not granted gets 42501 there too; the default cache is unchanged; a
 #    revoke, then a grant again, reach its sessions.
 #
-# c. A hot standby: the same reads, revoke and grant, replayed.
+# c. A hot standby: the same reads, revoke and grant, replayed; and an
+#    invalidate() of a named cache's key on the primary (a WAL record)
+#    makes the standby fetch it again, with the cache's function.
 #
 # b. Warm restart: the key dump brings a named cache's keys back only into
 #    that very cache.  Table-driven: each round caches one key per case,
@@ -45,7 +47,10 @@ use PostgreSQL::Test::Utils;
 use ProjcacheTest;
 use Test::More;
 
-my $node = projcache_node('routing', init => { allows_streaming => 1 });
+my $node = projcache_node(
+	'routing',
+	init => { allows_streaming => 1 },
+	conf => "projcache.wal_invalidations = on\n");
 
 # Each function says which it is; all fail while public.sources_up is
 # false.
@@ -54,6 +59,8 @@ $node->safe_psql(
 ALTER EXTENSION projcache UPDATE TO '1.3';
 CREATE TABLE public.sources_up (up boolean NOT NULL);
 INSERT INTO public.sources_up VALUES (true);
+CREATE TABLE public.version (v int NOT NULL);
+INSERT INTO public.version VALUES (1);
 CREATE FUNCTION public.source(fn text, keys text[])
 RETURNS TABLE(key text, state text, revision text, config jsonb)
 LANGUAGE plpgsql AS $$
@@ -61,8 +68,9 @@ BEGIN
 	IF NOT (SELECT up FROM public.sources_up) THEN
 		RAISE EXCEPTION 'source % is down', fn;
 	END IF;
-	RETURN QUERY SELECT k, 'enabled'::text, 'r1'::text,
-		jsonb_build_object('from', fn, 'k', k) FROM unnest(keys) k;
+	RETURN QUERY SELECT k, 'enabled'::text, 'r' || v.v,
+		jsonb_build_object('from', fn, 'k', k, 'v', v.v)
+		FROM unnest(keys) k, public.version v;
 END $$;
 CREATE FUNCTION public.default_fetch(keys text[], revisions text[])
 RETURNS TABLE(key text, state text, revision text, config jsonb)
@@ -191,6 +199,15 @@ $node->safe_psql('postgres', "SELECT projcache.grant_cache('kept', 'app')");
 $node->wait_for_catchup($standby, 'replay');
 is(read_becomes('app', 'kept:s', 'fa', node => $standby),
 	'fa', 'standby: a grant replayed holds there');
+# invalidate() of a named cache's key on the primary reaches the standby
+# (a WAL record): its worker fetches the key again there, with the cache's
+# function, though the key's expiry is an hour away.
+$node->safe_psql('postgres',
+	"UPDATE public.version SET v = 2; SELECT projcache.invalidate('kept:s')");
+ok( $standby->poll_query_until(
+		'postgres', q{SELECT projcache.get('kept:s') ->> 'v' = '2'}),
+	'standby: an invalidation on the primary refetches the cache\'s key there');
+$node->safe_psql('postgres', 'UPDATE public.version SET v = 1');
 $standby->stop;
 
 # ---------------------------------------------------------------------------
