@@ -1,9 +1,10 @@
 # Copyright (c) 2026, projcache developers
 #
 # Upgrading from 1.0: CREATE EXTENSION projcache VERSION '1.0', then
-# ALTER EXTENSION projcache UPDATE (1.0 -> 1.1.1 -> 1.2 -> 1.2.1, through
-# the direct update to 1.1.1, which does what 1.0 -> 1.0.1 -> 1.1 -> 1.1.1
-# does).
+# ALTER EXTENSION projcache UPDATE TO '1.2.1' (1.0 -> 1.1.1 -> 1.2 -> 1.2.1,
+# through the direct update to 1.1.1, which does what 1.0 -> 1.0.1 -> 1.1
+# -> 1.1.1 does), compared with a fresh 1.2.1; then every way on to 1.3,
+# the default version, compared with a fresh 1.3 (at the end).
 #
 # - The newest library serves a database whose SQL is still 1.0: a snapshot
 #   registered and read there loads.
@@ -174,8 +175,8 @@ my ($fetch_calls_before, $fetch_requests_before, $fetched_keys_before,
 # The update.
 # ---------------------------------------------------------------------------
 my ($rc, $out, $err) =
-  $node->psql('old_db', 'ALTER EXTENSION projcache UPDATE');
-is($rc, 0, 'ALTER EXTENSION projcache UPDATE succeeds');
+  $node->psql('old_db', "ALTER EXTENSION projcache UPDATE TO '1.2.1'");
+is($rc, 0, "ALTER EXTENSION projcache UPDATE TO '1.2.1' succeeds");
 like($err, qr/snapshot "gone" could not be bound to a view/,
 	'the registration that cannot be bound is reported');
 is($node->safe_psql('old_db',
@@ -297,7 +298,7 @@ like($dump, qr/GRANT SELECT ON TABLE projcache\.entries TO app;/,
 # ---------------------------------------------------------------------------
 # Equal to a fresh install.
 # ---------------------------------------------------------------------------
-$node->safe_psql('fresh_db', 'CREATE EXTENSION projcache');
+$node->safe_psql('fresh_db', "CREATE EXTENSION projcache VERSION '1.2.1'");
 $node->safe_psql('fresh_db', $common);
 $node->safe_psql('fresh_db', $common_versioned);
 $node->safe_psql(
@@ -456,7 +457,7 @@ for my $db ('old_db', 'fresh_db')
 	$dx{$db} = $stdout;
 }
 # (18's \dx has a "Default version" column too)
-like($dx{old_db}, qr/^ projcache \| 1\.2\.1 +\|(?: 1\.2\.1 +\|)? projcache \|/m,
+like($dx{old_db}, qr/^ projcache \| 1\.2\.1 +\|(?: 1\.3 +\|)? projcache \|/m,
 	'\dx shows old_db at 1.2.1');
 like($dx{old_db}, qr/Objects in extension "projcache"/,
 	'\dx+ lists the members');
@@ -576,7 +577,7 @@ SELECT projcache.create_snapshot('grants', 'SELECT user_id, audience FROM public
 	  or diag($err);
 	is( $node->safe_psql(
 			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-		'1.2.1', "$from: updated to 1.2.1");
+		'1.3', "$from: updated to 1.3, the default version");
 	is($node->safe_psql($db, $user_reads), $user_reads_out,
 		"$from: after the update, the role's views and its reads of the extension's views work");
 	is( $node->safe_psql(
@@ -587,23 +588,27 @@ SELECT string_agg(c.relname || ':' || p.proname, ',' ORDER BY c.relname)
   JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
   JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
  WHERE c.relnamespace = 'projcache'::regnamespace}),
-		'entries:entries_1_2_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1',
+		'caches:caches_1_3,entries:entries_1_2_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1',
 		"$from: the extension's views read the versioned functions");
 	is( $node->safe_psql(
 			$db, q{
 SELECT count(*) FROM pg_proc
  WHERE pronamespace = 'projcache'::regnamespace
-   AND proname IN ('entries', 'stats', 'snapshots', 'entries_1_2_1', 'stats_1_2_1', 'snapshots_1_2_1')
+   AND proname IN ('entries', 'stats', 'snapshots', 'entries_1_2_1', 'stats_1_2_1', 'snapshots_1_2_1', 'caches_1_3')
    AND aclcontains(proacl, makeaclitem(0, proowner, 'EXECUTE', false))}),
 		'0', "$from: none of those functions is PUBLIC's");
 }
 
 # ---------------------------------------------------------------------------
-# 1.3 (named caches), not yet the default version: each way to 1.2.1
-# above, updated on to 1.3, equals a fresh 1.3 install.
+# 1.3 (named caches), the default version: CREATE EXTENSION without a
+# version installs it, and each way to 1.2.1 above, updated on to 1.3,
+# equals that fresh install.
 # ---------------------------------------------------------------------------
 $node->safe_psql('postgres', 'CREATE DATABASE fresh_13');
-$node->safe_psql('fresh_13', "CREATE EXTENSION projcache VERSION '1.3'");
+$node->safe_psql('fresh_13', 'CREATE EXTENSION projcache');
+is($node->safe_psql('fresh_13',
+		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
+	'1.3', 'CREATE EXTENSION projcache installs 1.3');
 $node->safe_psql('fresh_13', $common);
 $node->safe_psql('fresh_13', $common_versioned);
 $node->safe_psql(

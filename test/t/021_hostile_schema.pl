@@ -65,6 +65,12 @@ SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
  WHERE target = '1.2.1' AND path IS NOT NULL ORDER BY source}),
 	"1.0 -> 1.0--1.1.1--1.2--1.2.1\n1.0.1 -> 1.0.1--1.1.1--1.2--1.2.1\n1.1 -> 1.1--1.1.1--1.2--1.2.1\n1.1.1 -> 1.1.1--1.2--1.2.1\n1.2 -> 1.2--1.2.1",
 	'updates to 1.2.1 go through 1.2');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
+ WHERE target = '1.3' AND path IS NOT NULL ORDER BY source}),
+	"1.0 -> 1.0--1.1.1--1.2--1.2.1--1.3\n1.0.1 -> 1.0.1--1.1.1--1.2--1.2.1--1.3\n1.1 -> 1.1--1.1.1--1.2--1.2.1--1.3\n1.1.1 -> 1.1.1--1.2--1.2.1--1.3\n1.2 -> 1.2--1.2.1--1.3\n1.2.1 -> 1.2.1--1.3",
+	'updates to 1.3 go through 1.2.1');
 
 # A database where mallory may create schemas, and the sequence pwn()
 # counts its calls in.
@@ -262,7 +268,8 @@ my ($rc, $out, $err) =
   $node->psql('shared_update', 'ALTER EXTENSION projcache UPDATE');
 is($rc, 0, "(b') the update from 1.0 in a superuser's schema completes");
 unlike($err, qr/hostile code ran/, "(b') without running mallory's code");
-is(extversion('shared_update'), '1.2.1', "(b') projcache is at 1.2.1");
+is(extversion('shared_update'), '1.3',
+	"(b') projcache is at 1.3, the default version");
 is($node->safe_psql('shared_update', $registry_default),
 	"nextval('projcache.snapshot_registry_id_seq'::regclass)|0",
 	"(b') the registry's id default is pg_catalog.nextval(regclass) again");
@@ -319,7 +326,7 @@ CREATE FUNCTION projcache.stats_1_2_1(VARIADIC n integer[] DEFAULT '{}') RETURNS
 	if ($case eq 'shapes')
 	{
 		is($rc, 0, "(b') $case: the update from 1.2 completes") or diag($err);
-		is(extversion($db), '1.2.1', "(b') $case: projcache is at 1.2.1");
+		is(extversion($db), '1.3', "(b') $case: projcache is at 1.3");
 	}
 	else
 	{
@@ -354,19 +361,19 @@ is( $node->safe_psql(
 SELECT e.extversion, n.nspowner::regrole = current_user::regrole
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'projcache'}),
-	'1.2.1|t',
-	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.2.1');
+	'1.3|t',
+	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.3');
 
 $node->safe_psql('postgres', 'CREATE DATABASE restored');
 $node->safe_psql('restored',
 	'CREATE SCHEMA projcache; CREATE EXTENSION projcache WITH SCHEMA projcache');
-is(extversion('restored'), '1.2.1',
+is(extversion('restored'), '1.3',
 	'(c) a schema a superuser made first (as a restored dump does) passes the check');
 
 $node->safe_psql('postgres', 'CREATE DATABASE old');
 $node->safe_psql('old', "CREATE EXTENSION projcache VERSION '1.0'");
 $node->safe_psql('old', 'ALTER EXTENSION projcache UPDATE');
-is(extversion('old'), '1.2.1', '(c) the update from 1.0 in its own schema works');
+is(extversion('old'), '1.3', '(c) the update from 1.0 in its own schema works');
 
 $node->stop;
 done_testing();
