@@ -22,7 +22,10 @@
 # - the key cache starts empty (it is shared memory) and refills: a get()
 #   fetches again, then hits;
 # - no projcache worker ran while pg_upgrade ran the servers (they run in
-#   binary-upgrade mode, where the launcher stays out).
+#   binary-upgrade mode, where the launcher stays out);
+# - a named cache (1.3) made on the old server keeps its registry row, is
+#   published, and reads for the role granted it (42501 for another); a
+#   database still at 1.2 updates to 1.3 after the upgrade and reads it.
 
 use strict;
 use warnings;
@@ -129,6 +132,26 @@ RESET ROLE;
 });
 is($old->safe_psql('postgres', 'SET ROLE app; SELECT user_id FROM cached.billing'),
 	'1', 'the old server reads the snapshot through the foreign table and its view');
+
+# A named cache (1.3, the default version) granted to app, and a database
+# whose extension is still at 1.2.
+$old->safe_psql(
+	'postgres', q{
+CREATE FUNCTION public.flags_src(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE sql STABLE AS $$
+	SELECT k, 'enabled', 'r1', jsonb_build_object('flag', k) FROM unnest(keys) k
+$$;
+SELECT projcache.create_cache('flags', 'public.flags_src(text[],text[])',
+	expiry => '10 min'),
+	projcache.grant_cache('flags', 'app');
+GRANT EXECUTE ON FUNCTION projcache.get(text, interval),
+	projcache.caches_1_3() TO app;
+GRANT EXECUTE ON FUNCTION projcache.get(text) TO outsider;
+GRANT SELECT ON projcache.caches TO app;
+CREATE DATABASE db12;
+});
+$old->safe_psql('db12', "CREATE EXTENSION projcache VERSION '1.2'");
 
 # What the new server must show the same: the settings, the extension's
 # members with their ACLs and initial privileges, the registry, the grants.
@@ -368,24 +391,13 @@ is( $new->safe_psql(
 		"SET ROLE app; SELECT n FROM projcache.snapshot('after') AS s(n int)"),
 	'3', 'a snapshot registered after the upgrade reads');
 
-# Named caches (1.3) on the upgraded server: the update from the version
-# pg_upgrade carried, a cache of its own function, a grant.
-$new->safe_psql(
-	'postgres', q{
-ALTER EXTENSION projcache UPDATE TO '1.3';
-CREATE FUNCTION public.flags_src(keys text[], revisions text[])
-RETURNS TABLE(key text, state text, revision text, config jsonb)
-LANGUAGE sql STABLE AS $$
-	SELECT k, 'enabled', 'r1', jsonb_build_object('flag', k) FROM unnest(keys) k
-$$;
-SELECT projcache.create_cache('flags', 'public.flags_src(text[],text[])'),
-	projcache.grant_cache('flags', 'app');
-GRANT EXECUTE ON FUNCTION projcache.get(text, interval),
-	projcache.caches_1_3() TO app;
-GRANT EXECUTE ON FUNCTION projcache.get(text) TO outsider;
-GRANT SELECT ON projcache.caches TO app;
-});
-# (projcache.caches shows app the cache once the grant is published)
+# Named caches: the registry came through pg_upgrade, and the worker
+# publishes it.  (projcache.caches shows app the cache once it is.)
+is( $new->safe_psql(
+		'postgres',
+		q{SELECT name || ' ' || expiry || ' ' || readers::text FROM projcache.cache_registry}),
+	'flags 00:10:00 {app}',
+	'the named caches\' registry kept its row');
 my $published = 0;
 for (1 .. 600)
 {
@@ -395,7 +407,7 @@ for (1 .. 600)
 	last if $published eq '1';
 	select(undef, undef, undef, 0.05);
 }
-is($published, '1', 'after the update to 1.3, a cache made is published');
+is($published, '1', 'the cache is published on the new server');
 is( $new->safe_psql(
 		'postgres', "SET ROLE app; SELECT projcache.get('flags:dark', '10s')"),
 	'{"flag": "dark"}',
@@ -405,6 +417,20 @@ is( $new->safe_psql(
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/42501.*permission denied for cache "flags"/s,
 	'a role not granted the cache is refused with 42501');
+
+# The database still at 1.2 after pg_upgrade updates to 1.3, and reads
+# the named cache there.
+$new->safe_psql('db12', 'ALTER EXTENSION projcache UPDATE');
+is( $new->safe_psql(
+		'db12', "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
+	'1.3', 'a database at 1.2 before pg_upgrade updates to 1.3 after it');
+$new->safe_psql('db12',
+	'GRANT USAGE ON SCHEMA projcache TO app; GRANT EXECUTE ON FUNCTION projcache.get(text, interval) TO app'
+);
+is( $new->safe_psql(
+		'db12', "SET ROLE app; SELECT projcache.get('flags:light', '10s')"),
+	'{"flag": "light"}',
+	'and the granted role reads the named cache from there');
 
 $new->stop;
 done_testing();
