@@ -479,6 +479,8 @@ typedef struct PcFetchTarget
 	Oid			fetch_role;		/* InvalidOid: the owner */
 	uint32		key_offset;		/* bytes of "name:" the function does not see */
 	int			timeout_ms;		/* 0: none */
+	bool		hard_deadline;	/* end the worker if the call outlives
+								 * timeout_ms by PC_FETCH_HARD_GRACE_MS */
 	int32		max_age_ms;		/* for keys the function gives none; or
 								 * PC_PERIOD_DEFAULT */
 	int32		stale_for_ms;

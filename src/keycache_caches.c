@@ -77,8 +77,11 @@ pc_caches_init(PcCaches *caches, LWLock *lock)
 	pg_atomic_init_u32(&caches->changed, 0);
 	pg_atomic_init_u64(&caches->generation, 0);
 	for (int i = 0; i < PC_MAX_CACHES; i++)
+	{
 		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
 			pg_atomic_init_u64(&caches->slots[i].counters[c], 0);
+		pg_atomic_init_u32(&caches->slots[i].overruns, 0);
+	}
 }
 
 /* A change to the registry committed: the worker reloads it now. */
@@ -321,6 +324,16 @@ pc_caches_published(void)
 	loaded = pc_shared->caches.loaded;
 	LWLockRelease(pc_shared->caches.lock);
 	return loaded;
+}
+
+/*
+ * A call of the cache's function outlived its timeout, and the worker ends
+ * (keycache_fetch.c): called in a signal handler, so only an atomic.
+ */
+void
+pc_cache_note_overrun(int slot)
+{
+	pg_atomic_fetch_add_u32(&pc_shared->caches.slots[slot].overruns, 1);
 }
 
 /* Count n for a named cache's counter (slot from pc_key_cache()). */
@@ -669,6 +682,9 @@ publish(const PcCacheReg *regs, int n, PcCacheChanges *ch)
 		slot = &caches->slots[s];
 		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
 			pg_atomic_write_u64(&slot->counters[c], 0);
+		pg_atomic_write_u32(&slot->overruns, 0);
+		slot->overruns_seen = 0;
+		slot->paused_until_ms = 0;
 		slot->reg = regs[r];
 		slot->in_use = true;
 		slot->open = first;

@@ -80,6 +80,16 @@ typedef struct PcCacheSlot
 								 * closing) */
 	PcCacheReg	reg;
 	pg_atomic_uint64 counters[PC_CACHE_NUM_COUNTERS];
+
+	/*
+	 * Calls of its function that outlived their timeout and ended the worker
+	 * (pc_cache_note_overrun, in a signal handler); the worker alone reads
+	 * them, and puts the cache's keys aside until paused_until_ms (on
+	 * pc_real_now_ms()) for each new one.
+	 */
+	pg_atomic_uint32 overruns;
+	uint32		overruns_seen;
+	int64		paused_until_ms;
 } PcCacheSlot;
 
 typedef struct PcCaches
@@ -108,6 +118,7 @@ extern bool pc_key_restorable(const char *key, uint32 len, bool tagged,
 extern bool pc_caches_published(void);
 extern uint64 pc_caches_generation(void);
 extern bool pc_fetch_escalates(Oid fn, Oid runas);
+extern void pc_cache_note_overrun(int slot);
 extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);
 extern bool pc_interval_ms(const Interval *iv, int64 *ms);
 extern bool pc_cache_may_read(const PcCacheReg *reg);

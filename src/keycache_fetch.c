@@ -69,6 +69,7 @@
 #include "compat.h"
 #include "keycache.h"
 #include "keycache_bisect.h"
+#include "keycache_caches.h"
 #include "user_switch.h"
 
 /* Every item unanswered, before a call. */
@@ -720,6 +721,51 @@ typedef struct FetchCall
 								 * triggers) was running */
 } FetchCall;
 
+/*
+ * The hard end of a call of a cache's function whose owner is not a
+ * superuser.  The statement timeout cancels the call once, and a function
+ * may catch that cancel and go on, holding the one worker that every
+ * cache shares.  PC_FETCH_HARD_GRACE_MS after the timeout, the worker ends
+ * itself (FATAL, which no function can catch), after counting the overrun
+ * on the cache (pc_cache_note_overrun: an atomic, safe in a signal
+ * handler); the launcher starts a new worker, which puts the cache's keys
+ * aside for a while (keycache_worker.c).
+ */
+#define PC_FETCH_HARD_GRACE_MS	1000
+
+static TimeoutId hard_timeout = MAX_TIMEOUTS;
+static volatile sig_atomic_t overrunning_cache = -1;
+
+static void
+fetch_overran(void)
+{
+	if (overrunning_cache >= 0)
+		pc_cache_note_overrun((int) overrunning_cache);
+	ProcDiePending = true;
+	InterruptPending = true;
+	SetLatch(MyLatch);
+}
+
+static void
+arm_hard_deadline(const PcFetchTarget * target)
+{
+	if (!target->hard_deadline || target->timeout_ms <= 0)
+		return;
+	if (hard_timeout == MAX_TIMEOUTS)
+		hard_timeout = RegisterTimeout(USER_TIMEOUT, fetch_overran);
+	overrunning_cache = target->cache;
+	enable_timeout_after(hard_timeout,
+						 target->timeout_ms + PC_FETCH_HARD_GRACE_MS);
+}
+
+static void
+disarm_hard_deadline(void)
+{
+	if (hard_timeout != MAX_TIMEOUTS)
+		disable_timeout(hard_timeout, false);
+	overrunning_cache = -1;
+}
+
 static void
 call_fetch_function(void *arg)
 {
@@ -734,6 +780,7 @@ call_fetch_function(void *arg)
 	pc_become(&call->sw, PC_AS_FETCH_ROLE, call->roleid, NULL);
 	if (call->target->timeout_ms > 0)
 		enable_timeout_after(STATEMENT_TIMEOUT, call->target->timeout_ms);
+	arm_hard_deadline(call->target);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	call->breaches = run_fetch(query, cols, call->items, call->nitems,
@@ -892,6 +939,7 @@ pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet,
 	edata = pc_run_in_subxact(call_fetch_function, &call);
 	/* The timeout may have fired as the call ended: too late, forget it. */
 	disable_timeout(STATEMENT_TIMEOUT, false);
+	disarm_hard_deadline();
 	QueryCancelPending = false;
 	/* Only an abort restores the user: the commit is the role's too. */
 	Assert(edata != NULL || GetUserId() == call.roleid);

@@ -1600,6 +1600,44 @@ run_batch(SchedEntry **batch, int n, const PcFetchTarget * target)
 /* How long a key of a cache that opens or closes waits to be asked for. */
 #define PC_CACHES_RETRY_MS	100
 
+/*
+ * A cache whose function outlived its timeout ended the worker before
+ * this one (keycache_fetch.c): its keys are put aside, PC_OVERRUN_PAUSE_MS
+ * for the first overrun, twice as long for each next one, at most
+ * PC_OVERRUN_PAUSE_MAX_MS, so that a function that will not stop costs
+ * every other cache a restart of the worker that often at most.  How many
+ * ms are left (0: none).
+ */
+#define PC_OVERRUN_PAUSE_MS		(30 * 1000)
+#define PC_OVERRUN_PAUSE_MAX_MS	(30 * 60 * 1000)
+
+static int64
+cache_paused_ms(int s)
+{
+	PcCacheSlot *slot = &pc_shared->caches.slots[s];
+	uint32		overruns = pg_atomic_read_u32(&slot->overruns);
+	int64		now = pc_real_now_ms();
+
+	/* Only this worker writes overruns_seen and paused_until_ms. */
+	if (overruns != slot->overruns_seen)
+	{
+		int64		pause = PC_OVERRUN_PAUSE_MS;
+
+		for (uint32 i = 1; i < overruns && pause < PC_OVERRUN_PAUSE_MAX_MS; i++)
+			pause *= 2;
+		pause = Min(pause, PC_OVERRUN_PAUSE_MAX_MS);
+		slot->overruns_seen = overruns;
+		slot->paused_until_ms = now + pause;
+		ereport(WARNING,
+				(errmsg("named cache \"%s\": its fetch function ran past its fetch_timeout and did not stop when cancelled",
+						slot->reg.name),
+				 errdetail("The scheduler ended itself to stop it (%u times so far); the cache's keys are not fetched for %lld s.",
+						   overruns, (long long) (pause / 1000)),
+				 errhint("A fetch function must not catch query_canceled.")));
+	}
+	return slot->paused_until_ms > now ? slot->paused_until_ms - now : 0;
+}
+
 /* How to ask for a named cache's keys (slot from pc_key_cache()). */
 static void
 cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
@@ -1624,6 +1662,7 @@ cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
 
 		if (t->timeout_ms <= 0 || t->timeout_ms > bound)
 			t->timeout_ms = bound;
+		t->hard_deadline = true;
 	}
 	t->max_age_ms = reg->expiry_ms == PC_CACHE_SETTING_UNSET ?
 		PC_PERIOD_DEFAULT : (int32) reg->expiry_ms;
@@ -1656,6 +1695,7 @@ run_batches(SchedEntry **batch, int n)
 		PcFetchTarget target;
 		int			k = 0;
 		int			chunk;
+		int64		started;
 
 		if (done[i])
 			continue;
@@ -1672,6 +1712,17 @@ run_batches(SchedEntry **batch, int n)
 			{
 				sched_defer_fetch(sched, group[j],
 								  pc_now_ms() + PC_CACHES_RETRY_MS);
+				mirror_entry(group[j]);
+			}
+			continue;
+		}
+		if (cache[i] >= 0 && cache_paused_ms(cache[i]) > 0)
+		{
+			/* Its function overran its timeout lately: later. */
+			for (int j = 0; j < k; j++)
+			{
+				sched_defer_fetch(sched, group[j],
+								  pc_now_ms() + cache_paused_ms(cache[i]));
 				mirror_entry(group[j]);
 			}
 			continue;
@@ -1694,8 +1745,28 @@ run_batches(SchedEntry **batch, int n)
 		if (cache[i] >= 0 && regs[i].batch_size != PC_CACHE_SETTING_UNSET &&
 			regs[i].batch_size < k)
 			chunk = (int) Max(regs[i].batch_size, 1);
+		started = pc_real_now_ms();
 		for (int from = 0; from < k; from += chunk)
+		{
+			/*
+			 * A cache of an owner who is not a superuser gets, per batch, as
+			 * much of the worker's time as one call may take: small batches
+			 * of slow calls cannot multiply it.  The rest wait for a later
+			 * batch.
+			 */
+			if (from > 0 && target.hard_deadline &&
+				pc_real_now_ms() - started >= target.timeout_ms)
+			{
+				for (int j = from; j < k; j++)
+				{
+					sched_defer_fetch(sched, group[j],
+									  pc_now_ms() + PC_CACHES_RETRY_MS);
+					mirror_entry(group[j]);
+				}
+				break;
+			}
 			run_batch(group + from, Min(chunk, k - from), &target);
+		}
 	}
 	pfree(cache);
 	pfree(regs);
