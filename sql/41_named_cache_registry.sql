@@ -151,6 +151,20 @@ SELECT count(projcache.create_cache('mine_' || g, 'nc.fetch(text[],text[])'))
   FROM generate_series(1, 31) g;
 SELECT nc.try('SELECT projcache.create_cache(''mine_32'', ''nc.fetch(text[],text[])'')');
 SELECT count(projcache.drop_cache('mine_' || g)) FROM generate_series(1, 31) g;
+-- Nor may such owners together (22023): two roles cannot take the default
+-- cache's half between them.
+SELECT nc.try(format('SELECT projcache.alter_cache(''projects'', max_memory => %s)',
+                     :memory_limit / 4)) AS a_quarter;
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION nc.fetch(text[], text[]) TO nc_other;
+SET ROLE nc_other;
+SELECT nc.try(format('SELECT projcache.create_cache(''others'', ''nc.fetch(text[],text[])'', max_memory => %s)',
+                     :memory_limit / 4)) AS two_owners_over_half;
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION nc.fetch(text[], text[]) FROM nc_other;
+SET ROLE nc_owner;
+SELECT nc.try(format('SELECT projcache.alter_cache(''projects'', max_memory => %s)',
+                     :memory_limit / 8)) AS an_eighth_again;
 RESET ROLE;
 
 -- Changing, granting and dropping take the owner's privileges (42501).

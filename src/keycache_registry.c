@@ -281,6 +281,7 @@ typedef struct RegistryTotals
 	int64		reserved;		/* bytes of max_memory */
 	int			owner_count;
 	int64		owner_reserved;
+	int64		unprivileged_reserved;	/* by owners who are not superusers */
 } RegistryTotals;
 
 static void
@@ -300,7 +301,11 @@ registry_totals(const char *except, Oid owner, RegistryTotals *t)
 				  " OPERATOR(pg_catalog.=) $2),"
 				  " COALESCE(pg_catalog.sum(max_memory) FILTER"
 				  " (WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2),"
-				  " 0)::pg_catalog.int8"
+				  " 0)::pg_catalog.int8,"
+				  " COALESCE(pg_catalog.sum(max_memory) FILTER"
+				  " (WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_authid a"
+				  " WHERE a.oid OPERATOR(pg_catalog.=) owner::pg_catalog.oid"
+				  " AND a.rolsuper)), 0)::pg_catalog.int8"
 				  " FROM projcache.cache_registry"
 				  " WHERE name OPERATOR(pg_catalog.<>) $1",
 				  2, argtypes, args, NULL, SPI_OK_SELECT);
@@ -310,6 +315,8 @@ registry_totals(const char *except, Oid owner, RegistryTotals *t)
 	t->reserved = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 	t->owner_count = (int) DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
 	t->owner_reserved = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+	t->unprivileged_reserved = DatumGetInt64(SPI_getbinval(tup, desc, 5,
+														   &isnull));
 	registry_end(&rs);
 }
 
@@ -502,6 +509,19 @@ check_settings(FunctionCallInfo fcinfo, const char *name, Oid owner,
 							   GetUserNameFromId(owner, false),
 							   (long long) keys_part,
 							   (long long) t.owner_reserved)));
+
+		/*
+		 * Two roles (or more) must not take it all either: the owners who are
+		 * not superusers reserve at most half together, and the default cache
+		 * keeps the rest.
+		 */
+		if (!superuser_arg(owner) &&
+			t.unprivileged_reserved + want > keys_part / 2)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_memory of cache \"%s\" does not fit in the half left to owners who are not superusers", name),
+					 errdetail("The caches of roles that are not superusers may reserve at most half of the keys' %lld bytes of projcache.max_memory together, so that the default cache keeps the rest.",
+							   (long long) keys_part)));
 	}
 }
 
