@@ -192,6 +192,15 @@ could_be_cache_name(const char *name, uint32 len)
 	return true;
 }
 
+/* Is the key of the shape of a named cache's, "name:rest"? */
+bool
+pc_key_may_be_named(const char *key, uint32 len)
+{
+	const char *colon = memchr(key, ':', Min(len, NAMEDATALEN));
+
+	return colon != NULL && could_be_cache_name(key, (uint32) (colon - key));
+}
+
 /*
  * The cache a key is of: its slot (and a copy of its registration in
  * *reg), PC_CACHE_DEFAULT, or PC_CACHE_UNAVAILABLE for a key of a cache

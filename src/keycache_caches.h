@@ -117,6 +117,7 @@ extern bool pc_key_restorable(const char *key, uint32 len, bool tagged,
 							  TimestampTz tag);
 extern bool pc_caches_published(void);
 extern uint64 pc_caches_generation(void);
+extern bool pc_key_may_be_named(const char *key, uint32 len);
 extern bool pc_fetch_escalates(Oid fn, Oid runas);
 extern void pc_cache_note_overrun(int slot);
 extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);

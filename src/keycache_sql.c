@@ -46,6 +46,9 @@
 /* Longest evict() waits for the worker to act. */
 #define PC_EVICT_WAIT_MS	5000
 
+/* How many times entries() copies the map while the caches change. */
+#define PC_ENTRIES_ATTEMPTS	10
+
 /* How often a read that waits looks whether a cache opened or closed. */
 #define PC_CACHES_POLL_WAIT_MS	50
 
@@ -1061,25 +1064,54 @@ projcache_entries(PG_FUNCTION_ARGS)
 	PcKeyList	copies;
 	int64		now;
 	int			i;
+	bool	   *shown = NULL;
 
 	pc_require_loaded();
 	InitMaterializedSRF(fcinfo, 0);
-	pc_keylist_init(&copies, sizeof(PcRead));
-	pc_keylist_from_map(&copies, NULL, copy_for_view);
-	if (copies.oom)
-		pc_report_oom("a cached value");
+
+	/*
+	 * Only the keys of the caches the user may read, judged by the caches
+	 * published when the keys were copied: a cache dropped in between would
+	 * show its keys as the default cache's.  If the caches keep changing, at
+	 * last only the keys no cache may have.
+	 */
+	for (int attempt = 1;; attempt++)
+	{
+		uint64		generation = pc_caches_generation();
+
+		pc_keylist_init(&copies, sizeof(PcRead));
+		pc_keylist_from_map(&copies, NULL, copy_for_view);
+		if (copies.oom)
+			pc_report_oom("a cached value");
+		shown = palloc(sizeof(bool) * Max(copies.count, 1));
+		for (i = 0; i < copies.count; i++)
+		{
+			PcCacheReg	reg;
+			int			cache = pc_key_cache(copies.keys[i], copies.lens[i],
+											 &reg);
+
+			shown[i] = !((cache >= 0 && !pc_cache_may_read(&reg)) ||
+						 (cache == PC_CACHE_UNAVAILABLE && !superuser()));
+		}
+		if (pc_caches_generation() == generation)
+			break;
+		if (attempt == PC_ENTRIES_ATTEMPTS)
+		{
+			for (i = 0; i < copies.count; i++)
+				if (!superuser() &&
+					pc_key_may_be_named(copies.keys[i], copies.lens[i]))
+					shown[i] = false;
+			break;
+		}
+	}
 
 	now = pc_now_ms();
 	for (i = 0; i < copies.count; i++)
 	{
 		Datum		values[ENTRIES_COLUMNS];
 		bool		nulls[ENTRIES_COLUMNS];
-		PcCacheReg	reg;
-		int			cache = pc_key_cache(copies.keys[i], copies.lens[i], &reg);
 
-		/* Only the keys of the caches the user may read. */
-		if ((cache >= 0 && !pc_cache_may_read(&reg)) ||
-			(cache == PC_CACHE_UNAVAILABLE && !superuser()))
+		if (!shown[i])
 			continue;
 		entry_row(copies.keys[i], pc_keylist_payload(&copies, i), now,
 				  values, nulls);
