@@ -224,6 +224,19 @@ SELECT max(cardinality(keys)) <= 2 AS within_batch_size, sum(cardinality(keys)) 
 SELECT projcache.drop_cache('small');
 SELECT ncr.caches_become('{}');
 
+-- A cache whose function was dropped can still be changed, revoked and
+-- dropped.
+CREATE FUNCTION ncr.gone(keys text[], revisions text[])
+RETURNS TABLE(key text, state text, revision text, config jsonb)
+LANGUAGE sql AS $$ SELECT k, 'enabled', 'r1', '{}'::jsonb FROM unnest(keys) k $$;
+SELECT projcache.create_cache('orphan', 'ncr.gone(text[],text[])'),
+       projcache.grant_cache('orphan', 'ncr_app');
+DROP FUNCTION ncr.gone(text[], text[]);
+SELECT projcache.alter_cache('orphan', expiry => '1 min');
+SELECT projcache.revoke_cache('orphan', 'ncr_app');
+SELECT projcache.drop_cache('orphan');
+SELECT ncr.caches_become('{}');
+
 DROP SCHEMA ncr CASCADE;
 REVOKE USAGE ON SCHEMA projcache FROM ncr_flags_owner, ncr_app, ncr_other;
 REVOKE ALL ON projcache.entries, projcache.caches FROM ncr_flags_owner, ncr_app, ncr_other;

@@ -235,7 +235,7 @@ read_cache_row(const char *name, CacheRow *row)
 	registry_begin(&rs, false);
 	registry_exec("SELECT owner::pg_catalog.oid, max_memory,"
 				  " readers::pg_catalog.oid[],"
-				  " fetch_function::pg_catalog.regprocedure::pg_catalog.oid,"
+				  " pg_catalog.to_regprocedure(fetch_function)::pg_catalog.oid,"
 				  " fetch_role::pg_catalog.oid"
 				  " FROM projcache.cache_registry"
 				  " WHERE name OPERATOR(pg_catalog.=) $1",
@@ -667,7 +667,9 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 			PG_GETARG_OID(ARG_FETCH_ROLE) :
 			OidIsValid(row.fetch_role) ? row.fetch_role : row.owner;
 
-		check_fetch_escalation(fn, runas);
+		/* (a function dropped since: each fetch refuses it anyway) */
+		if (OidIsValid(fn))
+			check_fetch_escalation(fn, runas);
 	}
 	check_settings(fcinfo, name, row.owner, NULL);
 
