@@ -323,6 +323,16 @@ pc_fetch_escalates(Oid fn, Oid runas)
 	return !superuser_arg(owner);
 }
 
+/* Is any named cache registered (published)? */
+bool
+pc_caches_in_use(void)
+{
+	for (int s = 0; s < PC_MAX_CACHES; s++)
+		if (pc_shared->caches.slots[s].in_use)
+			return true;
+	return false;
+}
+
 /* Has the worker published the registry since the server started? */
 bool
 pc_caches_published(void)

@@ -116,6 +116,7 @@ extern bool pc_key_dump_tag(const char *key, uint32 len, bool *tagged,
 extern bool pc_key_restorable(const char *key, uint32 len, bool tagged,
 							  TimestampTz tag);
 extern bool pc_caches_published(void);
+extern bool pc_caches_in_use(void);
 extern uint64 pc_caches_generation(void);
 extern bool pc_key_may_be_named(const char *key, uint32 len);
 extern bool pc_fetch_escalates(Oid fn, Oid runas);

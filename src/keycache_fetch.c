@@ -766,6 +766,56 @@ disarm_hard_deadline(void)
 	overrunning_cache = -1;
 }
 
+/*
+ * dblink keeps its connections in the session, across transactions, and
+ * every cache's function runs in the worker's one session: a connection
+ * one function left open would serve the next one, another owner's, with
+ * the first one's remote rights.  So once named caches exist, each call
+ * closes them before it ends, as the role it ran as (the one that opened
+ * them): the named ones, then the unnamed one.  Not an error if it fails
+ * (dblink not installed, no connection open).
+ */
+static void
+close_dblink_body(void *arg)
+{
+	char	   *schema;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT n.nspname FROM pg_catalog.pg_extension e"
+					" JOIN pg_catalog.pg_namespace n"
+					" ON n.oid OPERATOR(pg_catalog.=) e.extnamespace"
+					" WHERE e.extname OPERATOR(pg_catalog.=) 'dblink'",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	{
+		SPI_finish();
+		return;
+	}
+	schema = pstrdup(quote_identifier(SPI_getvalue(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc, 1)));
+	(void) SPI_execute(psprintf("SELECT %s.dblink_disconnect(c)"
+								" FROM pg_catalog.unnest(%s.dblink_get_connections()) c",
+								schema, schema), false, 0);
+	if (arg != NULL)
+		(void) SPI_execute(psprintf("SELECT %s.dblink_disconnect()", schema),
+						   false, 0);
+	SPI_finish();
+}
+
+static void
+close_dblink_connections(void)
+{
+	ErrorData  *edata;
+
+	edata = pc_run_in_subxact(close_dblink_body, NULL);
+	if (edata != NULL)
+		FreeErrorData(edata);
+	/* the unnamed one: an ERROR if there is none */
+	edata = pc_run_in_subxact(close_dblink_body, (void *) 1);
+	if (edata != NULL)
+		FreeErrorData(edata);
+}
+
 static void
 call_fetch_function(void *arg)
 {
@@ -791,6 +841,8 @@ call_fetch_function(void *arg)
 	call->in_function = true;
 	AfterTriggerFireDeferred();
 	call->in_function = false;
+	if (pc_caches_in_use())
+		close_dblink_connections();
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	/* The settings go now; the user stays until the commit (see below). */
 	AtEOXact_GUC(false, call->sw.save_nestlevel);
