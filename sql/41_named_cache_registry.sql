@@ -136,7 +136,10 @@ SELECT nc.try('SELECT projcache.create_cache(''projects'', ''nc.fetch(text[],tex
 RESET ROLE;
 DROP ROLE nc_super;
 SET ROLE nc_owner;
-SELECT projcache.create_cache('projects', 'nc.fetch(text[],text[])', fetch_role => 'nc_fetcher');
+-- A cache of an owner who is not a superuser needs a budget (22023).
+SELECT nc.try('SELECT projcache.create_cache(''projects'', ''nc.fetch(text[],text[])'', fetch_role => ''nc_fetcher'')');
+SELECT projcache.create_cache('projects', 'nc.fetch(text[],text[])', fetch_role => 'nc_fetcher',
+                              max_memory => 65536);
 SELECT nc.try('SELECT * FROM projcache.cache_registry');
 -- The owner sees its own cache only.
 SELECT nc.caches_become('{projects}');
@@ -147,9 +150,9 @@ SELECT nc.try(format('SELECT projcache.alter_cache(''projects'', max_memory => %
                      :memory_limit / 2)) AS half_or_more;
 SELECT nc.try(format('SELECT projcache.alter_cache(''projects'', max_memory => %s)',
                      :memory_limit / 8)) AS an_eighth;
-SELECT count(projcache.create_cache('mine_' || g, 'nc.fetch(text[],text[])'))
+SELECT count(projcache.create_cache('mine_' || g, 'nc.fetch(text[],text[])', max_memory => 65536))
   FROM generate_series(1, 31) g;
-SELECT nc.try('SELECT projcache.create_cache(''mine_32'', ''nc.fetch(text[],text[])'')');
+SELECT nc.try('SELECT projcache.create_cache(''mine_32'', ''nc.fetch(text[],text[])'', max_memory => 65536)');
 SELECT count(projcache.drop_cache('mine_' || g)) FROM generate_series(1, 31) g;
 -- Nor may such owners together (22023): two roles cannot take the default
 -- cache's half between them.

@@ -67,7 +67,8 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON projcache.entries, projcache.caches TO ncr_flags_owner, ncr_app, ncr_other;
 
 SET ROLE ncr_flags_owner;
-SELECT projcache.create_cache('flags', 'ncr.flags(text[],text[])', expiry => '2min');
+SELECT projcache.create_cache('flags', 'ncr.flags(text[],text[])', expiry => '2min',
+                              max_memory => 1048576);
 SELECT projcache.grant_cache('flags', 'ncr_app');
 SELECT ncr.caches_become('{flags}');
 RESET ROLE;
@@ -163,7 +164,8 @@ CREATE ROLE ncr_fetcher;
 GRANT ncr_fetcher TO ncr_flags_owner;
 GRANT INSERT ON ncr.calls TO ncr_fetcher;
 SET ROLE ncr_flags_owner;
-SELECT projcache.create_cache('roled', 'ncr.flags(text[],text[])', fetch_role => 'ncr_fetcher'),
+SELECT projcache.create_cache('roled', 'ncr.flags(text[],text[])', fetch_role => 'ncr_fetcher',
+                              max_memory => 1048576),
        projcache.grant_cache('roled', 'ncr_app');
 RESET ROLE;
 SELECT ncr.caches_become('{roled}');

@@ -607,6 +607,17 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 						PC_MAX_CACHES / 2)));
 	check_settings(fcinfo, name, GetUserId(), &t);
 
+	/*
+	 * A cache without a budget shares the default cache's memory, where the
+	 * largest pool pays when it is short: a role that is not a superuser
+	 * could push the default cache's keys out with it.
+	 */
+	if (!superuser() && PG_ARGISNULL(ARG_MAX_MEMORY))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cache \"%s\" needs a max_memory of its own", name),
+				 errdetail("A cache of an owner who is not a superuser has its own memory budget, so that it never evicts another cache's keys.")));
+
 	setting_args(fcinfo, argtypes, args, nulls);
 	argtypes[NUM_CACHE_ARGS] = OIDOID;
 	args[NUM_CACHE_ARGS] = ObjectIdGetDatum(GetUserId());

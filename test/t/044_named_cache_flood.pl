@@ -11,8 +11,8 @@
 # 20,000 keys of 1 kB flooded:
 # - the flood's cache has a 1 MB budget, the hot cache none;
 # - both have budgets;
-# - the flood's cache has none (it is the largest pool without a budget,
-#   and pays), the hot cache has one;
+# - the flood's cache has none (a superuser's, granted to the flooder: it
+#   is the largest pool without a budget, and pays), the hot cache has one;
 # - the flood is in the default cache, the hot cache has none.
 # Each: 0 NULL reads of the hot keys during the flood (counted), no
 # eviction counted for the hot cache, the flood's cache over its budget
@@ -94,6 +94,8 @@ my @rows = (
 		hot_budget => 524288
 	},
 	{
+		# (an owner who is not a superuser must give a budget: this cache
+		# is a superuser's, granted to the flooder)
 		name => 'flood cache no budget, hot cache 512kB',
 		flood => 'flood',
 		flood_budget => undef,
@@ -135,10 +137,16 @@ SELECT projcache.drop_cache(name) FROM projcache.caches;
 SELECT projcache.create_cache('hot', 'public.src(text[],text[])'$hot_memory),
 	projcache.grant_cache('hot', 'app');
 });
-	if (defined $row->{flood})
+	if (defined $row->{flood} && defined $row->{flood_budget})
 	{
 		$node->safe_psql('postgres',
 			"SET ROLE flooder; SELECT projcache.create_cache('flood', 'public.src(text[],text[])'$flood_memory)"
+		);
+	}
+	elsif (defined $row->{flood})
+	{
+		$node->safe_psql('postgres',
+			"SELECT projcache.create_cache('flood', 'public.src(text[],text[])'), projcache.grant_cache('flood', 'flooder')"
 		);
 	}
 	ok( $node->poll_query_until(

@@ -80,13 +80,13 @@ my @rows = (
 	{
 		name => 'a function that catches the cancel',
 		function => 'mallory.stubborn(text[],text[])',
-		settings => '',
+		settings => ', max_memory => 1048576',
 		restarts => 1
 	},
 	{
 		name => 'slow calls, batch_size 1',
 		function => 'mallory.slow(text[],text[])',
-		settings => ', batch_size => 1',
+		settings => ', batch_size => 1, max_memory => 1048576',
 		restarts => 0
 	});
 

@@ -80,7 +80,8 @@ BEGIN
 	RETURN QUERY SELECT k, 'enabled'::text, 'r1'::text,
 		jsonb_build_object('by_name', by_name, 'unnamed', unnamed) FROM unnest(keys) k;
 END $$;
-SELECT projcache.create_cache('loot', 'mallory.steal(text[],text[])');
+SELECT projcache.create_cache('loot', 'mallory.steal(text[],text[])',
+	max_memory => 1048576);
 });
 ok( $node->poll_query_until(
 		'postgres', 'SELECT count(*) = 2 FROM projcache.caches'),
