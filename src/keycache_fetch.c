@@ -739,8 +739,10 @@ static volatile sig_atomic_t overrunning_cache = -1;
 static void
 fetch_overran(void)
 {
-	if (overrunning_cache >= 0)
-		pc_cache_note_overrun((int) overrunning_cache);
+	/* (the call ended just as the timer fired: nothing to stop) */
+	if (overrunning_cache < 0)
+		return;
+	pc_cache_note_overrun((int) overrunning_cache);
 	ProcDiePending = true;
 	InterruptPending = true;
 	SetLatch(MyLatch);
@@ -761,9 +763,9 @@ arm_hard_deadline(const PcFetchTarget * target)
 static void
 disarm_hard_deadline(void)
 {
+	overrunning_cache = -1;
 	if (hard_timeout != MAX_TIMEOUTS)
 		disable_timeout(hard_timeout, false);
-	overrunning_cache = -1;
 }
 
 /*
