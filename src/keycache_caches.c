@@ -681,6 +681,9 @@ publish(const PcCacheReg *regs, int n, PcCacheChanges *ch)
 			continue;
 		}
 		kept[r] = true;
+		/* Left closed by a worker that ended before finish_publish(). */
+		if (!slot->open)
+			ch->opening[ch->nopening++] = s;
 		if (memcmp(&slot->reg, &regs[r], sizeof(PcCacheReg)) != 0)
 		{
 			slot->reg = regs[r];

@@ -995,6 +995,19 @@ pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet,
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	disarm_hard_deadline();
 	QueryCancelPending = false;
+
+	/*
+	 * A call that failed (or was cancelled) after its function opened dblink
+	 * connections closes them too, as the role it ran as.
+	 */
+	if (edata != NULL && OidIsValid(call.roleid) && pc_caches_in_use())
+	{
+		PcUserSwitch sw;
+
+		pc_become(&sw, PC_AS_FETCH_ROLE, call.roleid, NULL);
+		close_dblink_connections();
+		pc_unbecome(&sw);
+	}
 	/* Only an abort restores the user: the commit is the role's too. */
 	Assert(edata != NULL || GetUserId() == call.roleid);
 	PopActiveSnapshot();

@@ -1642,6 +1642,7 @@ cache_paused_ms(int s)
 static void
 cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
 {
+	memset(t, 0, sizeof(*t));
 	t->cache = slot;
 	t->function = reg->fetch_function;
 	t->owner = reg->owner;

@@ -49,6 +49,9 @@ BEGIN
 		PERFORM dblink_connect('src', '$connstr');
 	END IF;
 	PERFORM dblink_connect('$connstr');
+	IF 'boom' = ANY (keys) THEN
+		RAISE EXCEPTION 'the source failed after connecting';
+	END IF;
 	RETURN QUERY SELECT k, 'enabled'::text, 'r1'::text,
 		jsonb_build_object('secret', s.secret)
 	FROM unnest(keys) k
@@ -108,5 +111,22 @@ is( $node->safe_psql(
 		'postgres', q{SET ROLE mallory; SELECT projcache.get('loot:x')::text}),
 	'{"by_name": "refused", "unnamed": "refused"}',
 	'fetched again together, mallory\'s function still finds none');
+
+# A call that fails after its function connected closes them too.
+$node->safe_psql('postgres', q{SELECT projcache.get('keys:boom')});
+ok( $node->poll_query_until(
+		'postgres',
+		q{SELECT last_error IS NOT NULL FROM projcache.lookup('keys:boom')}),
+	'the keys team\'s call for keys:boom failed after connecting');
+$node->safe_psql('postgres', q{SELECT projcache.invalidate('loot:x')});
+ok( $node->poll_query_until(
+		'postgres',
+		q{SELECT count(*) = 1 FROM projcache.entries
+		  WHERE key = 'loot:x' AND freshness = 'fresh' AND fetch_state = 'complete'}),
+	'mallory\'s key is fetched again after the failed call');
+is( $node->safe_psql(
+		'postgres', q{SET ROLE mallory; SELECT projcache.get('loot:x')::text}),
+	'{"by_name": "refused", "unnamed": "refused"}',
+	'after a failed call, mallory\'s function still finds none');
 
 done_testing();
