@@ -18,7 +18,7 @@ GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval),
 GRANT EXECUTE ON FUNCTION projcache.fetch(text), projcache.invalidate(text),
 	projcache.evict(text), projcache.reset_stats(),
 	projcache.entries(), projcache.stats(),
-	projcache.entries_1_2_1(), projcache.stats_1_2_1() TO pc_operator;
+	projcache.entries_1_2_1(), projcache.entries_1_3_1(), projcache.stats_1_2_1() TO pc_operator;
 GRANT SELECT ON projcache.entries, projcache.stats TO pc_operator;
 
 SET ROLE pc_app;

@@ -3,7 +3,7 @@
 -- projcache.caches as each role sees it once the worker published it.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS projcache VERSION '1.2.1';
-ALTER EXTENSION projcache UPDATE TO '1.3';
+ALTER EXTENSION projcache UPDATE;
 SELECT memory_limit FROM projcache.stats \gset
 CREATE SCHEMA nc;
 GRANT USAGE ON SCHEMA nc TO PUBLIC;
@@ -17,8 +17,9 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
 
--- Wait (30 s at most) until projcache.caches lists exactly these names, as
--- the current role sees it: the worker publishes a commit within a second.
+-- Wait (30 s at most) until projcache.caches lists exactly these names as
+-- open, as the current role sees it, and no cache opening or closing: the
+-- worker publishes a commit within a second.
 CREATE FUNCTION nc.caches_become(want text[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -26,8 +27,9 @@ DECLARE
 BEGIN
     FOR i IN 1..600 LOOP
         SELECT coalesce(array_agg(name ORDER BY name), '{}') INTO got
-          FROM projcache.caches;
-        IF got = want THEN
+          FROM projcache.caches WHERE state IN ('open', 'put_aside');
+        IF got = want AND NOT EXISTS (SELECT FROM projcache.caches
+                                       WHERE state IN ('opening', 'closing')) THEN
             RETURN got;
         END IF;
         PERFORM pg_sleep(0.05);
@@ -59,9 +61,9 @@ GRANT EXECUTE ON FUNCTION
     projcache.drop_cache(text),
     projcache.grant_cache(text, regrole),
     projcache.revoke_cache(text, regrole),
-    projcache.caches_1_3()
+    projcache.caches_1_3(), projcache.caches_1_3_1()
     TO nc_owner, nc_other;
-GRANT EXECUTE ON FUNCTION projcache.caches_1_3() TO nc_reader;
+GRANT EXECUTE ON FUNCTION projcache.caches_1_3(), projcache.caches_1_3_1() TO nc_reader;
 GRANT SELECT ON projcache.caches TO nc_owner, nc_other, nc_reader;
 
 -- Names: [a-z][a-z0-9_]*, at most 63 bytes, not "default" (22023).
@@ -241,6 +243,6 @@ REVOKE ALL ON FUNCTION
     projcache.drop_cache(text),
     projcache.grant_cache(text, regrole),
     projcache.revoke_cache(text, regrole),
-    projcache.caches_1_3()
+    projcache.caches_1_3(), projcache.caches_1_3_1()
     FROM nc_owner, nc_other, nc_reader;
 DROP ROLE nc_owner, nc_reader, nc_other, nc_fetcher, nc_readers_group;

@@ -3,7 +3,7 @@
 -- cache's grant; other keys stay the default cache's.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS projcache VERSION '1.2.1';
-ALTER EXTENSION projcache UPDATE TO '1.3';
+ALTER EXTENSION projcache UPDATE;
 CREATE SCHEMA ncr;
 GRANT USAGE ON SCHEMA ncr TO PUBLIC;
 
@@ -15,7 +15,8 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
 
--- Wait (30 s at most) until projcache.caches lists exactly these names.
+-- Wait (30 s at most) until projcache.caches lists exactly these names as
+-- open, and no cache opening or closing.
 CREATE FUNCTION ncr.caches_become(want text[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -23,8 +24,9 @@ DECLARE
 BEGIN
     FOR i IN 1..600 LOOP
         SELECT coalesce(array_agg(name ORDER BY name), '{}') INTO got
-          FROM projcache.caches;
-        IF got = want THEN
+          FROM projcache.caches WHERE state IN ('open', 'put_aside');
+        IF got = want AND NOT EXISTS (SELECT FROM projcache.caches
+                                       WHERE state IN ('opening', 'closing')) THEN
             RETURN got;
         END IF;
         PERFORM pg_sleep(0.05);
@@ -62,7 +64,7 @@ GRANT EXECUTE ON FUNCTION
     projcache.get(text), projcache.get(text, interval),
     projcache.lookup(text, interval), projcache.fetch(text),
     projcache.invalidate(text), projcache.evict(text),
-    projcache.entries_1_2_1(), projcache.caches_1_3()
+    projcache.entries_1_2_1(), projcache.entries_1_3_1(), projcache.caches_1_3(), projcache.caches_1_3_1()
     TO ncr_flags_owner, ncr_app, ncr_other;
 GRANT SELECT ON projcache.entries, projcache.caches TO ncr_flags_owner, ncr_app, ncr_other;
 
@@ -248,6 +250,6 @@ REVOKE ALL ON FUNCTION
     projcache.get(text), projcache.get(text, interval),
     projcache.lookup(text, interval), projcache.fetch(text),
     projcache.invalidate(text), projcache.evict(text),
-    projcache.entries_1_2_1(), projcache.caches_1_3()
+    projcache.entries_1_2_1(), projcache.entries_1_3_1(), projcache.caches_1_3(), projcache.caches_1_3_1()
     FROM ncr_flags_owner, ncr_app, ncr_other;
 DROP ROLE ncr_flags_owner, ncr_app, ncr_other, ncr_fetcher;

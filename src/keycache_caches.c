@@ -16,9 +16,22 @@
  * committed.  A cache keeps its slot, and so its
  * counters, while it stays registered.
  *
+ * A cache is bound to its fetch function's identity, not to its name: the
+ * worker binds each row to the function it was registered with
+ * (bind_function()), and a cache whose function cannot be bound is put
+ * aside, its keys' fetches failing with the reason, until its owner
+ * alters it.
+ *
+ * Rights are narrowed at the commit that narrows them: a backend whose
+ * revoke_cache or drop_cache commits edits the slots itself
+ * (pc_caches_narrow_at_commit()), without waiting for the worker; a
+ * reload that read the registry before that commit is not published.
+ *
  * Lock: PcCaches.lock protects the slots' registrations (the worker
- * writes them exclusively; readers copy them shared, and take nothing else
- * while they hold it).  The counters are atomics.
+ * writes them exclusively, and so does a committing narrowing; readers
+ * copy them shared, and take nothing else while they hold it).  The
+ * counters are atomics.  The overrun entries are the worker's alone, but
+ * for the atomic count a signal handler adds to.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -36,6 +49,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -46,6 +60,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -76,12 +91,12 @@ pc_caches_init(PcCaches *caches, LWLock *lock)
 	caches->lock = lock;
 	pg_atomic_init_u32(&caches->changed, 0);
 	pg_atomic_init_u64(&caches->generation, 0);
+	pg_atomic_init_u64(&caches->narrowings, 0);
 	for (int i = 0; i < PC_MAX_CACHES; i++)
-	{
 		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
 			pg_atomic_init_u64(&caches->slots[i].counters[c], 0);
-		pg_atomic_init_u32(&caches->slots[i].overruns, 0);
-	}
+	for (int i = 0; i < PC_MAX_CACHE_OVERRUNS; i++)
+		pg_atomic_init_u32(&caches->overruns[i].overruns, 0);
 }
 
 /* A change to the registry committed: the worker reloads it now. */
@@ -112,7 +127,10 @@ pc_interval_ms(const Interval *iv, int64 *ms)
 
 /*
  * May the current user read the cache: a superuser, its owner's
- * privileges, or a reader's.
+ * privileges, or a reader's.  A grant to pg_database_owner counts for
+ * nobody: who is a member of it depends on the database, and a cache is
+ * the whole server's (grant_cache refuses it since 1.3.1; a 1.3 registry
+ * may still hold one).
  */
 bool
 pc_cache_may_read(const PcCacheReg *reg)
@@ -122,7 +140,8 @@ pc_cache_may_read(const PcCacheReg *reg)
 	if (has_privs_of_role(me, reg->owner))
 		return true;
 	for (int i = 0; i < reg->nreaders; i++)
-		if (has_privs_of_role(me, reg->readers[i]))
+		if (reg->readers[i] != ROLE_PG_DATABASE_OWNER &&
+			has_privs_of_role(me, reg->readers[i]))
 			return true;
 	return false;
 }
@@ -345,14 +364,172 @@ pc_caches_published(void)
 	return loaded;
 }
 
+/* ----------------------------------------------------------------
+ * Narrowing at commit
+ *
+ * A revoke_cache or drop_cache is obeyed from its commit on, in every
+ * database, whether a worker runs or not: the committing backend narrows
+ * the published slot itself (keycache_registry.c calls this from its
+ * commit callback).  A drop closes the slot, so that its keys read as
+ * pending and are not created; a revoke takes the reader off the slot's
+ * list.  The worker's next reload (which the same commit asks for) then
+ * publishes what the registry says, and a reload that read the registry
+ * before this commit publishes nothing (publish()).
+ *
+ * It runs after the commit is recorded, where an ERROR would be a PANIC:
+ * it only takes the lock and edits the slot.
+ * ----------------------------------------------------------------
+ */
+void
+pc_caches_narrow_at_commit(const char *name, bool drop, Oid reader)
+{
+	PcCaches   *caches = &pc_shared->caches;
+
+	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
+	for (int s = 0; s < PC_MAX_CACHES; s++)
+	{
+		PcCacheSlot *slot = &caches->slots[s];
+		PcCacheReg *reg = &slot->reg;
+
+		if (!slot->in_use || strcmp(reg->name, name) != 0)
+			continue;
+		if (drop)
+			slot->open = false;
+		else
+		{
+			int			kept = 0;
+
+			for (int i = 0; i < reg->nreaders; i++)
+				if (reg->readers[i] != reader)
+					reg->readers[kept++] = reg->readers[i];
+			reg->nreaders = kept;
+		}
+	}
+	pg_atomic_fetch_add_u64(&caches->narrowings, 1);
+	pg_atomic_fetch_add_u64(&caches->generation, 1);
+	LWLockRelease(caches->lock);
+}
+
+/* ----------------------------------------------------------------
+ * Overruns: calls that outlived their timeout, by owner and function
+ * ----------------------------------------------------------------
+ */
+
 /*
  * A call of the cache's function outlived its timeout, and the worker ends
  * (keycache_fetch.c): called in a signal handler, so only an atomic.
+ * entry: from pc_cache_overrun_entry(), before the call.
  */
 void
-pc_cache_note_overrun(int slot)
+pc_cache_note_overrun(int entry)
 {
-	pg_atomic_fetch_add_u32(&pc_shared->caches.slots[slot].overruns, 1);
+	pg_atomic_fetch_add_u32(&pc_shared->caches.overruns[entry].overruns, 1);
+}
+
+/* The entry of an owner's function, or -1. */
+static int
+find_overrun_entry(Oid owner, Oid function)
+{
+	PcCacheOverrun *o = pc_shared->caches.overruns;
+
+	for (int i = 0; i < PC_MAX_CACHE_OVERRUNS; i++)
+		if (o[i].owner == owner && o[i].function == function &&
+			OidIsValid(owner))
+			return i;
+	return -1;
+}
+
+/* Is an owner's function a published cache's? */
+static bool
+overrun_entry_in_use(const PcCacheOverrun *o)
+{
+	const PcCacheSlot *slots = pc_shared->caches.slots;
+
+	for (int s = 0; s < PC_MAX_CACHES; s++)
+		if (slots[s].in_use && slots[s].reg.owner == o->owner &&
+			slots[s].reg.function == o->function)
+			return true;
+	return false;
+}
+
+/*
+ * The entry that counts the overruns of the cache's function, made if
+ * there is none (the worker, before each call that can overrun).  There
+ * is always one to take: a free entry, else the one whose pause ended
+ * first among those of functions no published cache runs (at most
+ * PC_MAX_CACHES entries are in use, of twice as many).  A pause still
+ * running is forgotten only when every other entry is in use or paused
+ * longer.
+ */
+int
+pc_cache_overrun_entry(const PcCacheReg *reg)
+{
+	PcCacheOverrun *o = pc_shared->caches.overruns;
+	int			i = find_overrun_entry(reg->owner, reg->function);
+	int			victim = -1;
+
+	if (i >= 0)
+		return i;
+	for (i = 0; i < PC_MAX_CACHE_OVERRUNS; i++)
+	{
+		if (!OidIsValid(o[i].owner))
+		{
+			victim = i;
+			break;
+		}
+		if (overrun_entry_in_use(&o[i]))
+			continue;
+		if (victim < 0 || o[i].paused_until_ms < o[victim].paused_until_ms)
+			victim = i;
+	}
+	Assert(victim >= 0);
+	o[victim].owner = reg->owner;
+	o[victim].function = reg->function;
+	pg_atomic_write_u32(&o[victim].overruns, 0);
+	o[victim].overruns_seen = 0;
+	o[victim].paused_until_ms = 0;
+	return victim;
+}
+
+/*
+ * How many ms a cache's keys stay put aside, because its owner's function
+ * outlived its timeout and ended the worker before this one: PC_OVERRUN_PAUSE_MS
+ * for the first overrun, twice as long for each next one, at most
+ * PC_OVERRUN_PAUSE_MAX_MS, so that a function that will not stop costs
+ * every other cache a restart of the worker that often at most.  0: none.
+ * The worker's; a new overrun is told in a WARNING once.
+ */
+#define PC_OVERRUN_PAUSE_MS		(30 * 1000)
+#define PC_OVERRUN_PAUSE_MAX_MS	(30 * 60 * 1000)
+
+int64
+pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms)
+{
+	int			i = find_overrun_entry(reg->owner, reg->function);
+	PcCacheOverrun *o;
+	uint32		overruns;
+
+	if (i < 0)
+		return 0;
+	o = &pc_shared->caches.overruns[i];
+	overruns = pg_atomic_read_u32(&o->overruns);
+	if (overruns != o->overruns_seen)
+	{
+		int64		pause = PC_OVERRUN_PAUSE_MS;
+
+		for (uint32 n = 1; n < overruns && pause < PC_OVERRUN_PAUSE_MAX_MS; n++)
+			pause *= 2;
+		pause = Min(pause, PC_OVERRUN_PAUSE_MAX_MS);
+		o->overruns_seen = overruns;
+		o->paused_until_ms = now_ms + pause;
+		ereport(WARNING,
+				(errmsg("named cache \"%s\": its fetch function ran past its fetch_timeout and did not stop when cancelled",
+						reg->name),
+				 errdetail("The scheduler ended itself to stop it (%u times so far); the keys of every cache of this owner and function are not fetched for %lld s.",
+						   overruns, (long long) (pause / 1000)),
+				 errhint("A fetch function must not catch query_canceled.")));
+	}
+	return o->paused_until_ms > now_ms ? o->paused_until_ms - now_ms : 0;
 }
 
 /* Count n for a named cache's counter (slot from pc_key_cache()). */
@@ -478,10 +655,11 @@ column_int(HeapTuple tup, TupleDesc desc, int attno, bool is_int8)
  * relation of that name made otherwise (projcache.database may exist
  * without the extension, and its owner create a schema "projcache" there)
  * is not read: reading it as the bootstrap superuser would run its
- * owner's code (a view's functions, a column type's casts).
+ * owner's code (a view's functions, a column type's casts).  Returns its
+ * OID, or InvalidOid.
  */
-static bool
-registry_is_ours(void)
+static Oid
+registry_relid(void)
 {
 	Oid			nsp = get_namespace_oid("projcache", true);
 	Oid			ext = get_extension_oid("projcache", true);
@@ -490,31 +668,154 @@ registry_is_ours(void)
 	bool		ours;
 
 	if (!OidIsValid(nsp) || !OidIsValid(ext))
-		return false;
+		return InvalidOid;
 	relid = get_relname_relid("cache_registry", nsp);
 	if (!OidIsValid(relid) ||
 		getExtensionOfObject(RelationRelationId, relid) != ext)
-		return false;
+		return InvalidOid;
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tup))
-		return false;
+		return InvalidOid;
 	ours = ((Form_pg_class) GETSTRUCT(tup))->relkind == RELKIND_RELATION &&
 		superuser_arg(((Form_pg_class) GETSTRUCT(tup))->relowner);
 	ReleaseSysCache(tup);
-	return ours;
+	return ours ? relid : InvalidOid;
 }
+
+/*
+ * Is the function 'fn' the one a cache was registered with: it has that
+ * qualified signature, and its owner has that name?  Sets *owner.
+ */
+static bool
+function_is(Oid fn, const char *signature, const char *owner_name,
+			Oid *owner)
+{
+	HeapTuple	tup;
+	char	   *name;
+
+	if (!OidIsValid(fn))
+		return false;
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	*owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+	ReleaseSysCache(tup);
+	name = GetUserNameFromId(*owner, true);
+	return name != NULL && strcmp(name, owner_name) == 0 &&
+		strcmp(format_procedure_qualified(fn), signature) == 0;
+}
+
+/* The function a qualified signature names, or InvalidOid. */
+static Oid
+signature_function(const char *signature)
+{
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		d;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = CStringGetTextDatum(signature);
+	fcinfo->args[0].isnull = false;
+	d = to_regprocedure(fcinfo);
+	return fcinfo->isnull ? InvalidOid : DatumGetObjectId(d);
+}
+
+/*
+ * Bind a cache to the function it was registered with: the function of
+ * its stored OID, if that one still has its signature and its owner's
+ * name; else (after a dump or pg_upgrade, where OIDs change) the function
+ * its signature names, if its owner has that name.  A function another
+ * role put under that name is not the one, nor is the registered function
+ * renamed, moved or given away: the cache is then bound to none, and
+ * reg->bind_error says why.  Reads the catalogs only; no user code runs.
+ */
+static void
+bind_function(PcCacheReg *reg, Oid stored_oid, const char *owner_name)
+{
+	Oid			fn;
+	Oid			owner = InvalidOid;
+	char	   *other;
+
+	reg->function = InvalidOid;
+	reg->function_owner = InvalidOid;
+	reg->bind_error[0] = '\0';
+	if (function_is(stored_oid, reg->fetch_function, owner_name, &owner))
+	{
+		reg->function = stored_oid;
+		reg->function_owner = owner;
+		return;
+	}
+	fn = signature_function(reg->fetch_function);
+	if (function_is(fn, reg->fetch_function, owner_name, &owner))
+	{
+		reg->function = fn;
+		reg->function_owner = owner;
+		return;
+	}
+	if (OidIsValid(fn))
+	{
+		other = GetUserNameFromId(owner, true);
+		snprintf(reg->bind_error, PC_CACHE_ERROR_LEN,
+				 "named cache \"%s\" is put aside: function %s is owned by role \"%s\", not by role \"%s\" as the function the cache was registered with",
+				 reg->name, reg->fetch_function, other ? other : "?",
+				 owner_name);
+	}
+	else
+		snprintf(reg->bind_error, PC_CACHE_ERROR_LEN,
+				 "named cache \"%s\" is put aside: the function it was registered with, %s of role \"%s\", was dropped, renamed or moved",
+				 reg->name, reg->fetch_function, owner_name);
+}
+
+/*
+ * The function a registry row binds its cache to (as bind_function()), or
+ * InvalidOid: for alter_cache's checks (keycache_registry.c).
+ */
+Oid
+pc_cache_bound_function(const char *signature, Oid stored_oid,
+						const char *owner_name)
+{
+	PcCacheReg *reg = palloc0(sizeof(PcCacheReg));
+	Oid			fn;
+
+	strlcpy(reg->fetch_function, signature, PC_CACHE_FUNCTION_LEN);
+	bind_function(reg, stored_oid, owner_name);
+	fn = reg->function;
+	pfree(reg);
+	return fn;
+}
+
+/* The registry's columns, as read_registry() selects them. */
+enum
+{
+	REG_NAME = 1,
+	REG_OWNER,
+	REG_FETCH_FUNCTION,
+	REG_FETCH_ROLE,
+	REG_EXPIRY,
+	REG_GRACE_PERIOD,
+	REG_REFRESH_INTERVAL,
+	REG_MAX_RETRY_BACKOFF,
+	REG_BATCH_SIZE,
+	REG_FETCH_TIMEOUT,
+	REG_MAX_MEMORY,
+	REG_READERS,
+	REG_CREATED_AT,
+	REG_FUNCTION_OID,
+	REG_FUNCTION_OWNER
+};
 
 /* One row's registration; false (and a reason) if it cannot be one. */
 static bool
 read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
 {
-	char	   *name = SPI_getvalue(tup, desc, 1);
-	char	   *function = SPI_getvalue(tup, desc, 3);
+	char	   *name = SPI_getvalue(tup, desc, REG_NAME);
+	char	   *function = SPI_getvalue(tup, desc, REG_FETCH_FUNCTION);
+	char	   *function_owner;
 	bool		isnull;
 	Datum		d;
 	Datum	   *readers;
 	bool	   *nulls;
 	int			nreaders;
+	Oid			stored_oid;
 
 	if (name == NULL || function == NULL || strlen(name) >= NAMEDATALEN ||
 		strlen(function) >= PC_CACHE_FUNCTION_LEN)
@@ -524,7 +825,7 @@ read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
 	}
 	strlcpy(reg->name, name, NAMEDATALEN);
 	strlcpy(reg->fetch_function, function, PC_CACHE_FUNCTION_LEN);
-	d = SPI_getbinval(tup, desc, 2, &isnull);
+	d = SPI_getbinval(tup, desc, REG_OWNER, &isnull);
 	if (isnull)
 	{
 		*why = "a NULL owner";
@@ -532,16 +833,16 @@ read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
 	}
 	reg->owner = DatumGetObjectId(d);
 	reg->owner_is_superuser = superuser_arg(reg->owner);
-	d = SPI_getbinval(tup, desc, 4, &isnull);
+	d = SPI_getbinval(tup, desc, REG_FETCH_ROLE, &isnull);
 	reg->fetch_role = isnull ? InvalidOid : DatumGetObjectId(d);
-	reg->expiry_ms = column_ms(tup, desc, 5);
-	reg->grace_period_ms = column_ms(tup, desc, 6);
-	reg->refresh_interval_ms = column_ms(tup, desc, 7);
-	reg->max_retry_backoff_ms = column_ms(tup, desc, 8);
-	reg->batch_size = column_int(tup, desc, 9, false);
-	reg->fetch_timeout_ms = column_ms(tup, desc, 10);
-	reg->max_memory = column_int(tup, desc, 11, true);
-	d = SPI_getbinval(tup, desc, 12, &isnull);
+	reg->expiry_ms = column_ms(tup, desc, REG_EXPIRY);
+	reg->grace_period_ms = column_ms(tup, desc, REG_GRACE_PERIOD);
+	reg->refresh_interval_ms = column_ms(tup, desc, REG_REFRESH_INTERVAL);
+	reg->max_retry_backoff_ms = column_ms(tup, desc, REG_MAX_RETRY_BACKOFF);
+	reg->batch_size = column_int(tup, desc, REG_BATCH_SIZE, false);
+	reg->fetch_timeout_ms = column_ms(tup, desc, REG_FETCH_TIMEOUT);
+	reg->max_memory = column_int(tup, desc, REG_MAX_MEMORY, true);
+	d = SPI_getbinval(tup, desc, REG_READERS, &isnull);
 	if (!isnull)
 	{
 		deconstruct_array(DatumGetArrayTypeP(d), OIDOID, sizeof(Oid), true,
@@ -550,8 +851,21 @@ read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
 			if (!nulls[i])
 				reg->readers[reg->nreaders++] = DatumGetObjectId(readers[i]);
 	}
-	d = SPI_getbinval(tup, desc, 13, &isnull);
+	d = SPI_getbinval(tup, desc, REG_CREATED_AT, &isnull);
 	reg->created_at = isnull ? 0 : DatumGetTimestampTz(d);
+
+	/*
+	 * A registry still at 1.3 names the function by its signature only:
+	 * bind it to the function of that signature its cache's owner owns.
+	 */
+	d = SPI_getbinval(tup, desc, REG_FUNCTION_OID, &isnull);
+	stored_oid = isnull ? InvalidOid : DatumGetObjectId(d);
+	function_owner = SPI_getvalue(tup, desc, REG_FUNCTION_OWNER);
+	if (function_owner == NULL)
+		function_owner = GetUserNameFromId(reg->owner, true);
+	if (function_owner == NULL)
+		function_owner = "";
+	bind_function(reg, stored_oid, function_owner);
 	return true;
 }
 
@@ -573,20 +887,26 @@ warn_once(const char *message)
 }
 
 /*
- * Read the registry's rows into regs (zeroed, PC_MAX_CACHES of them), in a
- * transaction of the caller's; returns how many.  No table of ours
- * (projcache not yet updated to 1.3 in projcache.database, or not there):
- * none.
+ * Read the registry's rows into regs (zeroed, PC_MAX_CACHES of them), in
+ * the caller's transaction and snapshot; returns how many.  No table of
+ * ours (projcache not yet updated to 1.3 in this database, or not there):
+ * -1.  The worker (for_worker) gives up on a lock it would wait for, and
+ * hears of rows it cannot publish; the projcache.caches view does neither.
  */
 static int
-read_registry(PcCacheReg *regs)
+read_registry(PcCacheReg *regs, bool for_worker)
 {
+	Oid			relid = registry_relid();
 	PcUserSwitch rs;
 	int			n = 0;
 	char	   *problem = NULL;
+	bool		bound;
 
-	if (!registry_is_ours())
-		return 0;
+	if (!OidIsValid(relid))
+		return -1;
+	/* A registry at 1.3 has no binding columns (projcache--1.3--1.3.1.sql). */
+	bound = get_attnum(relid, "fetch_function_oid") != InvalidAttrNumber &&
+		get_attnum(relid, "fetch_function_owner") != InvalidAttrNumber;
 	pc_become_extension(&rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -596,13 +916,23 @@ read_registry(PcCacheReg *regs)
 	 * changed it) must not stop the worker: this reload gives up, and the
 	 * next poll tries again.
 	 */
-	if (SPI_execute("SET LOCAL lock_timeout = 200", false, 0) != SPI_OK_UTILITY)
+	if (for_worker &&
+		SPI_execute("SET LOCAL lock_timeout = 200", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not set lock_timeout");
-	if (SPI_execute("SELECT name, owner::pg_catalog.oid, fetch_function,"
+	if (SPI_execute(bound ?
+					"SELECT name, owner::pg_catalog.oid, fetch_function,"
 					" fetch_role::pg_catalog.oid, expiry, grace_period,"
 					" refresh_interval, max_retry_backoff, batch_size,"
 					" fetch_timeout, max_memory,"
-					" readers::pg_catalog.oid[], created_at"
+					" readers::pg_catalog.oid[], created_at,"
+					" fetch_function_oid, fetch_function_owner"
+					" FROM projcache.cache_registry ORDER BY name" :
+					"SELECT name, owner::pg_catalog.oid, fetch_function,"
+					" fetch_role::pg_catalog.oid, expiry, grace_period,"
+					" refresh_interval, max_retry_backoff, batch_size,"
+					" fetch_timeout, max_memory,"
+					" readers::pg_catalog.oid[], created_at,"
+					" NULL::pg_catalog.oid, NULL::pg_catalog.name"
 					" FROM projcache.cache_registry ORDER BY name",
 					true, PC_MAX_CACHES + 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read projcache.cache_registry");
@@ -626,7 +956,7 @@ read_registry(PcCacheReg *regs)
 	}
 	SPI_finish();
 	pc_unbecome(&rs);
-	if (problem != NULL)
+	if (problem != NULL && for_worker)
 		warn_once(problem);
 	return n;
 }
@@ -649,18 +979,33 @@ typedef struct PcCacheChanges
  * publication since the server started, new caches open at once: until
  * then no key of a prefix that could be a cache's was created, and the
  * dump brings back only the keys dumped for the very cache they are of
- * (pc_key_restorable()).  Returns whether anything changed.
+ * (pc_key_restorable()).  Returns whether anything changed.  Nothing is
+ * published if a narrowing committed after 'narrowings' was read, before
+ * the registry was.
  */
 static bool
-publish(const PcCacheReg *regs, int n, PcCacheChanges *ch)
+publish(const PcCacheReg *regs, int n, uint64 narrowings, PcCacheChanges *ch)
 {
 	PcCaches   *caches = &pc_shared->caches;
 	bool		changed = false;
 	bool		kept[PC_MAX_CACHES] = {false};
-	bool		first = !caches->loaded;
+	bool		first;
 
 	ch->nopening = ch->nclosing = 0;
 	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
+
+	/*
+	 * A revoke or drop committed since the registry was read, and narrowed
+	 * the slots already: what was read would widen them again.  Read again
+	 * instead, at once.
+	 */
+	if (pg_atomic_read_u64(&caches->narrowings) != narrowings)
+	{
+		LWLockRelease(caches->lock);
+		pg_atomic_write_u32(&caches->changed, 1);
+		return false;
+	}
+	first = !caches->loaded;
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 	{
 		PcCacheSlot *slot = &caches->slots[s];
@@ -704,9 +1049,6 @@ publish(const PcCacheReg *regs, int n, PcCacheChanges *ch)
 		slot = &caches->slots[s];
 		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
 			pg_atomic_write_u64(&slot->counters[c], 0);
-		pg_atomic_write_u32(&slot->overruns, 0);
-		slot->overruns_seen = 0;
-		slot->paused_until_ms = 0;
 		slot->reg = regs[r];
 		slot->in_use = true;
 		slot->open = first;
@@ -761,6 +1103,36 @@ clear_prefix(int s, PcCacheEvictFn evict_prefix)
 }
 
 /*
+ * A WARNING for each cache the worker could not bind to its function,
+ * when it was not put aside for that reason already: told once, while it
+ * lasts.  Before publish(), which the slots' old state is compared with.
+ */
+static void
+warn_put_aside(const PcCacheReg *regs, int n)
+{
+	PcCaches   *caches = &pc_shared->caches;
+	bool		told[PC_MAX_CACHES];
+
+	pc_lock_alone(caches->lock, LW_SHARED);
+	for (int r = 0; r < n; r++)
+	{
+		told[r] = false;
+		for (int s = 0; s < PC_MAX_CACHES; s++)
+			if (caches->slots[s].in_use &&
+				strcmp(caches->slots[s].reg.name, regs[r].name) == 0 &&
+				strcmp(caches->slots[s].reg.bind_error, regs[r].bind_error) == 0)
+				told[r] = true;
+	}
+	LWLockRelease(caches->lock);
+	for (int r = 0; r < n; r++)
+		if (!told[r] && regs[r].bind_error[0] != '\0')
+			ereport(WARNING,
+					(errmsg("%s", regs[r].bind_error),
+					 errdetail("A named cache runs only the function it was registered with; its keys are not fetched meanwhile."),
+					 errhint("The cache's owner can bind it to a function with projcache.alter_cache(name, fetch_function => ...).")));
+}
+
+/*
  * Reload the registry into the slots (the worker).  A failure to read it
  * leaves the slots as they are, with a WARNING, and is retried at the next
  * poll.
@@ -772,9 +1144,12 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	PcCacheReg *regs = palloc0(sizeof(PcCacheReg) * PC_MAX_CACHES);
 	PcCacheChanges ch;
 	int			n = 0;
+	uint64		narrowings;
 
 	/* Cleared first: a change committed during the read is read again. */
 	pg_atomic_write_u32(&pc_shared->caches.changed, 0);
+	/* Read before the registry's snapshot is taken (see publish()). */
+	narrowings = pg_atomic_read_u64(&pc_shared->caches.narrowings);
 	last_reload_ms = now_ms;
 	next_reload_ms = now_ms + PC_CACHES_POLL_MS;
 	PG_TRY();
@@ -782,7 +1157,7 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		n = read_registry(regs);
+		n = Max(read_registry(regs, true), 0);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
@@ -803,7 +1178,8 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
-	if (publish(regs, n, &ch))
+	warn_put_aside(regs, n);
+	if (publish(regs, n, narrowings, &ch))
 		elog(DEBUG1, "projcache: %d named caches registered", n);
 
 	/*
@@ -839,23 +1215,110 @@ ms_interval(int64 ms, bool *isnull)
 	return IntervalPGetDatum(iv);
 }
 
-#define CACHES_COLS 18
+#define CACHES_COLS_1_3	18
+#define CACHES_COLS		20		/* 1.3.1: state, last_error */
+
+/* A cache as the view shows it: its registration and its counters. */
+typedef struct CacheRowCopy
+{
+	PcCacheReg	reg;
+	bool		published;		/* a slot holds it */
+	bool		open;			/* and its keys are routed to it */
+	bool		closing;		/* a slot of a cache the registry has not */
+	bool		published_may_read; /* the current user may read that slot */
+	uint64		counters[PC_CACHE_NUM_COUNTERS];
+} CacheRowCopy;
 
 /*
- * projcache.caches: one row for each named cache the current user may
- * read (pc_cache_may_read()); a NULL setting follows the server's.
+ * The published slot of the cache reg (the same name and creation time):
+ * its counters, and whether the current user may read it as published.
  */
-Datum
-projcache_caches(PG_FUNCTION_ARGS)
+static void
+join_slot(CacheRowCopy *row)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	PcCacheSlot *copy;
-	int			n = 0;
+	PcCacheReg	published;
 
-	pc_require_loaded();
-	InitMaterializedSRF(fcinfo, 0);
+	row->published = false;
+	memset(row->counters, 0, sizeof(row->counters));
+	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+	for (int s = 0; s < PC_MAX_CACHES; s++)
+	{
+		PcCacheSlot *slot = &pc_shared->caches.slots[s];
 
-	copy = palloc(sizeof(PcCacheSlot) * PC_MAX_CACHES);
+		if (!slot->in_use || slot->reg.created_at != row->reg.created_at ||
+			strcmp(slot->reg.name, row->reg.name) != 0)
+			continue;
+		row->published = true;
+		row->open = slot->open;
+		published = slot->reg;
+		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
+			row->counters[c] = pg_atomic_read_u64(&slot->counters[c]);
+		break;
+	}
+	LWLockRelease(pc_shared->caches.lock);
+	row->published_may_read = !row->published || pc_cache_may_read(&published);
+}
+
+/*
+ * The caches the view shows: in projcache.database, the registry's rows as
+ * the caller's snapshot sees them (a cache shows in the statement after
+ * its create_cache), each joined to its published slot's counters; in
+ * another database, the published slots.  Returns how many.
+ */
+static int
+caches_for_view(CacheRowCopy *rows)
+{
+	PcCacheReg *regs = palloc0(sizeof(PcCacheReg) * PC_MAX_CACHES);
+	int			n = -1;
+
+	/* (a parallel worker cannot switch users: it reads what is published) */
+	if (pc_database != NULL && !IsInParallelMode() &&
+		strcmp(get_database_name(MyDatabaseId), pc_database) == 0)
+		n = read_registry(regs, false);
+	if (n >= 0)
+	{
+		int			nrows = n;
+
+		for (int i = 0; i < n; i++)
+		{
+			rows[i].reg = regs[i];
+			rows[i].closing = false;
+			join_slot(&rows[i]);
+		}
+
+		/*
+		 * And the slots of caches dropped, whose keys the worker has not
+		 * cleared yet.
+		 */
+		pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+		for (int s = 0; s < PC_MAX_CACHES; s++)
+		{
+			PcCacheSlot *slot = &pc_shared->caches.slots[s];
+			bool		registered = false;
+
+			if (!slot->in_use)
+				continue;
+			for (int i = 0; i < n && !registered; i++)
+				registered = regs[i].created_at == slot->reg.created_at &&
+					strcmp(regs[i].name, slot->reg.name) == 0;
+			if (registered)
+				continue;
+			rows[nrows].reg = slot->reg;
+			rows[nrows].published = rows[nrows].closing = true;
+			rows[nrows].open = slot->open;
+			for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
+				rows[nrows].counters[c] = pg_atomic_read_u64(&slot->counters[c]);
+			nrows++;
+		}
+		LWLockRelease(pc_shared->caches.lock);
+		for (int i = n; i < nrows; i++)
+			rows[i].published_may_read = true;
+		pfree(regs);
+		return nrows;
+	}
+	pfree(regs);
+
+	n = 0;
 	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 	{
@@ -863,22 +1326,58 @@ projcache_caches(PG_FUNCTION_ARGS)
 
 		if (!slot->in_use)
 			continue;
-		copy[n].reg = slot->reg;
+		rows[n].reg = slot->reg;
+		rows[n].published = true;
+		rows[n].open = slot->open;
+		rows[n].closing = false;
 		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
-			pg_atomic_init_u64(&copy[n].counters[c],
-							   pg_atomic_read_u64(&slot->counters[c]));
+			rows[n].counters[c] = pg_atomic_read_u64(&slot->counters[c]);
 		n++;
 	}
 	LWLockRelease(pc_shared->caches.lock);
+	for (int i = 0; i < n; i++)
+		rows[i].published_may_read = true;
+	return n;
+}
 
+/*
+ * projcache.caches: one row for each named cache the current user may
+ * read (pc_cache_may_read()), by its registration and, once published, by
+ * the published copy too (a revoke narrows that at its commit, and an
+ * older snapshot must not see past it); a NULL setting follows the
+ * server's.  caches_1_3() has the columns up to evictions; since 1.3.1,
+ * state says whether the worker has opened the cache (its keys are
+ * routed to it: "open"), not yet ("opening"), or could bind it to no
+ * function ("put_aside", and last_error says why), and a dropped cache is
+ * listed ("closing") until the worker has cleared its keys.
+ */
+Datum
+projcache_caches(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	CacheRowCopy *rows;
+	int			n;
+	int			ncols;
+
+	pc_require_loaded();
+	InitMaterializedSRF(fcinfo, 0);
+	ncols = rsinfo->setDesc->natts;
+	if (ncols != CACHES_COLS && ncols != CACHES_COLS_1_3)
+		elog(ERROR, "projcache.caches has %d columns, not %d or %d", ncols,
+			 CACHES_COLS_1_3, CACHES_COLS);
+
+	/* The registry's caches, and as many slots of dropped ones */
+	rows = palloc(sizeof(CacheRowCopy) * 2 * PC_MAX_CACHES);
+	n = caches_for_view(rows);
 	for (int i = 0; i < n; i++)
 	{
-		const PcCacheReg *reg = &copy[i].reg;
+		const PcCacheReg *reg = &rows[i].reg;
+		const uint64 *ctr = rows[i].counters;
 		Datum		values[CACHES_COLS];
 		bool		nulls[CACHES_COLS] = {false};
 		int			col = 0;
 
-		if (!pc_cache_may_read(reg))
+		if (!rows[i].published_may_read || !pc_cache_may_read(reg))
 			continue;
 		values[col++] = CStringGetTextDatum(reg->name);
 		values[col++] = ObjectIdGetDatum(reg->owner);
@@ -899,14 +1398,24 @@ projcache_caches(PG_FUNCTION_ARGS)
 		col++;
 		nulls[col] = reg->max_memory == PC_CACHE_SETTING_UNSET;
 		values[col++] = Int64GetDatum(reg->max_memory);
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_MEMORY_USED]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_ENTRIES]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_HITS]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_MISSES]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_FETCH_CALLS]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_FETCH_ERRORS]));
-		values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&copy[i].counters[PC_CACHE_EVICTIONS]));
-		Assert(col == CACHES_COLS);
+		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_MEMORY_USED]);
+		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_ENTRIES]);
+		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_HITS]);
+		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_MISSES]);
+		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_FETCH_CALLS]);
+		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_FETCH_ERRORS]);
+		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_EVICTIONS]);
+		Assert(col == CACHES_COLS_1_3);
+		/* Since 1.3.1 */
+		values[col++] = CStringGetTextDatum(rows[i].closing ? "closing" :
+											reg->bind_error[0] != '\0' ?
+											"put_aside" :
+											rows[i].published && rows[i].open ?
+											"open" : "opening");
+		nulls[col] = reg->bind_error[0] == '\0';
+		if (!nulls[col])
+			values[col] = CStringGetTextDatum(reg->bind_error);
+		col++;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
 							 nulls);
 	}

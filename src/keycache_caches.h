@@ -46,7 +46,13 @@ typedef enum PcCacheCounter
 	PC_CACHE_NUM_COUNTERS
 } PcCacheCounter;
 
-/* A cache's registration: its row of projcache.cache_registry. */
+/* Why a cache is put aside, as projcache.caches' last_error shows it. */
+#define PC_CACHE_ERROR_LEN		256
+
+/*
+ * A cache's registration: its row of projcache.cache_registry, and the
+ * function the worker bound it to (keycache_caches.c, bind_function()).
+ */
 typedef struct PcCacheReg
 {
 	char		name[NAMEDATALEN];
@@ -54,6 +60,11 @@ typedef struct PcCacheReg
 	bool		owner_is_superuser; /* when the registry was read */
 	Oid			fetch_role;		/* InvalidOid: the owner */
 	char		fetch_function[PC_CACHE_FUNCTION_LEN];	/* qualified signature */
+	Oid			function;		/* the function registered; InvalidOid: none
+								 * could be bound, and the cache is put
+								 * aside (bind_error says why) */
+	Oid			function_owner; /* its owner when it was bound */
+	char		bind_error[PC_CACHE_ERROR_LEN];
 	int64		expiry_ms;		/* each PC_CACHE_SETTING_UNSET or ms */
 	int64		grace_period_ms;
 	int64		refresh_interval_ms;
@@ -67,10 +78,12 @@ typedef struct PcCacheReg
 } PcCacheReg;
 
 /*
- * One registered cache.  Its registration is written by the worker only,
- * under PcCaches.lock held exclusively, and copied by readers under it
- * held shared.  The counters are atomics; they last while the cache stays
- * registered (the worker matches a reloaded registry's rows by name).
+ * One registered cache.  Its registration is written by the worker, and
+ * narrowed by a backend whose revoke_cache or drop_cache commits
+ * (pc_caches_narrow()), under PcCaches.lock held exclusively, and copied
+ * by readers under it held shared.  The counters are atomics; they last
+ * while the cache stays registered (the worker matches a reloaded
+ * registry's rows by name and creation time).
  */
 typedef struct PcCacheSlot
 {
@@ -80,27 +93,42 @@ typedef struct PcCacheSlot
 								 * closing) */
 	PcCacheReg	reg;
 	pg_atomic_uint64 counters[PC_CACHE_NUM_COUNTERS];
+} PcCacheSlot;
 
-	/*
-	 * Calls of its function that outlived their timeout and ended the worker
-	 * (pc_cache_note_overrun, in a signal handler); the worker alone reads
-	 * them, and puts the cache's keys aside until paused_until_ms (on
-	 * pc_real_now_ms()) for each new one.
-	 */
+/*
+ * The calls of one owner's function that outlived their timeout and ended
+ * the worker: counted by pc_cache_note_overrun() in a signal handler, read
+ * by the worker alone, which puts aside every cache of that owner and
+ * function until paused_until_ms (on pc_real_now_ms()), longer for each
+ * new one.  Kept by owner and function, not by cache, so that dropping the
+ * cache and making it again does not start the count over.  Only the
+ * worker writes owner, function, overruns_seen and paused_until_ms.
+ */
+typedef struct PcCacheOverrun
+{
+	Oid			owner;			/* InvalidOid: a free entry */
+	Oid			function;
 	pg_atomic_uint32 overruns;
 	uint32		overruns_seen;
 	int64		paused_until_ms;
-} PcCacheSlot;
+} PcCacheOverrun;
+
+/* Twice the caches: every cache's own, and as many kept after a drop. */
+#define PC_MAX_CACHE_OVERRUNS	(2 * PC_MAX_CACHES)
 
 typedef struct PcCaches
 {
 	LWLock	   *lock;			/* the slots' registrations */
 	pg_atomic_uint32 changed;	/* a change committed: reload the registry */
 	pg_atomic_uint64 generation;	/* bumped at each reload that changed a
-									 * slot */
+									 * slot, and at each narrowing */
+	pg_atomic_uint64 narrowings;	/* bumped by each pc_caches_narrow():
+									 * a reload that read the registry
+									 * before it must not publish */
 	bool		loaded;			/* the worker published the registry since the
 								 * server started */
 	PcCacheSlot slots[PC_MAX_CACHES];
+	PcCacheOverrun overruns[PC_MAX_CACHE_OVERRUNS];
 } PcCaches;
 
 extern void pc_caches_init(PcCaches *caches, LWLock *lock);
@@ -120,9 +148,15 @@ extern bool pc_caches_in_use(void);
 extern uint64 pc_caches_generation(void);
 extern bool pc_key_may_be_named(const char *key, uint32 len);
 extern bool pc_fetch_escalates(Oid fn, Oid runas);
-extern void pc_cache_note_overrun(int slot);
+extern int	pc_cache_overrun_entry(const PcCacheReg *reg);
+extern int64 pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms);
+extern void pc_cache_note_overrun(int entry);
+extern void pc_caches_narrow_at_commit(const char *name, bool drop,
+									   Oid reader);
 extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);
 extern bool pc_interval_ms(const Interval *iv, int64 *ms);
 extern bool pc_cache_may_read(const PcCacheReg *reg);
+extern Oid	pc_cache_bound_function(const char *signature, Oid stored_oid,
+									const char *owner_name);
 
 #endif							/* PROJCACHE_KEYCACHE_CACHES_H */

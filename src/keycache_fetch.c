@@ -142,23 +142,43 @@ period_columns_init(PeriodColumn *cols)
  * selected; one of another type is not, and cols says why.
  */
 /*
- * A named cache's function and role (keycache_caches.c): the function its
- * registration names; its owner, or its fetch role if the owner may still
- * SET ROLE to it (a superuser fetch role only for a superuser owner).  The
- * owner must still have EXECUTE on the function.  Checked at each call:
- * rights granted at create_cache() may have been revoked since.
+ * A named cache's function and role (keycache_caches.c): the function it
+ * is bound to, which must still exist with the owner it was bound with
+ * (else another function now has its OID, or its owner gave it away), and
+ * never a function that only has its name; its owner, or its fetch role if
+ * the owner may still SET ROLE to it (a superuser fetch role only for a
+ * superuser owner).  The owner must still have EXECUTE on the function.
+ * Checked at each call: rights granted at create_cache() may have been
+ * revoked since.
  */
 static Oid
 named_cache_function(const PcFetchTarget * t, Oid *roleid)
 {
-	Oid			fn;
+	Oid			fn = t->function_oid;
+	HeapTuple	tup;
+	Oid			fn_owner = InvalidOid;
 
+	if (!OidIsValid(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("%s", t->bind_error),
+				 errhint("The cache's owner can bind it to a function with projcache.alter_cache(name, fetch_function => ...).")));
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (HeapTupleIsValid(tup))
+	{
+		fn_owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+		ReleaseSysCache(tup);
+	}
+	if (fn_owner != t->function_owner || !OidIsValid(fn_owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("the function this named cache was registered with, %s, was dropped or has another owner",
+						t->function),
+				 errhint("The cache's owner can bind it to a function with projcache.alter_cache(name, fetch_function => ...).")));
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(t->owner)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("the owner of this named cache no longer exists")));
-	fn = DatumGetObjectId(DirectFunctionCall1(regprocedurein,
-											  CStringGetDatum(t->function)));
 	if (pc_proc_aclcheck(fn, t->owner, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -727,22 +747,23 @@ typedef struct FetchCall
  * may catch that cancel and go on, holding the one worker that every
  * cache shares.  PC_FETCH_HARD_GRACE_MS after the timeout, the worker ends
  * itself (FATAL, which no function can catch), after counting the overrun
- * on the cache (pc_cache_note_overrun: an atomic, safe in a signal
- * handler); the launcher starts a new worker, which puts the cache's keys
- * aside for a while (keycache_worker.c).
+ * on the owner's function (pc_cache_note_overrun: an atomic, safe in a
+ * signal handler); the launcher starts a new worker, which puts aside the
+ * keys of every cache of that owner and function for a while
+ * (pc_cache_paused_ms()).
  */
 #define PC_FETCH_HARD_GRACE_MS	1000
 
 static TimeoutId hard_timeout = MAX_TIMEOUTS;
-static volatile sig_atomic_t overrunning_cache = -1;
+static volatile sig_atomic_t overrun_entry = -1;
 
 static void
 fetch_overran(void)
 {
 	/* (the call ended just as the timer fired: nothing to stop) */
-	if (overrunning_cache < 0)
+	if (overrun_entry < 0)
 		return;
-	pc_cache_note_overrun((int) overrunning_cache);
+	pc_cache_note_overrun((int) overrun_entry);
 	ProcDiePending = true;
 	InterruptPending = true;
 	SetLatch(MyLatch);
@@ -755,7 +776,7 @@ arm_hard_deadline(const PcFetchTarget * target)
 		return;
 	if (hard_timeout == MAX_TIMEOUTS)
 		hard_timeout = RegisterTimeout(USER_TIMEOUT, fetch_overran);
-	overrunning_cache = target->cache;
+	overrun_entry = target->overrun_entry;
 	enable_timeout_after(hard_timeout,
 						 target->timeout_ms + PC_FETCH_HARD_GRACE_MS);
 }
@@ -763,7 +784,7 @@ arm_hard_deadline(const PcFetchTarget * target)
 static void
 disarm_hard_deadline(void)
 {
-	overrunning_cache = -1;
+	overrun_entry = -1;
 	if (hard_timeout != MAX_TIMEOUTS)
 		disable_timeout(hard_timeout, false);
 }

@@ -47,6 +47,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -101,17 +102,72 @@ static const PeriodBounds period_bounds[] = {
 static bool registry_changed = false;
 static bool xact_callback_registered = false;
 
+/*
+ * The rights this transaction narrowed (revoke_cache, drop_cache), obeyed
+ * at its commit by this backend (pc_caches_narrow_at_commit()).  A
+ * transaction may narrow that many different ones: every reader of every
+ * cache, and each cache's drop.
+ */
+#define PC_MAX_NARROWINGS	(PC_MAX_CACHES * (PC_MAX_CACHE_READERS + 1))
+
+typedef struct Narrowing
+{
+	char		name[NAMEDATALEN];
+	bool		drop;
+	Oid			reader;
+} Narrowing;
+
+static Narrowing narrowings[PC_MAX_NARROWINGS];
+static int	nnarrowings = 0;
+
+/*
+ * At commit (or PREPARE, whose COMMIT PREPARED may run in another
+ * backend: narrowing early only refuses more), narrow the published
+ * caches, then tell the worker.  Nothing here may fail: the commit is
+ * recorded already.
+ */
 static void
 tell_worker_at_commit(XactEvent event, void *arg)
 {
+	bool		ends = event == XACT_EVENT_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE;
+
 	if (!registry_changed)
 		return;
-	if (event == XACT_EVENT_COMMIT && pc_shared != NULL)
+	if ((event == XACT_EVENT_COMMIT || event == XACT_EVENT_PREPARE) &&
+		pc_shared != NULL)
+	{
+		for (int i = 0; i < nnarrowings; i++)
+			pc_caches_narrow_at_commit(narrowings[i].name, narrowings[i].drop,
+									   narrowings[i].reader);
 		pc_caches_changed();
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE)
+	}
+	if (ends)
+	{
 		registry_changed = false;
+		nnarrowings = 0;
+	}
+}
+
+/* Obey this narrowing at commit, without waiting for the worker. */
+static void
+narrow_at_commit(const char *name, bool drop, Oid reader)
+{
+	for (int i = 0; i < nnarrowings; i++)
+		if (narrowings[i].drop == drop && narrowings[i].reader == reader &&
+			strcmp(narrowings[i].name, name) == 0)
+			return;
+	if (nnarrowings >= PC_MAX_NARROWINGS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a transaction may revoke or drop named caches at most %d times",
+						PC_MAX_NARROWINGS),
+				 errhint("Commit, then go on in another transaction.")));
+	strlcpy(narrowings[nnarrowings].name, name, NAMEDATALEN);
+	narrowings[nnarrowings].drop = drop;
+	narrowings[nnarrowings].reader = reader;
+	nnarrowings++;
 }
 
 /*
@@ -191,6 +247,37 @@ registry_exec(const char *sql, int nargs, Oid *argtypes, Datum *args,
 			 SPI_result_code_string(ret));
 }
 
+/*
+ * Has the registry the columns that bind a cache to its function's
+ * identity (1.3.1)?  A database still at 1.3 has not.
+ */
+static bool
+registry_binds(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", false);
+	Oid			relid = get_relname_relid("cache_registry", nsp);
+
+	return OidIsValid(relid) &&
+		get_attnum(relid, "fetch_function_oid") != InvalidAttrNumber &&
+		get_attnum(relid, "fetch_function_owner") != InvalidAttrNumber;
+}
+
+/*
+ * create_cache and alter_cache bind a cache to its function, which only a
+ * registry of 1.3.1 can hold.
+ */
+static void
+check_registry_binds(void)
+{
+	if (!registry_binds())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension projcache must be updated to register or change named caches"),
+				 errdetail("Since 1.3.1 a named cache is bound to its fetch function's identity, which the registry of 1.3 cannot hold."),
+				 errhint("Run ALTER EXTENSION projcache UPDATE in database \"%s\".",
+						 pc_database ? pc_database : "")));
+}
+
 /* Lock the registry against other changes until the end of the transaction. */
 static void
 lock_registry(void)
@@ -231,12 +318,22 @@ read_cache_row(const char *name, CacheRow *row)
 	bool	   *elem_nulls;
 	int			n;
 	PcUserSwitch rs;
+	bool		bound = registry_binds();
+	char	   *signature;
+	char	   *function_owner;
 
 	registry_begin(&rs, false);
-	registry_exec("SELECT owner::pg_catalog.oid, max_memory,"
-				  " readers::pg_catalog.oid[],"
-				  " pg_catalog.to_regprocedure(fetch_function)::pg_catalog.oid,"
-				  " fetch_role::pg_catalog.oid"
+	registry_exec(bound ?
+				  "SELECT owner::pg_catalog.oid, max_memory,"
+				  " readers::pg_catalog.oid[], fetch_function_oid,"
+				  " fetch_role::pg_catalog.oid, fetch_function,"
+				  " fetch_function_owner"
+				  " FROM projcache.cache_registry"
+				  " WHERE name OPERATOR(pg_catalog.=) $1" :
+				  "SELECT owner::pg_catalog.oid, max_memory,"
+				  " readers::pg_catalog.oid[], NULL::pg_catalog.oid,"
+				  " fetch_role::pg_catalog.oid, fetch_function,"
+				  " NULL::pg_catalog.name"
 				  " FROM projcache.cache_registry"
 				  " WHERE name OPERATOR(pg_catalog.=) $1",
 				  1, argtypes, args, NULL, SPI_OK_SELECT);
@@ -256,6 +353,9 @@ read_cache_row(const char *name, CacheRow *row)
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4,
 					  &isnull);
 	row->fetch_function = isnull ? InvalidOid : DatumGetObjectId(d);
+	signature = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6);
+	function_owner = SPI_getvalue(SPI_tuptable->vals[0],
+								  SPI_tuptable->tupdesc, 7);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5,
 					  &isnull);
 	row->fetch_role = isnull ? InvalidOid : DatumGetObjectId(d);
@@ -271,6 +371,17 @@ read_cache_row(const char *name, CacheRow *row)
 			if (!elem_nulls[i])
 				row->readers[row->nreaders++] = DatumGetObjectId(elems[i]);
 	}
+
+	/*
+	 * The function the worker binds the cache to (none: InvalidOid), read
+	 * before SPI_finish() frees the row's strings.
+	 */
+	if (function_owner == NULL)
+		function_owner = GetUserNameFromId(row->owner, true);
+	row->fetch_function = signature == NULL || function_owner == NULL ?
+		InvalidOid :
+		pc_cache_bound_function(signature, row->fetch_function,
+								function_owner);
 	registry_end(&rs);
 }
 
@@ -282,6 +393,7 @@ typedef struct RegistryTotals
 	int			owner_count;
 	int64		owner_reserved;
 	int64		unprivileged_reserved;	/* by owners who are not superusers */
+	int			unprivileged_count;
 } RegistryTotals;
 
 static void
@@ -305,7 +417,11 @@ registry_totals(const char *except, Oid owner, RegistryTotals *t)
 				  " COALESCE(pg_catalog.sum(max_memory) FILTER"
 				  " (WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_authid a"
 				  " WHERE a.oid OPERATOR(pg_catalog.=) owner::pg_catalog.oid"
-				  " AND a.rolsuper)), 0)::pg_catalog.int8"
+				  " AND a.rolsuper)), 0)::pg_catalog.int8,"
+				  " pg_catalog.count(*) FILTER"
+				  " (WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_authid a"
+				  " WHERE a.oid OPERATOR(pg_catalog.=) owner::pg_catalog.oid"
+				  " AND a.rolsuper))"
 				  " FROM projcache.cache_registry"
 				  " WHERE name OPERATOR(pg_catalog.<>) $1",
 				  2, argtypes, args, NULL, SPI_OK_SELECT);
@@ -317,6 +433,8 @@ registry_totals(const char *except, Oid owner, RegistryTotals *t)
 	t->owner_reserved = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
 	t->unprivileged_reserved = DatumGetInt64(SPI_getbinval(tup, desc, 5,
 														   &isnull));
+	t->unprivileged_count = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6,
+															  &isnull));
 	registry_end(&rs);
 }
 
@@ -525,6 +643,23 @@ check_settings(FunctionCallInfo fcinfo, const char *name, Oid owner,
 	}
 }
 
+/*
+ * A role that a cache names (its owner, fetch role or a reader) may not be
+ * pg_database_owner: its members depend on the database the role is
+ * judged in, and the registry is the whole server's, so its grant would
+ * reach the owner of every database.
+ */
+static void
+check_not_database_owner(Oid role, const char *as)
+{
+	if (role == ROLE_PG_DATABASE_OWNER)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("role \"pg_database_owner\" cannot be a named cache's %s", as),
+				 errdetail("Its members are the owner of the current database, and a named cache is read in every database."),
+				 errhint("Name the role that owns the database instead.")));
+}
+
 /* The caller must have the privileges of the cache's owner. */
 static void
 check_cache_owner(const char *name, const CacheRow *row)
@@ -540,7 +675,7 @@ check_cache_owner(const char *name, const CacheRow *row)
  * ----------------------------------------------------------------
  */
 
-/* The arguments as the registry's statements take them: $2 .. $11. */
+/* The arguments as the registry's statements take them: $1 .. $13. */
 static void
 setting_args(FunctionCallInfo fcinfo, Oid *argtypes, Datum *args,
 			 char *nulls)
@@ -556,11 +691,37 @@ setting_args(FunctionCallInfo fcinfo, Oid *argtypes, Datum *args,
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 	}
-	/* The function by its qualified signature: OIDs change, names do not. */
+	/*
+	 * The function by its qualified signature, its OID and its owner's name
+	 * ($12 and $13): the OID is its identity in this cluster, and the
+	 * signature and owner tell it in another (a dump, pg_upgrade).
+	 */
+	argtypes[NUM_CACHE_ARGS] = OIDOID;
+	argtypes[NUM_CACHE_ARGS + 1] = NAMEOID;
+	nulls[NUM_CACHE_ARGS] = nulls[NUM_CACHE_ARGS + 1] = 'n';
+	args[NUM_CACHE_ARGS] = args[NUM_CACHE_ARGS + 1] = (Datum) 0;
 	if (!PG_ARGISNULL(ARG_FETCH_FUNCTION))
+	{
+		Oid			fn = PG_GETARG_OID(ARG_FETCH_FUNCTION);
+		HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+		Oid			owner;
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for function %u", fn);
+		owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+		ReleaseSysCache(tup);
 		args[ARG_FETCH_FUNCTION] =
-			CStringGetTextDatum(format_procedure_qualified(PG_GETARG_OID(ARG_FETCH_FUNCTION)));
+			CStringGetTextDatum(format_procedure_qualified(fn));
+		args[NUM_CACHE_ARGS] = ObjectIdGetDatum(fn);
+		args[NUM_CACHE_ARGS + 1] =
+			DirectFunctionCall1(namein,
+								CStringGetDatum(GetUserNameFromId(owner, false)));
+		nulls[NUM_CACHE_ARGS] = nulls[NUM_CACHE_ARGS + 1] = ' ';
+	}
 }
+
+/* The arguments setting_args() fills: the settings, then $12 and $13. */
+#define NUM_SETTING_ARGS	(NUM_CACHE_ARGS + 2)
 
 /*
  * projcache.create_cache(name, fetch_function, expiry, grace_period,
@@ -571,9 +732,9 @@ Datum
 projcache_create_cache(PG_FUNCTION_ARGS)
 {
 	char	   *name;
-	Oid			argtypes[NUM_CACHE_ARGS + 1];
-	Datum		args[NUM_CACHE_ARGS + 1];
-	char		nulls[NUM_CACHE_ARGS + 1];
+	Oid			argtypes[NUM_SETTING_ARGS + 1];
+	Datum		args[NUM_SETTING_ARGS + 1];
+	char		nulls[NUM_SETTING_ARGS + 1];
 	RegistryTotals t;
 	bool		inserted;
 	PcUserSwitch rs;
@@ -585,9 +746,14 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 				 errmsg("a cache needs a name and a fetch function")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(ARG_NAME));
 	check_cache_name(name);
+	check_registry_binds();
+	check_not_database_owner(GetUserId(), "owner");
 	check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), GetUserId());
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
+	{
+		check_not_database_owner(PG_GETARG_OID(ARG_FETCH_ROLE), "fetch role");
 		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), GetUserId());
+	}
 	check_fetch_escalation(PG_GETARG_OID(ARG_FETCH_FUNCTION),
 						   PG_ARGISNULL(ARG_FETCH_ROLE) ? GetUserId() :
 						   PG_GETARG_OID(ARG_FETCH_ROLE));
@@ -605,6 +771,18 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 				 errmsg("role \"%s\" owns %d named caches, the most one role may",
 						GetUserNameFromId(GetUserId(), false),
 						PC_MAX_CACHES / 2)));
+
+	/*
+	 * Two roles (or more) must not take every name either: the owners who
+	 * are not superusers own at most half of them together.
+	 */
+	if (!superuser() && t.unprivileged_count >= PC_MAX_CACHES / 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("roles that are not superusers own %d named caches, the most they may together",
+						PC_MAX_CACHES / 2),
+				 errdetail("Of the %d named caches, half are kept for caches of superusers.",
+						   PC_MAX_CACHES)));
 	check_settings(fcinfo, name, GetUserId(), &t);
 
 	/*
@@ -619,9 +797,9 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 				 errdetail("A cache of an owner who is not a superuser has its own memory budget, so that it never evicts another cache's keys.")));
 
 	setting_args(fcinfo, argtypes, args, nulls);
-	argtypes[NUM_CACHE_ARGS] = OIDOID;
-	args[NUM_CACHE_ARGS] = ObjectIdGetDatum(GetUserId());
-	nulls[NUM_CACHE_ARGS] = ' ';
+	argtypes[NUM_SETTING_ARGS] = OIDOID;
+	args[NUM_SETTING_ARGS] = ObjectIdGetDatum(GetUserId());
+	nulls[NUM_SETTING_ARGS] = ' ';
 	registry_begin(&rs, true);
 
 	/*
@@ -631,12 +809,14 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 	registry_exec("INSERT INTO projcache.cache_registry"
 				  " (name, fetch_function, expiry, grace_period,"
 				  " refresh_interval, max_retry_backoff, batch_size,"
-				  " fetch_timeout, max_memory, fetch_role, owner, created_at)"
+				  " fetch_timeout, max_memory, fetch_role,"
+				  " fetch_function_oid, fetch_function_owner, owner,"
+				  " created_at)"
 				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
-				  " $10::pg_catalog.regrole, $11::pg_catalog.regrole,"
-				  " pg_catalog.clock_timestamp())"
+				  " $10::pg_catalog.regrole, $11, $12,"
+				  " $13::pg_catalog.regrole, pg_catalog.clock_timestamp())"
 				  " ON CONFLICT (name) DO NOTHING",
-				  NUM_CACHE_ARGS + 1, argtypes, args, nulls, SPI_OK_INSERT);
+				  NUM_SETTING_ARGS + 1, argtypes, args, nulls, SPI_OK_INSERT);
 	inserted = SPI_processed > 0;
 	registry_end(&rs);
 	if (!inserted)
@@ -652,9 +832,9 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	CacheRow	row;
-	Oid			argtypes[NUM_CACHE_ARGS];
-	Datum		args[NUM_CACHE_ARGS];
-	char		nulls[NUM_CACHE_ARGS];
+	Oid			argtypes[NUM_SETTING_ARGS];
+	Datum		args[NUM_SETTING_ARGS];
+	char		nulls[NUM_SETTING_ARGS];
 	PcUserSwitch rs;
 
 	check_registry_database();
@@ -664,13 +844,17 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 				 errmsg("the cache to change needs a name")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(ARG_NAME));
 	check_cache_name(name);
+	check_registry_binds();
 	lock_registry();
 	read_cache_row(name, &row);
 	check_cache_owner(name, &row);
 	if (!PG_ARGISNULL(ARG_FETCH_FUNCTION))
 		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), row.owner);
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
+	{
+		check_not_database_owner(PG_GETARG_OID(ARG_FETCH_ROLE), "fetch role");
 		check_fetch_role(PG_GETARG_OID(ARG_FETCH_ROLE), row.owner);
+	}
 	{
 		Oid			fn = PG_ARGISNULL(ARG_FETCH_FUNCTION) ?
 			row.fetch_function : PG_GETARG_OID(ARG_FETCH_FUNCTION);
@@ -696,9 +880,13 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 				  " fetch_timeout = COALESCE($8, fetch_timeout),"
 				  " max_memory = COALESCE($9, max_memory),"
 				  " fetch_role = COALESCE($10::pg_catalog.regrole,"
-				  " fetch_role)"
+				  " fetch_role),"
+				  " fetch_function_oid = CASE WHEN $2 IS NULL"
+				  " THEN fetch_function_oid ELSE $11 END,"
+				  " fetch_function_owner = CASE WHEN $2 IS NULL"
+				  " THEN fetch_function_owner ELSE $12 END"
 				  " WHERE name OPERATOR(pg_catalog.=) $1",
-				  NUM_CACHE_ARGS, argtypes, args, nulls, SPI_OK_UPDATE);
+				  NUM_SETTING_ARGS, argtypes, args, nulls, SPI_OK_UPDATE);
 	registry_end(&rs);
 	PG_RETURN_VOID();
 }
@@ -718,6 +906,7 @@ projcache_drop_cache(PG_FUNCTION_ARGS)
 	lock_registry();
 	read_cache_row(name, &row);
 	check_cache_owner(name, &row);
+	narrow_at_commit(name, true, InvalidOid);
 	registry_begin(&rs, true);
 	registry_exec("DELETE FROM projcache.cache_registry"
 				  " WHERE name OPERATOR(pg_catalog.=) $1",
@@ -755,6 +944,7 @@ change_readers(FunctionCallInfo fcinfo, bool grant)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("role with OID %u does not exist", reader)));
+		check_not_database_owner(reader, "reader");
 		if (listed)
 			return;
 		if (row.nreaders >= PC_MAX_CACHE_READERS)
@@ -766,6 +956,8 @@ change_readers(FunctionCallInfo fcinfo, bool grant)
 	}
 	else if (!listed)
 		return;
+	if (!grant)
+		narrow_at_commit(name, false, reader);
 	registry_begin(&rs, true);
 	registry_exec(grant ?
 				  "UPDATE projcache.cache_registry"

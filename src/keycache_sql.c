@@ -990,11 +990,12 @@ copy_for_view(PcEntry *entry, void *payload)
 	return !r->oom;
 }
 
-#define ENTRIES_COLUMNS 16
+#define ENTRIES_COLUMNS 17		/* 1.3.1: cache */
 
 /* One row of the entries view, from one entry's copy. */
 static void
-entry_row(const char *key, PcRead *r, int64 now, Datum *values, bool *nulls)
+entry_row(const char *key, const char *cache, PcRead *r, int64 now,
+		  Datum *values, bool *nulls)
 {
 	bool		backoff = r->retry_at > now;
 
@@ -1054,6 +1055,12 @@ entry_row(const char *key, PcRead *r, int64 now, Datum *values, bool *nulls)
 	nulls[14] = false;
 	values[15] = pc_interval_from_ms(read_stale_for(r));
 	nulls[15] = false;
+	/* Since 1.3.1: the key's cache (NULL: one opening or closing). */
+	if (cache != NULL)
+	{
+		values[16] = CStringGetTextDatum(cache);
+		nulls[16] = false;
+	}
 }
 
 /* projcache.entries(): one row per cached key. */
@@ -1065,6 +1072,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 	int64		now;
 	int			i;
 	bool	   *shown = NULL;
+	char	  **cache_names = NULL;
 
 	pc_require_loaded();
 	InitMaterializedSRF(fcinfo, 0);
@@ -1078,12 +1086,14 @@ projcache_entries(PG_FUNCTION_ARGS)
 	for (int attempt = 1;; attempt++)
 	{
 		uint64		generation = pc_caches_generation();
+		char	   *slot_names[PC_MAX_CACHES] = {NULL};
 
 		pc_keylist_init(&copies, sizeof(PcRead));
 		pc_keylist_from_map(&copies, NULL, copy_for_view);
 		if (copies.oom)
 			pc_report_oom("a cached value");
 		shown = palloc(sizeof(bool) * Max(copies.count, 1));
+		cache_names = palloc(sizeof(char *) * Max(copies.count, 1));
 		for (i = 0; i < copies.count; i++)
 		{
 			PcCacheReg	reg;
@@ -1092,6 +1102,10 @@ projcache_entries(PG_FUNCTION_ARGS)
 
 			shown[i] = !((cache >= 0 && !pc_cache_may_read(&reg)) ||
 						 (cache == PC_CACHE_UNAVAILABLE && !superuser()));
+			if (cache >= 0 && slot_names[cache] == NULL)
+				slot_names[cache] = pstrdup(reg.name);
+			cache_names[i] = cache >= 0 ? slot_names[cache] :
+				cache == PC_CACHE_DEFAULT ? PC_DEFAULT_CACHE_NAME : NULL;
 		}
 		if (pc_caches_generation() == generation)
 			break;
@@ -1113,8 +1127,8 @@ projcache_entries(PG_FUNCTION_ARGS)
 
 		if (!shown[i])
 			continue;
-		entry_row(copies.keys[i], pc_keylist_payload(&copies, i), now,
-				  values, nulls);
+		entry_row(copies.keys[i], cache_names[i],
+				  pc_keylist_payload(&copies, i), now, values, nulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -1600,44 +1600,6 @@ run_batch(SchedEntry **batch, int n, const PcFetchTarget * target)
 /* How long a key of a cache that opens or closes waits to be asked for. */
 #define PC_CACHES_RETRY_MS	100
 
-/*
- * A cache whose function outlived its timeout ended the worker before
- * this one (keycache_fetch.c): its keys are put aside, PC_OVERRUN_PAUSE_MS
- * for the first overrun, twice as long for each next one, at most
- * PC_OVERRUN_PAUSE_MAX_MS, so that a function that will not stop costs
- * every other cache a restart of the worker that often at most.  How many
- * ms are left (0: none).
- */
-#define PC_OVERRUN_PAUSE_MS		(30 * 1000)
-#define PC_OVERRUN_PAUSE_MAX_MS	(30 * 60 * 1000)
-
-static int64
-cache_paused_ms(int s)
-{
-	PcCacheSlot *slot = &pc_shared->caches.slots[s];
-	uint32		overruns = pg_atomic_read_u32(&slot->overruns);
-	int64		now = pc_real_now_ms();
-
-	/* Only this worker writes overruns_seen and paused_until_ms. */
-	if (overruns != slot->overruns_seen)
-	{
-		int64		pause = PC_OVERRUN_PAUSE_MS;
-
-		for (uint32 i = 1; i < overruns && pause < PC_OVERRUN_PAUSE_MAX_MS; i++)
-			pause *= 2;
-		pause = Min(pause, PC_OVERRUN_PAUSE_MAX_MS);
-		slot->overruns_seen = overruns;
-		slot->paused_until_ms = now + pause;
-		ereport(WARNING,
-				(errmsg("named cache \"%s\": its fetch function ran past its fetch_timeout and did not stop when cancelled",
-						slot->reg.name),
-				 errdetail("The scheduler ended itself to stop it (%u times so far); the cache's keys are not fetched for %lld s.",
-						   overruns, (long long) (pause / 1000)),
-				 errhint("A fetch function must not catch query_canceled.")));
-	}
-	return slot->paused_until_ms > now ? slot->paused_until_ms - now : 0;
-}
-
 /* How to ask for a named cache's keys (slot from pc_key_cache()). */
 static void
 cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
@@ -1645,6 +1607,9 @@ cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
 	memset(t, 0, sizeof(*t));
 	t->cache = slot;
 	t->function = reg->fetch_function;
+	t->function_oid = reg->function;
+	t->function_owner = reg->function_owner;
+	t->bind_error = reg->bind_error;
 	t->owner = reg->owner;
 	t->fetch_role = reg->fetch_role;
 	t->key_offset = (uint32) strlen(reg->name) + 1;
@@ -1664,6 +1629,9 @@ cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
 		if (t->timeout_ms <= 0 || t->timeout_ms > bound)
 			t->timeout_ms = bound;
 		t->hard_deadline = true;
+		/* (a cache bound to no function calls none) */
+		t->overrun_entry = OidIsValid(reg->function) ?
+			pc_cache_overrun_entry(reg) : -1;
 	}
 	t->max_age_ms = reg->expiry_ms == PC_CACHE_SETTING_UNSET ?
 		PC_PERIOD_DEFAULT : (int32) reg->expiry_ms;
@@ -1697,6 +1665,7 @@ run_batches(SchedEntry **batch, int n)
 		int			k = 0;
 		int			chunk;
 		int64		started;
+		int64		paused_ms;
 
 		if (done[i])
 			continue;
@@ -1717,13 +1686,13 @@ run_batches(SchedEntry **batch, int n)
 			}
 			continue;
 		}
-		if (cache[i] >= 0 && cache_paused_ms(cache[i]) > 0)
+		if (cache[i] >= 0 &&
+			(paused_ms = pc_cache_paused_ms(&regs[i], pc_real_now_ms())) > 0)
 		{
 			/* Its function overran its timeout lately: later. */
 			for (int j = 0; j < k; j++)
 			{
-				sched_defer_fetch(sched, group[j],
-								  pc_now_ms() + cache_paused_ms(cache[i]));
+				sched_defer_fetch(sched, group[j], pc_now_ms() + paused_ms);
 				mirror_entry(group[j]);
 			}
 			continue;

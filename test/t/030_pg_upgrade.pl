@@ -102,7 +102,8 @@ GRANT SELECT ON public.grants TO snap_owner;
 GRANT USAGE ON SCHEMA projcache TO app, snap_owner, ops, outsider;
 GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.snapshot(text),
 	projcache.stats(), projcache.entries(),
-	projcache.stats_1_2_1(), projcache.entries_1_2_1() TO app;
+	projcache.stats_1_2_1(), projcache.entries_1_2_1(),
+	projcache.entries_1_3_1() TO app;
 GRANT SELECT ON projcache.stats, projcache.entries TO app;
 GRANT EXECUTE ON FUNCTION projcache.create_snapshot, projcache.grant_snapshot
 	TO snap_owner;
@@ -146,7 +147,7 @@ SELECT projcache.create_cache('flags', 'public.flags_src(text[],text[])',
 	expiry => '10 min'),
 	projcache.grant_cache('flags', 'app');
 GRANT EXECUTE ON FUNCTION projcache.get(text, interval),
-	projcache.caches_1_3() TO app;
+	projcache.caches_1_3(), projcache.caches_1_3_1() TO app;
 GRANT EXECUTE ON FUNCTION projcache.get(text) TO outsider;
 GRANT SELECT ON projcache.caches TO app;
 CREATE DATABASE db12;

@@ -51,7 +51,7 @@ $node->safe_psql(
 	'other_db', q{
 CREATE EXTENSION projcache VERSION '1.3';
 GRANT USAGE ON SCHEMA projcache TO app_flags, app_other;
-GRANT EXECUTE ON FUNCTION projcache.caches_1_3() TO app_flags, app_other;
+GRANT EXECUTE ON FUNCTION projcache.caches_1_3(), projcache.caches_1_3_1() TO app_flags, app_other;
 GRANT SELECT ON projcache.caches TO app_flags, app_other;
 });
 

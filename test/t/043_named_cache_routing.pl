@@ -86,7 +86,7 @@ CREATE ROLE outsider LOGIN;
 GRANT USAGE ON SCHEMA projcache TO app, outsider;
 GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval)
 	TO app, outsider;
-GRANT EXECUTE ON FUNCTION projcache.caches_1_3() TO app;
+GRANT EXECUTE ON FUNCTION projcache.caches_1_3(), projcache.caches_1_3_1() TO app;
 GRANT SELECT ON projcache.caches TO app;
 CREATE DATABASE other_db;
 });
