@@ -56,7 +56,8 @@ GRANT SELECT ON projcache.caches TO app_flags, app_other;
 });
 
 my $caches_sql = q{SELECT coalesce(string_agg(name || ' ' || coalesce(expiry::text, '-')
-	|| ' ' || coalesce(max_memory::text, '-'), ',' ORDER BY name), '') FROM projcache.caches};
+	|| ' ' || coalesce(max_memory::text, '-'), ',' ORDER BY name), '') FROM projcache.caches
+	WHERE state IN ('open', 'put_aside')};
 
 # What a role sees in projcache.caches of a database, once it equals want
 # (30 s at most); the seconds it took.

@@ -110,7 +110,8 @@ sub caches_become
 		return 1
 		  if $node->safe_psql(
 			'postgres', q{SET ROLE app;
-SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM projcache.caches})
+SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM projcache.caches
+ WHERE state IN ('open', 'put_aside')})
 		  eq $want;
 		select(undef, undef, undef, 0.05);
 	}

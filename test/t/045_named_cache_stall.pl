@@ -103,7 +103,7 @@ for my $row (@rows)
 	);
 	ok( $node->poll_query_until(
 			'postgres',
-			"SELECT count(*) = 1 FROM projcache.caches WHERE name = 'm$n'"),
+			"SELECT count(*) = 1 FROM projcache.caches WHERE name = 'm$n' AND state = 'open'"),
 		"$r: mallory's cache is published");
 
 	# The hot keys, read all along.

@@ -87,7 +87,7 @@ SELECT projcache.create_cache('loot', 'mallory.steal(text[],text[])',
 	max_memory => 1048576);
 });
 ok( $node->poll_query_until(
-		'postgres', 'SELECT count(*) = 2 FROM projcache.caches'),
+		'postgres', "SELECT count(*) = 2 FROM projcache.caches WHERE state = 'open'"),
 	'both caches are published');
 
 is($node->safe_psql('postgres', q{SELECT projcache.get('keys:a', '10s') ->> 'secret'}),
