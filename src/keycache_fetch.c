@@ -36,6 +36,7 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -584,12 +585,117 @@ match_row(BisectMatch *match, HeapTuple tuple, TupleDesc desc,
 }
 
 /*
- * Run the SPI call and turn its rows into answers.  Runs inside the
- * subtransaction; any ERROR propagates to pc_fetch_batch().  Returns the
- * number of keys whose rows broke the contract; *unresolved is set to the
- * number of keys left without an answer (see BisectMatch in
- * keycache_bisect.h), which are marked so.  *in_function says whether the
- * function is running, for an ERROR.
+ * How much of an answer is read.  A call's rows are read through a cursor,
+ * a chunk at a time, and each chunk is released before the next, so the
+ * worker holds one chunk and the answers it keeps (at most one row a key
+ * asked for).  Unasked and duplicate rows are matched and dropped.  Past
+ * either bound below, the call fails: its answer is not read further, and
+ * its keys get the error, as for any other failure of the function.
+ *
+ * - Rows: a correct answer has one row a key asked for.  More than two a
+ *	 key and PC_ANSWER_EXTRA_ROWS more is no answer to the keys asked.
+ * - Bytes: the key, state, revision and config of every row read, at their
+ *	 full (detoasted) size.  A batch cannot bring more than
+ *	 projcache.max_memory into the cache, whatever its number of keys, so
+ *	 that is the bound, but never less than PC_ANSWER_MIN_BYTES (a small
+ *	 cache still reads any value it could hold, and a value too large for
+ *	 it is refused as usual, not failed here) and never more than
+ *	 MaxAllocSize (1 GB, PostgreSQL's largest value): the worker's private
+ *	 memory grows by no more than that during a call.
+ *
+ * A chunk holds about PC_ANSWER_CHUNK_BYTES of rows as large as the
+ * largest read so far, and at most PC_ANSWER_CHUNK_ROWS rows.  The first is
+ * one row, and each has at most twice the rows of the one before: rows much
+ * larger than those before them cost one chunk of a few of them, not of
+ * PC_ANSWER_CHUNK_ROWS.
+ */
+#define PC_ANSWER_EXTRA_ROWS	100
+#define PC_ANSWER_MIN_BYTES		((Size) 64 * 1024 * 1024)
+#define PC_ANSWER_CHUNK_ROWS	128
+#define PC_ANSWER_CHUNK_BYTES	((Size) 1024 * 1024)
+
+static uint64
+answer_row_bound(int nitems)
+{
+	return (uint64) nitems * 2 + PC_ANSWER_EXTRA_ROWS;
+}
+
+static Size
+answer_byte_bound(void)
+{
+	return Min(Max(pc_memory_limit(), PC_ANSWER_MIN_BYTES),
+			   (Size) MaxAllocSize);
+}
+
+/* A row's key, state, revision and config, as the answer's bytes count them. */
+static Size
+row_bytes(HeapTuple tuple, TupleDesc desc)
+{
+	Size		bytes = 0;
+
+	for (int i = 1; i <= 4; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(tuple, desc, i, &isnull);
+
+		if (!isnull)
+			bytes += toast_raw_datum_size(d);
+	}
+	return bytes;
+}
+
+/*
+ * The next chunk's rows, after one of last rows (0: none yet), and one row
+ * past the row bound at most, to see it crossed.
+ */
+static long
+chunk_rows(uint32 largest, long last, uint64 rows, uint64 maxrows)
+{
+	uint64		n = last == 0 ? 1 : (uint64) last * 2;
+
+	n = Min(n, PC_ANSWER_CHUNK_ROWS);
+	if (largest > 0)
+		n = Min(n, Max(PC_ANSWER_CHUNK_BYTES / largest, 1));
+	n = Min(n, maxrows + 1 - rows);
+	return (long) n;
+}
+
+/*
+ * The call failed past a bound: in the function's run, as the keys may
+ * have caused it (one key that makes the function answer a whole table),
+ * so a batch is split to find it (keycache_bisect.h).
+ */
+static void
+answer_too_large(int nitems, uint64 rows, Size bytes, bool *in_function)
+{
+	*in_function = true;
+	if (rows > answer_row_bound(nitems))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg_plural("fetch function's answer is too large: more than %llu rows for %d key",
+							   "fetch function's answer is too large: more than %llu rows for %d keys",
+							   nitems,
+							   (unsigned long long) answer_row_bound(nitems),
+							   nitems),
+				 errdetail("A call may answer at most two rows a key asked for, and %d more.",
+						   PC_ANSWER_EXTRA_ROWS)));
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg_plural("fetch function's answer is too large: more than %zu bytes for %d key",
+						   "fetch function's answer is too large: more than %zu bytes for %d keys",
+						   nitems, answer_byte_bound(), nitems),
+			 errdetail("A call's answer may take at most projcache.max_memory, but at least 64 MB and at most 1 GB.  This one answered %zu bytes in its first %llu rows.",
+					   bytes, (unsigned long long) rows)));
+}
+
+/*
+ * Run the SPI call and turn its rows into answers, reading them a chunk at
+ * a time (see PC_ANSWER_EXTRA_ROWS).  Runs inside the subtransaction; any
+ * ERROR propagates to pc_fetch_batch().  Returns the number of keys whose
+ * rows broke the contract; *unresolved is set to the number of keys left
+ * without an answer (see BisectMatch in keycache_bisect.h), which are
+ * marked so.  *in_function says whether the function is running, for an
+ * ERROR.
  */
 static int
 run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
@@ -600,9 +706,17 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 	Datum		args[2];
 	char		argnulls[2] = {' ', ' '};
 	BisectMatch *match;
+	Portal		portal;
+	MemoryContext callcxt = CurrentMemoryContext;
+	MemoryContext chunkcxt;
 	char	   *why = NULL;		/* the first breach no single key owns */
-	int			ret;
-	uint64		row;
+	bool		why_kept = false;	/* copied out of chunkcxt */
+	uint64		maxrows = answer_row_bound(nitems);
+	Size		maxbytes = answer_byte_bound();
+	uint64		rows = 0;
+	Size		bytes = 0;
+	uint32		largest = 0;
+	long		want = 0;
 	int			breaches = 0;
 	int			natts = 4;
 	int			i;
@@ -611,19 +725,55 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 	match = begin_matching(items, nitems);
 
 	*in_function = true;
-	ret = SPI_execute_with_args(query, 2, argtypes, args, argnulls, false, 0);
+	portal = SPI_cursor_open_with_args(NULL, query, 2, argtypes, args,
+									   argnulls, false, CURSOR_OPT_NO_SCROLL);
 	*in_function = false;
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args returned %s",
-			 SPI_result_code_string(ret));
+	/* Not the function's: pg_cursors does not show it to the function. */
+	portal->visible = false;
 	for (i = 0; i < NUM_PERIOD_COLUMNS; i++)
 		natts = Max(natts, cols[i].attnum);
-	check_result_types(SPI_tuptable->tupdesc, natts);
+	check_result_types(portal->tupDesc, natts);
 
-	for (row = 0; row < SPI_processed; row++)
-		breaches += match_row(match, SPI_tuptable->vals[row],
-							  SPI_tuptable->tupdesc, cols, items, resultcxt,
-							  &why);
+	/* What reading a chunk's rows allocates goes with the chunk. */
+	chunkcxt = AllocSetContextCreate(callcxt, "projcache fetch answer chunk",
+									 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		uint64		got;
+
+		want = chunk_rows(largest, want, rows, maxrows);
+		*in_function = true;
+		SPI_cursor_fetch(portal, true, want);
+		*in_function = false;
+		got = SPI_processed;
+
+		MemoryContextSwitchTo(chunkcxt);
+		for (uint64 row = 0; row < got; row++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[row];
+
+			rows++;
+			bytes += row_bytes(tuple, SPI_tuptable->tupdesc);
+			if (rows > maxrows || bytes > maxbytes)
+				answer_too_large(nitems, rows, bytes, in_function);
+			largest = Max(largest, tuple->t_len);
+			breaches += match_row(match, tuple, SPI_tuptable->tupdesc, cols,
+								  items, resultcxt, &why);
+		}
+		MemoryContextSwitchTo(callcxt);
+		if (why != NULL && !why_kept)
+		{
+			why = pstrdup(why);
+			why_kept = true;
+		}
+		MemoryContextReset(chunkcxt);
+		SPI_freetuptable(SPI_tuptable);
+		if (got < (uint64) want)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	SPI_cursor_close(portal);
+	MemoryContextDelete(chunkcxt);
 
 	*unresolved = 0;
 	for (i = 0; i < nitems; i++)
