@@ -327,10 +327,11 @@ take_visited(SchedEntry *e, void *arg)
 /*
  * Each named cache's keys are a pool of their own (keycache_policy.h,
  * "Pools"): pool slot + 1; the default cache's, pool 0.  Eviction takes a
- * victim from one pool only, so that which cache pays is chosen here: a
- * cache with a budget (max_memory) pays only for going over it; under the
- * memory's target, the largest of the pools without a budget (the default
- * cache's and those of caches without one) pays.  A cache that floods
+ * victim from one pool only, and which pool pays is the policy's
+ * (keycache_policy.h, "Who pays for room"): a cache with a budget
+ * (max_memory) pays for its own writes, within it; the pools without a
+ * budget (the default cache's and those of caches without one) share what
+ * the budgets leave, and the largest of them pays.  A cache that floods
  * itself thus evicts its own keys, never another cache's.
  */
 static int
