@@ -599,7 +599,8 @@ evict_for_memory(void)
  * wrote took them past it), loses its oldest keys, down to 95 % of each
  * bound, so that its next keys find room at once and not one at a time;
  * the keys it reads again are passed over once (sched_owner_victim).
- * Counted as evictions for memory: they make room, in the role's share.
+ * Counted as evictions for memory, and a named cache's as its cache's:
+ * they make room, in the role's share.
  */
 static void
 evict_for_roles(void)
@@ -626,6 +627,8 @@ evict_for_roles(void)
 
 			if (victim == NULL)
 				break;
+			if (victim->pool > 0)
+				pc_cache_count(victim->pool - 1, PC_CACHE_EVICTIONS, 1);
 			delete_shared(victim->key, victim->keylen,
 						  PC_CTR_MEMORY_EVICTIONS);
 			sched_evict_victim(sched, victim);
