@@ -240,6 +240,7 @@ extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
 extern PcEntry *pc_keymap_find_or_create_for(const char *key, uint32 len,
 											 Oid role, bool *created);
 extern uint32 pc_keys_per_role_bound(void);
+extern uint64 pc_bytes_per_role_bound(void);
 extern Size pc_key_memory_target(void);
 extern Oid	pc_role_of_slot(int slot);
 extern void pc_keymap_delete(PcEntry *entry);

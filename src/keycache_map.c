@@ -33,12 +33,14 @@
  * or deletes entries, so the layout it reads under the shared lock is
  * still the entry's when it comes back with the exclusive one.
  *
- * Keys per role: a reader that creates a key counts it for its role (the
- * current role outside SECURITY DEFINER functions) in a slot of
- * pc_shared->role_slots, under role_lock and before the entry exists, and
- * the worker takes it off when it deletes the entry; a role at
- * projcache.max_keys_per_role creates no key (see shmem.h for the slots
- * and their lock).
+ * Keys per role: a reader that creates a key counts it, and the bytes its
+ * chunk takes, for its role (the current role outside SECURITY DEFINER
+ * functions) in a slot of pc_shared->role_slots, under role_lock and
+ * before the entry exists; the worker counts what the entry's new chunk
+ * takes more or less when it writes a value, and takes the key and its
+ * bytes off when it deletes the entry.  A role at
+ * projcache.max_keys_per_role, or whose keys take half of the keys'
+ * memory, creates no key (see shmem.h for the slots and their lock).
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -53,6 +55,7 @@
 #include "utils/memutils.h"
 
 #include "keycache.h"
+#include "keycache_policy.h"
 
 /* ----------------------------------------------------------------
  * The table
@@ -731,6 +734,19 @@ pc_keys_per_role_bound(void)
 	return (uint32) pc_max_keys_per_role;
 }
 
+/*
+ * The bytes one role's keys may take: half of the keys' part of
+ * projcache.max_memory, unless projcache.max_keys_per_role is 0 (no bound
+ * at all).  Bytes as memory_used counts them: each key's chunks.
+ */
+uint64
+pc_bytes_per_role_bound(void)
+{
+	if (pc_max_keys_per_role == 0)
+		return 0;
+	return (uint64) Max(1, pc_key_memory_bound() / 2);
+}
+
 /* The role a slot counts keys for; InvalidOid for none or for many. */
 Oid
 pc_role_of_slot(int slot)
@@ -782,22 +798,31 @@ role_slot_find(Oid role, bool claim)
 }
 
 /*
- * Count one more key for role, about to be created: returns its slot, or
- * -1 if the role has reached projcache.max_keys_per_role (the worker is
- * then asked to evict its oldest keys).  Superusers' keys, and keys of no
- * role (the worker's), count for none.  The caller gives the key back with
- * role_unreserve() unless it creates the entry, which then owns it.  May
- * read the catalog: call before any lock is taken.
+ * Count one more key for role, about to be created, whose chunk takes
+ * bytes: returns its slot, or -1 if the role has reached
+ * projcache.max_keys_per_role or its bytes' bound (the worker is then asked
+ * to evict its oldest keys).  Superusers' keys, and keys of no role (the
+ * worker's), count for no role's bound (PC_ROLE_NONE, whose bytes are
+ * counted too).  The caller gives the key back with role_unreserve()
+ * unless it creates the entry, which then owns it.  May read the catalog:
+ * call before any lock is taken.
  */
 static int
-role_reserve(Oid role)
+role_reserve(Oid role, Size bytes)
 {
 	uint32		bound = pc_keys_per_role_bound();
+	uint64		byte_bound = pc_bytes_per_role_bound();
 	PcRoleSlot *slot;
+	uint32		keys;
+	uint64		held;
 	int			n;
 
 	if (!OidIsValid(role) || superuser_arg(role))
+	{
+		pg_atomic_fetch_add_u64(&pc_shared->role_slots[PC_ROLE_NONE].bytes,
+								(int64) bytes);
 		return PC_ROLE_NONE;
+	}
 	pc_lock_alone(pc_shared->role_lock, LW_SHARED);
 	n = role_slot_find(role, false);
 	if (n < 0)
@@ -808,9 +833,12 @@ role_reserve(Oid role)
 	}
 	slot = &pc_shared->role_slots[n];
 	/* Reserve first, so that concurrent creations cannot all pass. */
-	if (pg_atomic_add_fetch_u32(&slot->keys, 1) > bound && bound > 0)
+	keys = pg_atomic_add_fetch_u32(&slot->keys, 1);
+	held = pg_atomic_add_fetch_u64(&slot->bytes, (int64) bytes);
+	if (!sched_role_fits(keys - 1, held - bytes, bytes, bound, byte_bound))
 	{
 		pg_atomic_fetch_sub_u32(&slot->keys, 1);
+		pg_atomic_fetch_sub_u64(&slot->bytes, (int64) bytes);
 		n = -1;
 	}
 	LWLockRelease(pc_shared->role_lock);
@@ -823,10 +851,15 @@ role_reserve(Oid role)
 	return n;
 }
 
-/* A key counted by role_reserve() was not created after all. */
+/*
+ * A key counted by role_reserve() was not created after all, or is gone;
+ * its chunks took bytes.
+ */
 static void
-role_unreserve(int slot)
+role_unreserve(int slot, Size bytes)
 {
+	Assert(pg_atomic_read_u64(&pc_shared->role_slots[slot].bytes) >= bytes);
+	pg_atomic_fetch_sub_u64(&pc_shared->role_slots[slot].bytes, (int64) bytes);
 	if (slot == PC_ROLE_NONE)
 		return;
 	Assert(pg_atomic_read_u32(&pc_shared->role_slots[slot].keys) > 0);
@@ -1007,7 +1040,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 
 	*created = false;
 	/* The role's count first: it may read the catalog, under no lock. */
-	owner = role_reserve(role);
+	owner = role_reserve(role, pc_dsa_footprint(size));
 	if (owner < 0)
 	{
 		/* Someone may have created it meanwhile: then it is no new key. */
@@ -1017,7 +1050,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 	if (!DsaPointerIsValid(dp))
 	{
 		/* Someone may have created it meanwhile: no need for room then. */
-		role_unreserve(owner);
+		role_unreserve(owner, pc_dsa_footprint(size));
 		entry = pc_entry_find(&search, true);
 		if (entry == NULL)
 		{
@@ -1044,7 +1077,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 		/* Somebody else created it meanwhile. */
 		entry_locked(part);
 		pc_free(dp, size);
-		role_unreserve(owner);
+		role_unreserve(owner, pc_dsa_footprint(size));
 		return entry;
 	}
 	entry = map_address(dp);
@@ -1056,6 +1089,14 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 	pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
 	*created = true;
 	return entry;
+}
+
+/* What chunks of these sizes take (a tail of 0 bytes is none). */
+static Size
+chunks_footprint(Size head_size, Size tail_size)
+{
+	return pc_dsa_footprint(head_size) +
+		(tail_size > 0 ? pc_dsa_footprint(tail_size) : 0);
 }
 
 /* The chunks of a locked entry, with the sizes they were allocated at. */
@@ -1107,7 +1148,7 @@ pc_keymap_delete(PcEntry *entry)
 	pc_entry_release(entry);
 
 	pg_atomic_fetch_sub_u64(&pc_shared->nentries, 1);
-	role_unreserve(owner);
+	role_unreserve(owner, chunks_footprint(head_size, tail_size));
 	pc_free(dp, head_size);
 	pc_free(tail, tail_size);
 	pc_free_message(error);
@@ -1438,6 +1479,13 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 		entry_chunks(entry, &old_head_size, &old_tail, &old_tail_size);
 		old_head = ref_dsa(*link);
 		*link = ref_of(prep->head);
+		/* The owner's bytes follow (keys per role). */
+		pg_atomic_fetch_add_u64(&pc_shared->role_slots[entry->owner].bytes,
+								(int64) chunks_footprint(prep->head_size,
+														 prep->tail_size));
+		pg_atomic_fetch_sub_u64(&pc_shared->role_slots[entry->owner].bytes,
+								(int64) chunks_footprint(old_head_size,
+														 old_tail_size));
 	}
 	else
 		write_in_place(entry, w);

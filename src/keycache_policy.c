@@ -1452,6 +1452,104 @@ sched_pool_count(const Sched *s, int pool)
 	return s->pools[pool].fifo_count[0] + s->pools[pool].fifo_count[1];
 }
 
+/*
+ * Who pays for room (see keycache_policy.h).  The largest pool without a
+ * budget that can give a key, or -1.
+ */
+static int
+largest_unbudgeted(const SchedPoolUse *pools, int npools)
+{
+	int			best = -1;
+
+	for (int p = 0; p < npools; p++)
+		if (pools[p].budget == 0 && pools[p].can_give &&
+			(best < 0 || pools[p].bytes > pools[best].bytes))
+			best = p;
+	return best;
+}
+
+/* The pool most over its budget that can give a key, or -1. */
+static int
+most_over_budget(const SchedPoolUse *pools, int npools)
+{
+	int			best = -1;
+	size_t		most = 0;
+
+	for (int p = 0; p < npools; p++)
+	{
+		if (pools[p].budget == 0 || pools[p].bytes <= pools[p].budget ||
+			!pools[p].can_give)
+			continue;
+		if (best < 0 || pools[p].bytes - pools[p].budget > most)
+		{
+			best = p;
+			most = pools[p].bytes - pools[p].budget;
+		}
+	}
+	return best;
+}
+
+int
+sched_room_payer(const SchedPoolUse *pools, int npools, int writer,
+				 size_t need, size_t freed, size_t used, size_t target)
+{
+	size_t		growth = need > freed ? need - freed : 0;
+	size_t		reserved = 0;
+	size_t		pooled = 0;
+	size_t		unbudgeted = 0;
+	size_t		overhead;
+	size_t		share;
+	bool		past_target = used + need > target;
+	bool		past_share;
+	int			payer;
+
+	SCHED_ASSERT(writer >= SCHED_ROOM_NO_WRITER && writer < npools);
+	for (int p = 0; p < npools; p++)
+	{
+		reserved += pools[p].budget;
+		pooled += pools[p].bytes;
+		if (pools[p].budget == 0)
+			unbudgeted += pools[p].bytes;
+	}
+	overhead = used > pooled ? used - pooled : 0;
+	share = target > overhead + reserved ? target - overhead - reserved : 0;
+	past_share = unbudgeted > share;
+
+	if (writer >= 0 && pools[writer].budget > 0)
+	{
+		const SchedPoolUse *w = &pools[writer];
+
+		if (need > w->budget)
+			return SCHED_ROOM_TOO_LARGE;
+		if (w->bytes + growth > w->budget)
+			return w->can_give ? writer : SCHED_ROOM_REFUSED;
+		if (!past_target)
+			return SCHED_ROOM_FITS;
+		/* Those holding more than their share give it back first. */
+		payer = past_share ? largest_unbudgeted(pools, npools) : -1;
+		if (payer < 0)
+			payer = most_over_budget(pools, npools);
+		if (payer < 0 && w->can_give)
+			payer = writer;
+		return payer >= 0 ? payer : SCHED_ROOM_REFUSED;
+	}
+
+	/* A writer without a budget, or none: the shared part pays. */
+	if (writer >= 0 && unbudgeted + growth > share)
+	{
+		payer = largest_unbudgeted(pools, npools);
+		return payer >= 0 ? payer : SCHED_ROOM_REFUSED;
+	}
+	if (!past_target)
+		return SCHED_ROOM_FITS;
+	payer = past_share ? -1 : most_over_budget(pools, npools);
+	if (payer < 0)
+		payer = largest_unbudgeted(pools, npools);
+	if (payer < 0)
+		payer = most_over_budget(pools, npools);
+	return payer >= 0 ? payer : SCHED_ROOM_REFUSED;
+}
+
 /* The first key of pool's FIFOs in keep order at or after pool: main, small. */
 static SchedEntry *
 keep_order_from(const Sched *s, int pool, bool main)
@@ -1641,6 +1739,32 @@ sched_owner_victim(Sched *s, uint32_t owner, SchedVisitedFn visited,
 		owner_push_newest(o, e);
 	}
 	return NULL;
+}
+
+/*
+ * A role's bounds (see keycache_policy.h).  Each is checked on its own; a
+ * bound of 0 is none.
+ */
+bool
+sched_role_fits(uint64_t keys, uint64_t bytes, uint64_t add_bytes,
+				uint64_t key_bound, uint64_t byte_bound)
+{
+	if (key_bound > 0 && keys + 1 > key_bound)
+		return false;
+	if (byte_bound > 0 && bytes + add_bytes > byte_bound)
+		return false;
+	return true;
+}
+
+bool
+sched_role_over_low(uint64_t keys, uint64_t bytes, uint64_t key_bound,
+					uint64_t byte_bound)
+{
+	if (key_bound > 0 && keys > key_bound - (key_bound / 20 > 0 ? key_bound / 20 : 1))
+		return true;
+	if (byte_bound > 0 && bytes > byte_bound - byte_bound / 20)
+		return true;
+	return false;
 }
 
 /*

@@ -377,6 +377,50 @@ extern SchedEntry *sched_memory_victim(Sched *s, int pool,
 									   SchedVisitedFn visited, void *arg);
 
 /*
+ * Who pays for room (keycache_worker.c, "Eviction under memory pressure").
+ * A pool with a budget (a named cache's max_memory) has that much reserved
+ * for its keys; the pools without one share what the budgets leave of the
+ * target, less what the map's own structures take (the "overhead": what
+ * is used beyond what the pools' keys weigh).  A write of need bytes into
+ * pool writer, whose key weighs freed now (the old chunk, freed once the
+ * new one is linked), is paid for:
+ *
+ * - by a writer with a budget, from its own pool only: a write larger than
+ *	 the whole budget never fits (SCHED_ROOM_TOO_LARGE); one that would take
+ *	 the pool past its budget evicts the pool's own keys, and is refused
+ *	 (SCHED_ROOM_REFUSED) if none can go.  Past the target, the pools that
+ *	 hold more than their share (those without a budget past what the
+ *	 budgets leave them, or one past its budget) give back their excess
+ *	 first; then the writer pays, or is refused;
+ * - by a writer without a budget, from the largest pool without one (they
+ *	 share one part of the memory), never from a pool with a budget within
+ *	 it: past their share, refused once none of them can give a key.  Past
+ *	 the target only, a pool over its budget gives back its excess first;
+ * - with no writer (SCHED_ROOM_NO_WRITER: keys readers created), as past
+ *	 the target with a writer without a budget.
+ *
+ * pools[] has npools entries: what each pool's keys weigh, its budget (0:
+ * none), and whether it can give a key now (it has keys, and not all of
+ * them are being fetched).  Returns the pool to evict one key of, then ask
+ * again, or SCHED_ROOM_FITS when nothing more need go.
+ */
+typedef struct SchedPoolUse
+{
+	size_t		bytes;			/* what its keys weigh (sched_pool_bytes) */
+	size_t		budget;			/* its reserved bytes; 0: none */
+	bool		can_give;		/* it has a key that can be evicted now */
+} SchedPoolUse;
+
+#define SCHED_ROOM_NO_WRITER	(-1)
+#define SCHED_ROOM_FITS			(-1)
+#define SCHED_ROOM_REFUSED		(-2)
+#define SCHED_ROOM_TOO_LARGE	(-3)
+
+extern int	sched_room_payer(const SchedPoolUse *pools, int npools, int writer,
+							 size_t need, size_t freed, size_t used,
+							 size_t target);
+
+/*
  * Evict a victim of sched_memory_victim(), remembered in the ghost FIFO
  * with the FIFO it left.  Keys evicted by expiry or by request are not
  * remembered.
@@ -502,6 +546,18 @@ extern size_t sched_once_count(const Sched *s);
  * caller removes (from the shared map, then with sched_evict_victim()).
  * Each key is looked at most twice per call; NULL if none can go.
  */
+/*
+ * A role's bounds (keycache_map.c, "Keys per role"): at most key_bound keys
+ * and byte_bound bytes (0: no such bound).  sched_role_fits() says whether
+ * a role holding keys and bytes may take one more key of add_bytes;
+ * sched_role_over_low() whether it holds more than its low marks, 95 % of
+ * each bound, down to which the worker evicts a role that reached one.
+ */
+extern bool sched_role_fits(uint64_t keys, uint64_t bytes, uint64_t add_bytes,
+							uint64_t key_bound, uint64_t byte_bound);
+extern bool sched_role_over_low(uint64_t keys, uint64_t bytes,
+								uint64_t key_bound, uint64_t byte_bound);
+
 extern void sched_set_owner(Sched *s, SchedEntry *entry, uint32_t owner);
 extern size_t sched_owner_count(const Sched *s, uint32_t owner);
 extern SchedEntry *sched_owner_victim(Sched *s, uint32_t owner,

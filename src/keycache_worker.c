@@ -327,10 +327,11 @@ take_visited(SchedEntry *e, void *arg)
 /*
  * Each named cache's keys are a pool of their own (keycache_policy.h,
  * "Pools"): pool slot + 1; the default cache's, pool 0.  Eviction takes a
- * victim from one pool only, so that which cache pays is chosen here: a
- * cache with a budget (max_memory) pays only for going over it; under the
- * memory's target, the largest of the pools without a budget (the default
- * cache's and those of caches without one) pays.  A cache that floods
+ * victim from one pool only, and which pool pays is the policy's
+ * (keycache_policy.h, "Who pays for room"): a cache with a budget
+ * (max_memory) pays for its own writes, within it; the pools without a
+ * budget (the default cache's and those of caches without one) share what
+ * the budgets leave, and the largest of them pays.  A cache that floods
  * itself thus evicts its own keys, never another cache's.
  */
 static int
@@ -419,39 +420,23 @@ evict_one_for_memory(int pool)
 }
 
 /*
- * The pool that pays when memory is short: the largest without a budget
- * that has a key to give; else the one most over its budget; else the
- * largest.  -1 if none has a key.
+ * Which pool pays for room (keycache_policy.h, "Who pays for room"), as
+ * each pool stands now; tried[p] marks a pool found to have no key that
+ * can go (all being fetched).
  */
 static int
-paying_pool(void)
+room_payer(int writer, Size need, Size freed, Size used, const bool *tried)
 {
-	int			best = -1;
-	Size		best_bytes = 0;
+	SchedPoolUse pools[SCHED_MAX_POOLS];
 
-	for (int pass = 0; pass < 3 && best < 0; pass++)
+	for (int p = 0; p < SCHED_MAX_POOLS; p++)
 	{
-		for (int p = 0; p < SCHED_MAX_POOLS; p++)
-		{
-			Size		bytes = sched_pool_bytes(sched, p);
-			Size		budget = pool_budget(p);
-			Size		weight;
-
-			if (sched_pool_count(sched, p) == 0)
-				continue;
-			if (pass == 0 && budget > 0)
-				continue;
-			if (pass == 1 && (budget == 0 || bytes <= budget))
-				continue;
-			weight = pass == 1 ? bytes - budget : bytes;
-			if (best < 0 || weight > best_bytes)
-			{
-				best = p;
-				best_bytes = weight;
-			}
-		}
+		pools[p].bytes = sched_pool_bytes(sched, p);
+		pools[p].budget = pool_budget(p);
+		pools[p].can_give = !tried[p] && sched_pool_count(sched, p) > 0;
 	}
-	return best;
+	return sched_room_payer(pools, SCHED_MAX_POOLS, writer, need, freed,
+							used, pc_key_memory_target());
 }
 
 /* The prefix evict_cache_keys() looks for, while it scans the map. */
@@ -491,36 +476,35 @@ evict_cache_keys(const char *prefix, uint32 len)
 }
 
 /*
- * Evict until 'need' more bytes fit below the target; false if they do not
- * (no key left that can be evicted).
+ * Evict until a write of 'need' bytes into pool writer, whose key weighs
+ * 'freed' now, fits (SCHED_ROOM_FITS), or say why it cannot:
+ * SCHED_ROOM_REFUSED (no key that could pay is left) or
+ * SCHED_ROOM_TOO_LARGE (larger than the writer's whole budget).  With
+ * SCHED_ROOM_NO_WRITER, until the keys are back below the target.  Only
+ * the pools the policy names pay: a cache with a budget pays for its own
+ * writes.  With full, the memory is short whatever the counts say (an
+ * allocation failed).
  */
-static bool
-make_room(Size need)
+static int
+make_room(int writer, Size need, Size freed, bool full)
 {
-	Size		target = pc_key_memory_target();
 	bool		tried[SCHED_MAX_POOLS] = {false};
 
-	while (pc_key_memory_used() + need > target)
+	for (;;)
 	{
-		int			pool = paying_pool();
+		Size		used = pc_key_memory_used();
+		int			pool;
 
+		if (full)
+			used = Max(used, pc_key_memory_target() + 1);
+		pool = room_payer(writer, need, freed, used, tried);
 		if (pool < 0)
-			return false;
-		if (!evict_one_for_memory(pool))
-		{
-			/* Its keys are all being fetched: the next pool pays, once. */
-			if (tried[pool])
-				return false;
-			tried[pool] = true;
-			for (pool = 0; pool < SCHED_MAX_POOLS; pool++)
-				if (!tried[pool] && sched_pool_count(sched, pool) > 0 &&
-					evict_one_for_memory(pool))
-					break;
-			if (pool == SCHED_MAX_POOLS)
-				return false;
-		}
+			return pool;
+		if (evict_one_for_memory(pool))
+			full = false;
+		else
+			tried[pool] = true; /* its keys are all being fetched */
 	}
-	return true;
 }
 
 /* What the pools without a budget hold together; *largest: the largest. */
@@ -605,41 +589,46 @@ static void
 evict_for_memory(void)
 {
 	(void) pg_atomic_exchange_u32(&pc_shared->room_wanted, 0);
-	(void) make_room(0);
+	(void) make_room(SCHED_ROOM_NO_WRITER, 0, 0, false);
 	evict_for_budgets();
 }
 
 /*
- * Keys per role: a role that found its projcache.max_keys_per_role reached
- * loses its oldest keys, down to 95 % of the bound, so that its next keys
- * find room at once and not one at a time; the keys it
- * reads again are passed over once (sched_owner_victim).  Counted as
- * evictions for memory: they make room, in the role's share.
+ * Keys per role: a role that found its projcache.max_keys_per_role reached,
+ * or whose keys take more than their bytes' bound (values the worker
+ * wrote took them past it), loses its oldest keys, down to 95 % of each
+ * bound, so that its next keys find room at once and not one at a time;
+ * the keys it reads again are passed over once (sched_owner_victim).
+ * Counted as evictions for memory, and a named cache's as its cache's:
+ * they make room, in the role's share.
  */
 static void
 evict_for_roles(void)
 {
-	uint32		bound;
-	uint32		low;
+	uint32		bound = pc_keys_per_role_bound();
+	uint64		byte_bound = pc_bytes_per_role_bound();
 	int			n;
 
-	if (pg_atomic_exchange_u32(&pc_shared->role_room_wanted, 0) == 0)
-		return;
-	bound = pc_keys_per_role_bound();
-	low = bound - Max(1, bound / 20);
+	(void) pg_atomic_exchange_u32(&pc_shared->role_room_wanted, 0);
 	for (n = PC_ROLE_NONE + 1; n < PC_ROLE_SLOTS; n++)
 	{
 		PcRoleSlot *slot = &pc_shared->role_slots[n];
+		bool		wanted = pg_atomic_exchange_u32(&slot->room_wanted, 0) != 0;
 
-		if (pg_atomic_exchange_u32(&slot->room_wanted, 0) == 0 || bound == 0)
+		if (!wanted && (byte_bound == 0 ||
+						pg_atomic_read_u64(&slot->bytes) <= byte_bound))
 			continue;
-		while (pg_atomic_read_u32(&slot->keys) > low)
+		while (sched_role_over_low(pg_atomic_read_u32(&slot->keys),
+								   pg_atomic_read_u64(&slot->bytes),
+								   bound, byte_bound))
 		{
 			SchedEntry *victim = sched_owner_victim(sched, (uint32) n,
 													take_visited, NULL);
 
 			if (victim == NULL)
 				break;
+			if (victim->pool > 0)
+				pc_cache_count(victim->pool - 1, PC_CACHE_EVICTIONS, 1);
 			delete_shared(victim->key, victim->keylen,
 						  PC_CTR_MEMORY_EVICTIONS);
 			sched_evict_victim(sched, victim);
@@ -976,28 +965,31 @@ count_delay(SchedEntry *e)
  */
 
 /*
- * Make room for a write and prepare it: evict S3-FIFO's victims until its
- * new chunk fits below the target.  False if no key that could make room
- * is left (a key in its fetch, as the one written is, is never a victim).
+ * Make room for a write of the key of pool 'pool' (whose entry weighs
+ * 'freed' now) and prepare it: evict S3-FIFO's victims of the pools that
+ * pay (make_room) until its new chunk fits.  SCHED_ROOM_FITS once
+ * prepared; else why not (a key in its fetch, as the one written is, is
+ * never a victim).
  */
-static bool
-prepare_with_room(const char *key, uint32 len, const PcEntryWrite *w,
-				  PcEntryPrepared *prep)
+static int
+prepare_with_room(const char *key, uint32 len, int pool, Size freed,
+				  const PcEntryWrite *w, PcEntryPrepared *prep)
 {
 	Size		need = pc_entry_write_size(key, len, w);
+	int			room;
 
 	/* A write in place needs no room (and no victim). */
-	if (need > 0 && !make_room(need))
-		return false;
+	if (need > 0 && (room = make_room(pool, need, freed, false)) !=
+		SCHED_ROOM_FITS)
+		return room;
 	/* Readers may have taken the room meanwhile: one more key at a time. */
 	while (!pc_entry_prepare(key, len, w, prep))
 	{
-		int			pool = paying_pool();
-
-		if (pool < 0 || !evict_one_for_memory(pool))
-			return false;
+		room = make_room(pool, need, freed, true);
+		if (room != SCHED_ROOM_FITS)
+			return room;
 	}
-	return true;
+	return SCHED_ROOM_FITS;
 }
 
 /* Does the key hold a value now (for not_modified)? */
@@ -1057,19 +1049,32 @@ answer_write(const PcFetchItem *item, PcEntryWrite *w)
 	}
 }
 
+/* A value that could not be stored: counted as a fetch error. */
+static void
+count_unstored(int pool)
+{
+	pc_count(PC_CTR_FETCH_ERRORS, 1);
+	if (pool > 0)
+		pc_cache_count(pool - 1, PC_CACHE_FETCH_ERRORS, 1);
+}
+
 /*
  * Check an answer against what only the worker can see (not_modified for a
  * key with no value), and prepare what it writes (w, prep), with room for
- * it: a value too large or that does not fit becomes an error answer.
- * True if the answer broke the contract.
+ * it in the key's own pool (e's): a value too large or that does not fit
+ * becomes an error answer; one larger than its cache's whole max_memory, a
+ * disabled key with a message saying so, so that it is asked for again
+ * only once stale, not at every read.  True if the answer broke the
+ * contract.
  */
 static bool
-prepare_answer(const char *key, uint32 len, PcFetchItem *item,
-			   PcEntryWrite *w, PcEntryPrepared *prep)
+prepare_answer(const SchedEntry *e, const char *key, uint32 len,
+			   PcFetchItem *item, PcEntryWrite *w, PcEntryPrepared *prep)
 {
 	Size		bound = pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR;
 	Size		value_size = 0;
 	bool		breach = false;
+	int			room;
 
 	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
 	{
@@ -1090,12 +1095,30 @@ prepare_answer(const char *key, uint32 len, PcFetchItem *item,
 			item->error = psprintf("value of %zu bytes is larger than an eighth of projcache.max_memory (%zu bytes)",
 								   value_size, bound);
 			/* a value that could not be stored: counted here (run_batch) */
-			pc_count(PC_CTR_FETCH_ERRORS, 1);
+			count_unstored(e->pool);
 		}
 	}
 
 	answer_write(item, w);
-	if (prepare_with_room(key, len, w, prep))
+	room = prepare_with_room(key, len, e->pool, e->bytes, w, prep);
+	if (room == SCHED_ROOM_TOO_LARGE)
+	{
+		/*
+		 * Larger than its cache's whole budget: it would never stay.  Stored
+		 * as disabled, without its revision (so that the next fetch asks for
+		 * the value anew), with why.
+		 */
+		pc_free_message(w->error);
+		item->period_error = psprintf("value of %zu bytes is larger than the max_memory of its cache (%zu bytes)",
+									  value_size, pool_budget(e->pool));
+		item->answer = PC_ANSWER_DISABLED;
+		item->config = NULL;
+		item->new_revision = NULL;
+		count_unstored(e->pool);
+		answer_write(item, w);
+		room = prepare_with_room(key, len, e->pool, e->bytes, w, prep);
+	}
+	if (room == SCHED_ROOM_FITS)
 		return breach;
 
 	/*
@@ -1107,11 +1130,14 @@ prepare_answer(const char *key, uint32 len, PcFetchItem *item,
 	pc_free_message(w->error);
 	if (item->answer == PC_ANSWER_NOT_MODIFIED)
 		item->error = pstrdup("projcache.max_memory is used up: could not store the key's own max_age and stale_for");
+	else if (pool_budget(e->pool) > 0)
+		item->error = psprintf("the max_memory of the key's cache is used up: could not store a value of %zu bytes",
+							   value_size);
 	else
 		item->error = psprintf("projcache.max_memory is used up: could not store a value of %zu bytes",
 							   value_size);
 	item->answer = PC_ANSWER_ERROR;
-	pc_count(PC_CTR_FETCH_ERRORS, 1);
+	count_unstored(e->pool);
 	answer_write(item, w);
 	if (!pc_entry_prepare(key, len, w, prep))
 		elog(ERROR, "projcache: an error answer found no room to be written in place");
@@ -1242,7 +1268,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 	bool		waiting;
 	SchedPeriods periods = {SCHED_PERIOD_DEFAULT, SCHED_PERIOD_DEFAULT};
 
-	breach = prepare_answer(key, len, item, &w, &prep);
+	breach = prepare_answer(e, key, len, item, &w, &prep);
 	result = sched_result_of(item);
 	if (result != SCHED_RESULT_PENDING)
 	{

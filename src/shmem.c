@@ -144,6 +144,7 @@ init_shared(PcShared *shared)
 	{
 		shared->role_slots[i].role = InvalidOid;
 		pg_atomic_init_u32(&shared->role_slots[i].keys, 0);
+		pg_atomic_init_u64(&shared->role_slots[i].bytes, 0);
 		pg_atomic_init_u32(&shared->role_slots[i].room_wanted, 0);
 	}
 	shared->max_snapshots = pc_max_snapshots;

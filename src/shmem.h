@@ -75,12 +75,13 @@ typedef enum PcCounter
  *	 (PcRoleSlot.role).  Shared to find a role's slot and add a key to its
  *	 count, exclusive to give a slot whose count is zero to another role;
  *	 taken alone, never with another lock of ours.  The counts themselves
- *	 (PcRoleSlot.keys) are atomics: a key is added under role_lock before
- *	 its entry is created, and taken off, without it, by whoever unlinks
- *	 the entry (pc_keymap_delete, the worker) or gives up creating it.  So
- *	 a slot's count is the number of entries whose owner it is, plus the
- *	 creations under way, and a slot counted for a role is never given to
- *	 another while an entry names it.
+ *	 (PcRoleSlot.keys and .bytes) are atomics: a key is added under
+ *	 role_lock before its entry is created, and taken off, without it, by
+ *	 whoever unlinks the entry (pc_keymap_delete, the worker) or gives up
+ *	 creating it; the worker changes .bytes, under the entry's lock, when
+ *	 it replaces the entry's chunk.  So a slot's count is the number of
+ *	 entries whose owner it is, plus the creations under way, and a slot
+ *	 counted for a role is never given to another while an entry names it.
  * - caches.lock (LWLock): the named caches' slots (keycache_caches.h):
  *	 which are in use, and each one's registration.  Exclusive for the
  *	 worker's publication, shared for readers' copies and the DROP ROLE
@@ -125,6 +126,7 @@ typedef struct PcRoleSlot
 {
 	Oid			role;			/* InvalidOid: never used (role_lock) */
 	pg_atomic_uint32 keys;		/* entries it owns, and creations under way */
+	pg_atomic_uint64 bytes;		/* what their chunks take (pc_dsa_footprint) */
 	pg_atomic_uint32 room_wanted;	/* a read found the role at its bound */
 } PcRoleSlot;
 

@@ -3540,6 +3540,183 @@ test_periods_config_change(void **state)
 	store_free(&st);
 }
 
+#define NW SCHED_ROOM_NO_WRITER
+#define FITS SCHED_ROOM_FITS
+#define REFUSED SCHED_ROOM_REFUSED
+#define TOO_LARGE SCHED_ROOM_TOO_LARGE
+
+/*
+ * Who pays for room (sched_room_payer), per setting: three pools, the
+ * default cache's (0, no budget) and two named caches', with or without a
+ * budget; target 1000 bytes.  A cache with a budget pays for its own
+ * writes only, and a write larger than its budget never fits; the pools
+ * without one pay from the largest of them, never from a budget within it.
+ */
+static void
+test_room_payer_table(void **state)
+{
+	static const struct
+	{
+		const char *name;
+		size_t		bytes[3];
+		size_t		budget[3];
+		bool		can_give[3];
+		int			writer;
+		size_t		need;
+		size_t		freed;
+		size_t		used;		/* 0: what the pools weigh (no overhead) */
+		int			payer;
+	}			rows[] = {
+		/* the issue's: the default cache near its share, a budgeted write */
+		{"budgeted write past its budget: it pays",
+		{690, 290, 0}, {0, 300, 0}, {true, true, false}, 1, 200, 10, 0, 1},
+		{"budgeted rewrite within budget, past the target, nobody over: it pays",
+		{650, 250, 0}, {0, 300, 0}, {true, true, false}, 1, 120, 80, 0, 1},
+		{"budgeted write within budget and target: fits",
+		{690, 100, 0}, {0, 300, 0}, {true, true, false}, 1, 100, 0, 0, FITS},
+		{"budgeted write larger than its budget: too large",
+		{100, 0, 0}, {0, 300, 0}, {true, false, false}, 1, 301, 1, 0, TOO_LARGE},
+		{"budgeted write exactly its budget, pool empty: fits",
+		{100, 0, 0}, {0, 300, 0}, {true, false, false}, 1, 300, 0, 0, FITS},
+		{"budgeted write past budget, nothing of its own to give: refused",
+		{100, 290, 0}, {0, 300, 0}, {true, false, false}, 1, 100, 5, 0, REFUSED},
+		{"budgeted rewrite of a key: its old chunk is freed: fits",
+		{100, 290, 0}, {0, 300, 0}, {true, true, false}, 1, 200, 200, 0, FITS},
+		{"budgeted write, default took reserved memory: default gives back",
+		{750, 240, 0}, {0, 300, 0}, {true, true, false}, 1, 50, 0, 0, 0},
+		{"budgeted write, another cache over its budget gives back first",
+		{480, 200, 290}, {0, 300, 200}, {true, true, true}, 1, 60, 0, 0, 2},
+		{"default write past its share: default pays",
+		{700, 100, 0}, {0, 300, 0}, {true, true, false}, 0, 20, 1, 0, 0},
+		{"default write past its share, only a budgeted cache could: refused",
+		{700, 300, 0}, {0, 300, 0}, {false, true, false}, 0, 20, 1, 0, REFUSED},
+		{"default write, two pools without a budget: the largest pays",
+		{400, 500, 0}, {0, 0, 0}, {true, true, false}, 0, 200, 1, 0, 1},
+		{"default write, the largest unbudgeted cannot give: the next",
+		{400, 500, 0}, {0, 0, 0}, {true, false, false}, 0, 200, 1, 0, 0},
+		{"default write within its share: fits",
+		{600, 100, 0}, {0, 300, 0}, {true, true, false}, 0, 50, 1, 0, FITS},
+		{"default write, overhead counts against its share",
+		{600, 100, 0}, {0, 300, 0}, {true, true, false}, 0, 50, 1, 800, 0},
+		{"default write, a cache over its budget past the target gives back",
+		{600, 350, 0}, {0, 300, 0}, {true, true, false}, 0, 60, 1, 0, 1},
+		{"no writer, past the target: the pool past its share pays",
+		{750, 290, 0}, {0, 300, 0}, {true, true, false}, NW, 0, 0, 0, 0},
+		{"no writer, past the target: the cache over its budget pays",
+		{650, 360, 0}, {0, 300, 0}, {true, true, false}, NW, 0, 0, 0, 1},
+		{"no writer, within the target: fits",
+		{650, 300, 0}, {0, 300, 0}, {true, true, false}, NW, 0, 0, 0, FITS},
+		{"no writer, past the target, nothing to give: refused",
+		{0, 300, 0}, {0, 300, 0}, {false, false, false}, NW, 0, 0, 1200, REFUSED},
+	};
+
+	(void) state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+	{
+		SchedPoolUse pools[3];
+		size_t		used = rows[r].used;
+
+		for (int p = 0; p < 3; p++)
+		{
+			pools[p].bytes = rows[r].bytes[p];
+			pools[p].budget = rows[r].budget[p];
+			pools[p].can_give = rows[r].can_give[p];
+			if (rows[r].used == 0)
+				used += rows[r].bytes[p];
+		}
+		if (sched_room_payer(pools, 3, rows[r].writer, rows[r].need,
+							 rows[r].freed, used, 1000) != rows[r].payer)
+			fail_msg("row %zu (%s): payer %d, expected %d", r, rows[r].name,
+					 sched_room_payer(pools, 3, rows[r].writer, rows[r].need,
+									  rows[r].freed, used, 1000),
+					 rows[r].payer);
+	}
+}
+
+/*
+ * Paying until it fits: a budgeted cache writing values of 200 beside a
+ * default cache near its share never takes one byte of the default's, and
+ * each write evicts only as many of its own as it needs.
+ */
+static void
+test_room_payer_loop(void **state)
+{
+	SchedPoolUse pools[2] = {{680, 0, true}, {0, 300, false}};
+	size_t		sizes[2][64];
+	int			held[2] = {68, 0};
+	size_t		overhead = 20;
+
+	(void) state;
+	for (int w = 0; w < 30; w++)
+	{
+		int			payer;
+
+		while ((payer = sched_room_payer(pools, 2, 1, 200, 1,
+										 overhead + pools[0].bytes +
+										 pools[1].bytes, 1000)) >= 0)
+		{
+			assert_int_equal(payer, 1);
+			/* the oldest of its own goes */
+			pools[1].bytes -= sizes[1][0];
+			memmove(&sizes[1][0], &sizes[1][1],
+					sizeof(size_t) * (held[1] - 1));
+			held[1]--;
+			pools[1].can_give = held[1] > 0;
+		}
+		assert_int_equal(payer, SCHED_ROOM_FITS);
+		sizes[1][held[1]++] = 200;
+		pools[1].bytes += 200;
+		pools[1].can_give = true;
+		assert_true(pools[1].bytes <= 300);
+	}
+	assert_int_equal(pools[0].bytes, 680);
+	assert_int_equal(held[1], 1);
+}
+
+/* A role's bounds in keys and in bytes, each on its own; 0 is none. */
+static void
+test_role_bounds_table(void **state)
+{
+	static const struct
+	{
+		uint64_t	keys;
+		uint64_t	bytes;
+		uint64_t	add;
+		uint64_t	key_bound;
+		uint64_t	byte_bound;
+		bool		fits;
+		bool		over_low;
+	}			rows[] = {
+		{0, 0, 100, 0, 0, true, false},
+		{10, 1000, 100, 11, 0, true, false},
+		{11, 1000, 100, 11, 0, false, true},
+		{10, 900, 100, 0, 1000, true, false},
+		{10, 901, 100, 0, 1000, false, false},
+		{10, 951, 0, 0, 1000, true, true},
+		{10, 950, 0, 0, 1000, true, false},
+		/* few large keys: within the keys' bound, past the bytes' */
+		{57, 5700, 100, 46000, 5000, false, true},
+		/* many small keys: the keys' bound first */
+		{100, 1000, 10, 100, 1000000, false, true},
+		{95, 1000, 10, 100, 1000000, true, false},
+		{96, 1000, 10, 100, 1000000, true, true},
+		{1, 0, 0, 1, 0, false, true},
+	};
+
+	(void) state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+	{
+		if (sched_role_fits(rows[r].keys, rows[r].bytes, rows[r].add,
+							rows[r].key_bound, rows[r].byte_bound) !=
+			rows[r].fits)
+			fail_msg("row %zu: fits", r);
+		if (sched_role_over_low(rows[r].keys, rows[r].bytes,
+								rows[r].key_bound, rows[r].byte_bound) !=
+			rows[r].over_low)
+			fail_msg("row %zu: over its low marks", r);
+	}
+}
+
 int
 main(void)
 {
@@ -3625,6 +3802,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_pools_bytes,
 										sieve_setup, sieve_teardown),
 		cmocka_unit_test(test_pool_config_table),
+		cmocka_unit_test(test_room_payer_table),
+		cmocka_unit_test(test_room_payer_loop),
+		cmocka_unit_test(test_role_bounds_table),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
