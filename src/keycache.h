@@ -327,6 +327,7 @@ typedef struct PcKeyList
 	bool		oom;
 } PcKeyList;
 
+extern void *pc_array_resize_no_oom(void *old, Size count, Size size);
 extern void pc_keylist_init(PcKeyList *list, Size payload_size);
 extern bool pc_keylist_add(PcKeyList *list, const char *key, uint32 len);
 extern void pc_keylist_from_map(PcKeyList *list,
