@@ -314,7 +314,9 @@ extern bool pc_entry_write(const char *key, uint32 len, const PcEntryWrite *w,
  * NUL-terminated, with a record of payload_size bytes beside each for the
  * caller (zeroed; 0 for none).  Made under partition locks, so nothing
  * here raises an ERROR: a failed allocation sets oom, which the caller
- * reports once the locks are released (pc_report_oom).
+ * reports once the locks are released (pc_report_oom).  The arrays are
+ * huge allocations (pc_array_resize_no_oom): a list of 17 million keys
+ * passes 1 GB.
  */
 typedef struct PcKeyList
 {

@@ -1873,8 +1873,8 @@ rebuild_private_state(int64 now)
 	pc_keylist_from_map(&list, NULL, save_entry);
 
 	/*
-	 * Without every key it cannot evict nor refresh: it exits, and says why,
-	 * for the next one fails the same way until memory is found.
+	 * Without every key it can neither evict nor refresh them: it exits, and
+	 * says why, as each next worker fails the same way until memory is found.
 	 */
 	if (list.oom)
 		ereport(FATAL,
