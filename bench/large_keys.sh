@@ -3,7 +3,7 @@
 # 11): above about 16.8 million keys, each new worker exited about 4.8 s
 # after it started, forever, and no key was fetched again.
 #
-#     sudo bash bench/large_keys.sh                       # about 5 minutes, 8 GB
+#     sudo bash bench/large_keys.sh                       # about 5 minutes, 17 GB
 #     sudo LARGE_KEYS=2000000 bash bench/large_keys.sh    # a smaller map
 #     sudo LARGE_DUMP_INTERVAL=-1 bash bench/large_keys.sh   # no dump at exit
 #
