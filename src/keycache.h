@@ -315,7 +315,9 @@ extern bool pc_entry_write(const char *key, uint32 len, const PcEntryWrite *w,
  * NUL-terminated, with a record of payload_size bytes beside each for the
  * caller (zeroed; 0 for none).  Made under partition locks, so nothing
  * here raises an ERROR: a failed allocation sets oom, which the caller
- * reports once the locks are released (pc_report_oom).
+ * reports once the locks are released (pc_report_oom).  The arrays are
+ * huge allocations (pc_array_resize_no_oom): a list of 17 million keys
+ * passes 1 GB.
  */
 typedef struct PcKeyList
 {
@@ -328,6 +330,7 @@ typedef struct PcKeyList
 	bool		oom;
 } PcKeyList;
 
+extern void *pc_array_resize_no_oom(void *old, Size count, Size size);
 extern void pc_keylist_init(PcKeyList *list, Size payload_size);
 extern bool pc_keylist_add(PcKeyList *list, const char *key, uint32 len);
 extern void pc_keylist_from_map(PcKeyList *list,

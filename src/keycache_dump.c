@@ -328,10 +328,16 @@ collect_tombstone(const char *payload, uint32 len, void *arg)
 	memcpy(&rec, payload, sizeof(rec));
 	if (list->count == list->capacity)
 	{
+		TombKey    *items = NULL;
+
+		if (list->capacity <= INT_MAX / 2)
+			items = pc_array_resize_no_oom(list->items,
+										   Max(list->capacity * 2, 256),
+										   sizeof(TombKey));
+		if (items == NULL)
+			pc_report_oom("the tombstones of the key dump");
+		list->items = items;
 		list->capacity = Max(list->capacity * 2, 256);
-		list->items = list->items == NULL ?
-			palloc(list->capacity * sizeof(TombKey)) :
-			repalloc(list->items, list->capacity * sizeof(TombKey));
 	}
 	item = &list->items[list->count++];
 	item->generation = rec.generation;

@@ -1599,6 +1599,52 @@ pc_check_key(text *key, const char **bytes, uint32 *len)
  * Key lists (see PcKeyList in keycache.h)
  * ----------------------------------------------------------------
  */
+/*
+ * The flags of every allocation of a list's arrays.  A list grows past the
+ * 1 GB of an ordinary allocation (MaxAllocSize) at about 17 million keys
+ * (the worker's list at a restart), 8 million (entries()) or 67 million
+ * (the dump's list), so it is a huge allocation.  No ERROR: the lists are
+ * made under partition locks.
+ */
+#define PC_LIST_ALLOC_FLAGS (MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM)
+
+/*
+ * The allocator's limit on an allocation not flagged huge: MaxAllocSize,
+ * or projcache.debug_list_limit if a test lowered it (with
+ * projcache.debug_clock on), so that a list of a few thousand keys passes
+ * it as one of 17 million keys passes 1 GB.
+ */
+static Size
+ordinary_alloc_limit(void)
+{
+	if (pc_debug_clock && pc_debug_list_limit > 0)
+		return (Size) pc_debug_list_limit;
+	return MaxAllocSize;
+}
+
+/*
+ * Resize an array of a list to count items of size bytes each (a new one
+ * if old is NULL), or return NULL if that cannot be had: the bytes
+ * overflow, pass the allocator's limit, or are not there.  Never an
+ * ERROR, so that the lists made under partition locks may use it; the
+ * caller reports a NULL (pc_report_oom) once it holds no lock.
+ */
+void *
+pc_array_resize_no_oom(void *old, Size count, Size size)
+{
+	Size		bytes;
+
+	if (size != 0 && count > MaxAllocHugeSize / size)
+		return NULL;
+	bytes = Max(count * size, 1);
+	if ((PC_LIST_ALLOC_FLAGS & MCXT_ALLOC_HUGE) == 0 &&
+		bytes > ordinary_alloc_limit())
+		return NULL;
+	if (old == NULL)
+		return palloc_extended(bytes, PC_LIST_ALLOC_FLAGS);
+	return repalloc_extended(old, bytes, PC_LIST_ALLOC_FLAGS);
+}
+
 void
 pc_keylist_init(PcKeyList *list, Size payload_size)
 {
@@ -1615,22 +1661,26 @@ pc_keylist_init(PcKeyList *list, Size payload_size)
 static bool
 keylist_grow(PcKeyList *list)
 {
-	int			newcap = list->capacity * 2;
+	int			newcap;
 	char	  **keys;
 	uint32	   *lens;
 	char	   *payloads;
 
-	keys = repalloc_extended(list->keys, newcap * sizeof(char *),
-							 MCXT_ALLOC_NO_OOM);
+	if (list->capacity > INT_MAX / 2)
+	{
+		list->oom = true;
+		return false;
+	}
+	newcap = list->capacity * 2;
+	keys = pc_array_resize_no_oom(list->keys, newcap, sizeof(char *));
 	if (keys != NULL)
 		list->keys = keys;
-	lens = keys ? repalloc_extended(list->lens, newcap * sizeof(uint32),
-									MCXT_ALLOC_NO_OOM) : NULL;
+	lens = keys ? pc_array_resize_no_oom(list->lens, newcap,
+										 sizeof(uint32)) : NULL;
 	if (lens != NULL)
 		list->lens = lens;
-	payloads = lens ? repalloc_extended(list->payloads,
-										Max(newcap * list->payload_size, 1),
-										MCXT_ALLOC_NO_OOM) : NULL;
+	payloads = lens ? pc_array_resize_no_oom(list->payloads, newcap,
+											 list->payload_size) : NULL;
 	if (payloads == NULL)
 	{
 		list->oom = true;

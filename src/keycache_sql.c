@@ -1092,8 +1092,11 @@ projcache_entries(PG_FUNCTION_ARGS)
 		pc_keylist_from_map(&copies, NULL, copy_for_view);
 		if (copies.oom)
 			pc_report_oom("a cached value");
-		shown = palloc(sizeof(bool) * Max(copies.count, 1));
-		cache_names = palloc(sizeof(char *) * Max(copies.count, 1));
+		shown = pc_array_resize_no_oom(NULL, copies.count, sizeof(bool));
+		cache_names = pc_array_resize_no_oom(NULL, copies.count,
+											 sizeof(char *));
+		if (shown == NULL || cache_names == NULL)
+			pc_report_oom("the list of keys shown");
 		for (i = 0; i < copies.count; i++)
 		{
 			PcCacheReg	reg;

@@ -1866,8 +1866,19 @@ rebuild_private_state(int64 now)
 
 	pc_keylist_init(&list, sizeof(SavedEntry));
 	pc_keylist_from_map(&list, NULL, save_entry);
+
+	/*
+	 * Without every key it can neither evict nor refresh them: it exits, and
+	 * says why, as each next worker fails the same way until memory is found.
+	 */
 	if (list.oom)
-		pc_report_oom("the keys the scheduler needs");
+		ereport(FATAL,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("The projcache scheduler could list only %d of the " UINT64_FORMAT " keys of the shared map to rebuild its state, and exits.",
+						   list.count,
+						   pg_atomic_read_u64(&pc_shared->nentries)),
+				 errhint("Make more memory available to the server, or lower projcache.max_memory.")));
 	for (i = 0; i < list.count; i++)
 		restore_saved_key(list.keys[i], list.lens[i],
 						  pc_keylist_payload(&list, i), now);

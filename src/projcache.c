@@ -48,6 +48,7 @@ int			pc_snapshot_memory_per_owner_kb = -1;
 int			pc_max_snapshots_per_owner = -1;
 int			pc_max_snapshots_per_database = -1;
 bool		pc_debug_clock = false;
+int			pc_debug_list_limit = 0;
 int			pc_dump_interval_s = 300;
 int			pc_restore_wait_ms = 5000;
 bool		pc_wal_invalidations = false;
@@ -341,6 +342,15 @@ define_settings(void)
 							 PGC_POSTMASTER,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.debug_list_limit",
+							"Lowers, for tests, the size past which a key list's arrays must be huge allocations.",
+							"Only with projcache.debug_clock on; 0 keeps the allocator's 1 GB.",
+							&pc_debug_list_limit,
+							0, 0, INT_MAX,
+							PGC_POSTMASTER,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("projcache");
 }

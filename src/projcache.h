@@ -63,6 +63,7 @@ extern int	pc_snapshot_memory_per_owner_kb;
 extern int	pc_max_snapshots_per_owner;
 extern int	pc_max_snapshots_per_database;
 extern bool pc_debug_clock;
+extern int	pc_debug_list_limit;
 extern int	pc_dump_interval_s;
 extern int	pc_restore_wait_ms;
 extern int	pc_max_keys_per_role;
