@@ -56,7 +56,7 @@ my $node = projcache_node(
 # false.
 $node->safe_psql(
 	'postgres', q{
-ALTER EXTENSION projcache UPDATE TO '1.3';
+ALTER EXTENSION projcache UPDATE;
 CREATE TABLE public.sources_up (up boolean NOT NULL);
 INSERT INTO public.sources_up VALUES (true);
 CREATE TABLE public.version (v int NOT NULL);
@@ -93,7 +93,7 @@ CREATE DATABASE other_db;
 set_fetch_function($node, 'public.default_fetch');
 $node->safe_psql(
 	'other_db', q{
-CREATE EXTENSION projcache VERSION '1.3';
+CREATE EXTENSION projcache;
 GRANT USAGE ON SCHEMA projcache TO app, outsider;
 GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval)
 	TO app, outsider;

@@ -37,7 +37,7 @@ my $hot_keys = 100;
 
 $node->safe_psql(
 	'postgres', q{
-ALTER EXTENSION projcache UPDATE TO '1.3';
+ALTER EXTENSION projcache UPDATE;
 CREATE FUNCTION public.src(keys text[], revisions text[])
 RETURNS TABLE(key text, state text, revision text, config jsonb)
 LANGUAGE sql AS $$
