@@ -160,7 +160,7 @@ ALTER EXTENSION projcache UPDATE;
 SELECT projcache.create_cache('nc', 'public.fetch_nm(text[],text[])');
 });
 ok( $node->poll_query_until(
-		'postgres', "SELECT count(*) = 1 FROM projcache.caches WHERE name = 'nc'"),
+		'postgres', "SELECT count(*) = 1 FROM projcache.caches WHERE name = 'nc' AND state = 'open'"),
 	'the named cache is published');
 is( $node->safe_psql(
 		'postgres', q{SELECT projcache.get('nc:a', '10s') IS NOT NULL}),

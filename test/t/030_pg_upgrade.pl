@@ -404,7 +404,7 @@ my $published = 0;
 for (1 .. 600)
 {
 	$published = $new->safe_psql('postgres',
-		"SET ROLE app; SELECT count(*) FROM projcache.caches WHERE name = 'flags'"
+		"SET ROLE app; SELECT count(*) FROM projcache.caches WHERE name = 'flags' AND state = 'open'"
 	);
 	last if $published eq '1';
 	select(undef, undef, undef, 0.05);

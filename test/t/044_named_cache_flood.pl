@@ -152,7 +152,7 @@ SELECT projcache.create_cache('hot', 'public.src(text[],text[])'$hot_memory),
 	ok( $node->poll_query_until(
 			'postgres',
 			"SELECT count(*) = " . (defined $row->{flood} ? 2 : 1)
-			  . " FROM projcache.caches"),
+			  . " FROM projcache.caches WHERE state = 'open'"),
 		"$r: the caches are published");
 
 	# The hot keys, cached.
