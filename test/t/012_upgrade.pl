@@ -441,6 +441,20 @@ $compare{'configuration tables'} = q{
 SELECT extconfig::regclass[], extcondition, extrelocatable, extowner::regrole
   FROM pg_extension WHERE extname = 'projcache'};
 
+# Each of what %compare names (or those given) in db, against fresh.
+sub equals_fresh
+{
+	my ($db, $fresh, $label, @what) = @_;
+	@what = sort keys %compare unless @what;
+	for my $what (@what)
+	{
+		is($node->safe_psql($db, $compare{$what}),
+			$node->safe_psql($fresh, $compare{$what}),
+			"$label: $what equal $fresh's");
+	}
+	return;
+}
+
 for my $what (sort keys %compare)
 {
 	is($node->safe_psql('old_db', $compare{$what}),
@@ -533,12 +547,7 @@ SELECT projcache.create_snapshot('grants',
 for my $db (sort keys %paths)
 {
 	$node->safe_psql($db, "ALTER EXTENSION projcache UPDATE TO '1.3'");
-	for my $what (sort keys %compare)
-	{
-		is($node->safe_psql($db, $compare{$what}),
-			$node->safe_psql('fresh_13', $compare{$what}),
-			"$db, then 1.2.1 -> 1.3: $what equal a fresh 1.3 install's");
-	}
+	equals_fresh($db, 'fresh_13', "$db, then 1.2.1 -> 1.3");
 }
 
 # ---------------------------------------------------------------------------
@@ -569,12 +578,7 @@ for my $db (sort keys %paths)
 	is( $node->safe_psql(
 			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
 		'1.3.1', "$db, then 1.3 -> 1.3.1: at the default version");
-	for my $what (sort keys %compare)
-	{
-		is($node->safe_psql($db, $compare{$what}),
-			$node->safe_psql('fresh_131', $compare{$what}),
-			"$db, then 1.3 -> 1.3.1: $what equal a fresh 1.3.1 install's");
-	}
+	equals_fresh($db, 'fresh_131', "$db, then 1.3 -> 1.3.1");
 }
 for my $from ('1.0', '1.0.1', '1.1', '1.1.1')
 {
@@ -592,12 +596,7 @@ SET ROLE snap_owner;
 SELECT projcache.create_snapshot('grants',
 	'SELECT user_id, audience FROM public.grants', '1h');
 });
-	for my $what (sort keys %compare)
-	{
-		is($node->safe_psql($db, $compare{$what}),
-			$node->safe_psql('fresh_131', $compare{$what}),
-			"$from -> 1.3.1: $what equal a fresh 1.3.1 install's");
-	}
+	equals_fresh($db, 'fresh_131', "$from -> 1.3.1");
 }
 
 # ---------------------------------------------------------------------------
@@ -711,13 +710,9 @@ SELECT count(*) FROM pg_proc
 		'0', "$from: none of those functions is PUBLIC's");
 	# What the role's objects do not touch: the members, their definitions
 	# and descriptions.
-	for my $what ('extension members', 'definitions of the members',
-		'descriptions of the members', 'configuration tables')
-	{
-		is($node->safe_psql($db, $compare{$what}),
-			$node->safe_psql('fresh_131', $compare{$what}),
-			"$from, with the role's views: $what equal a fresh 1.3.1 install's");
-	}
+	equals_fresh($db, 'fresh_131', "$from, with the role's views",
+		'extension members', 'definitions of the members',
+		'descriptions of the members', 'configuration tables');
 }
 
 $node->stop;
