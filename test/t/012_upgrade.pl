@@ -450,7 +450,7 @@ sub equals_fresh
 	{
 		is($node->safe_psql($db, $compare{$what}),
 			$node->safe_psql($fresh, $compare{$what}),
-			"$label: $what equal $fresh's");
+			"$label: $what equal ${fresh}'s");
 	}
 	return;
 }
