@@ -4,7 +4,8 @@
 # ALTER EXTENSION projcache UPDATE TO '1.2.1' (1.0 -> 1.1.1 -> 1.2 -> 1.2.1,
 # through the direct update to 1.1.1, which does what 1.0 -> 1.0.1 -> 1.1
 # -> 1.1.1 does), compared with a fresh 1.2.1; then every way on to 1.3,
-# the default version, compared with a fresh 1.3 (at the end).
+# compared with a fresh 1.3, and to 1.3.1, the default version, compared
+# with a fresh 1.3.1 (at the end).
 #
 # - The newest library serves a database whose SQL is still 1.0: a snapshot
 #   registered and read there loads.
@@ -38,6 +39,12 @@
 #   extension's views do (the grants on a function behind a view are
 #   copied to its new name).  A fresh install has the unversioned
 #   functions too; the DBA grants on the new names what the update copies.
+# - From 1.1.1 (and from 1.0, 1.0.1 and 1.1, through it) the update to
+#   1.3.1 is the direct projcache--1.1.1--1.3.1.sql, which drops nothing:
+#   such views made on 1.1.1 (which stopped its update to 1.2, dropping
+#   entries() and stats()) do not block it and work after it, and the
+#   entries view shows the cache column.  Each of those ways equals a
+#   fresh 1.3.1 install.
 
 use strict;
 use warnings;
@@ -434,6 +441,20 @@ $compare{'configuration tables'} = q{
 SELECT extconfig::regclass[], extcondition, extrelocatable, extowner::regrole
   FROM pg_extension WHERE extname = 'projcache'};
 
+# Each of what %compare names (or those given) in db, against fresh.
+sub equals_fresh
+{
+	my ($db, $fresh, $label, @what) = @_;
+	@what = sort keys %compare unless @what;
+	for my $what (@what)
+	{
+		is($node->safe_psql($db, $compare{$what}),
+			$node->safe_psql($fresh, $compare{$what}),
+			"$label: $what equal ${fresh}'s");
+	}
+	return;
+}
+
 for my $what (sort keys %compare)
 {
 	is($node->safe_psql('old_db', $compare{$what}),
@@ -457,7 +478,7 @@ for my $db ('old_db', 'fresh_db')
 	$dx{$db} = $stdout;
 }
 # (18's \dx has a "Default version" column too)
-like($dx{old_db}, qr/^ projcache \| 1\.2\.1 +\|(?: 1\.3 +\|)? projcache \|/m,
+like($dx{old_db}, qr/^ projcache \| 1\.2\.1 +\|(?: 1\.3\.1 +\|)? projcache \|/m,
 	'\dx shows old_db at 1.2.1');
 like($dx{old_db}, qr/Objects in extension "projcache"/,
 	'\dx+ lists the members');
@@ -510,9 +531,81 @@ SELECT projcache.create_snapshot('grants',
 }
 
 # ---------------------------------------------------------------------------
+# 1.3 (named caches): each way to 1.2.1 above, updated on to 1.3, equals a
+# fresh 1.3 install.
+# ---------------------------------------------------------------------------
+$node->safe_psql('postgres', 'CREATE DATABASE fresh_13');
+$node->safe_psql('fresh_13', "CREATE EXTENSION projcache VERSION '1.3'");
+$node->safe_psql('fresh_13', $common);
+$node->safe_psql('fresh_13', $common_versioned);
+$node->safe_psql(
+	'fresh_13', q{
+SET ROLE snap_owner;
+SELECT projcache.create_snapshot('grants',
+	'SELECT user_id, audience FROM public.grants', '1h');
+});
+for my $db (sort keys %paths)
+{
+	$node->safe_psql($db, "ALTER EXTENSION projcache UPDATE TO '1.3'");
+	equals_fresh($db, 'fresh_13', "$db, then 1.2.1 -> 1.3");
+}
+
+# ---------------------------------------------------------------------------
+# 1.3.1, the default version: CREATE EXTENSION without a version installs
+# it.  Each way above, updated on from 1.3, equals that fresh install; so
+# does the update of each version before 1.2 straight to the default,
+# which takes projcache--1.1.1--1.3.1.sql.
+# ---------------------------------------------------------------------------
+$node->safe_psql('postgres', 'CREATE DATABASE fresh_131');
+$node->safe_psql('fresh_131', 'CREATE EXTENSION projcache');
+is($node->safe_psql('fresh_131',
+		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
+	'1.3.1', 'CREATE EXTENSION projcache installs 1.3.1');
+$node->safe_psql('fresh_131', $common);
+$node->safe_psql('fresh_131', $common_versioned);
+# What the update copies from entries_1_2_1() to entries_1_3_1().
+$node->safe_psql('fresh_131',
+	'GRANT EXECUTE ON FUNCTION projcache.entries_1_3_1() TO app');
+$node->safe_psql(
+	'fresh_131', q{
+SET ROLE snap_owner;
+SELECT projcache.create_snapshot('grants',
+	'SELECT user_id, audience FROM public.grants', '1h');
+});
+for my $db (sort keys %paths)
+{
+	$node->safe_psql($db, 'ALTER EXTENSION projcache UPDATE');
+	is( $node->safe_psql(
+			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
+		'1.3.1', "$db, then 1.3 -> 1.3.1: at the default version");
+	equals_fresh($db, 'fresh_131', "$db, then 1.3 -> 1.3.1");
+}
+for my $from ('1.0', '1.0.1', '1.1', '1.1.1')
+{
+	my $db = 'direct_' . ($from =~ s/\./_/gr);
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, "CREATE EXTENSION projcache VERSION '$from'");
+	$node->safe_psql($db, $common);
+	$node->safe_psql($db, 'ALTER EXTENSION projcache UPDATE');
+	is( $node->safe_psql(
+			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
+		'1.3.1', "$from -> 1.3.1: at the default version");
+	$node->safe_psql(
+		$db, q{
+SET ROLE snap_owner;
+SELECT projcache.create_snapshot('grants',
+	'SELECT user_id, audience FROM public.grants', '1h');
+});
+	equals_fresh($db, 'fresh_131', "$from -> 1.3.1");
+}
+
+# ---------------------------------------------------------------------------
 # Objects of a non-owner role on the extension's functions and views do not
-# block the update from 1.2, and work after it.  (1.1.1 -> 1.2 dropped
-# entries() and stats(): such a view made it fail.)
+# block the update to 1.3.1, and work after it: from 1.2 (through 1.2.1
+# and 1.3), and from 1.1 and 1.1.1 (through projcache--1.1.1--1.3.1.sql:
+# 1.1.1 -> 1.2 dropped entries() and stats(), and such a view made it
+# fail).  The role's views keep the columns they were made with, also those
+# of all the columns of entries() and stats(), which gain columns.
 # ---------------------------------------------------------------------------
 my $user_views = q{
 SET ROLE viewer;
@@ -522,6 +615,10 @@ CREATE VIEW public.my_stats AS SELECT hits FROM projcache.stats();
 CREATE VIEW public.my_snapshots AS SELECT name, status FROM projcache.snapshots();
 CREATE VIEW public.my_snapshots_view AS SELECT name FROM projcache.snapshots;
 CREATE VIEW public.my_lookup AS SELECT state FROM projcache.lookup('upg-1');
+CREATE VIEW public.my_all_entries AS SELECT * FROM projcache.entries();
+CREATE VIEW public.my_all_entries_view AS SELECT * FROM projcache.entries;
+CREATE VIEW public.my_all_stats AS SELECT * FROM projcache.stats();
+CREATE VIEW public.my_all_stats_view AS SELECT * FROM projcache.stats;
 CREATE FUNCTION public.my_count() RETURNS bigint LANGUAGE sql
 	BEGIN ATOMIC SELECT count(*) FROM projcache.entries(); END;
 RESET ROLE;
@@ -534,15 +631,24 @@ SELECT count(*) FROM public.my_stats;
 SELECT count(*) FROM public.my_snapshots_view WHERE name = 'grants';
 SELECT count(*) FROM public.my_snapshots WHERE name = 'grants';
 SELECT state FROM public.my_lookup;
+SELECT count(*) > 0 FROM public.my_all_entries WHERE key LIKE 'upg-%' AND state IS NOT NULL;
+SELECT count(*) > 0 FROM public.my_all_entries_view WHERE key LIKE 'upg-%' AND state IS NOT NULL;
+SELECT count(*) FROM public.my_all_stats WHERE hits >= 0;
+SELECT count(*) FROM public.my_all_stats_view WHERE hits >= 0;
 SELECT public.my_count() > 0;
 SELECT count(*) > 0 FROM projcache.entries WHERE key LIKE 'upg-%';
 SELECT count(*) FROM projcache.stats;
 SELECT count(*) FROM projcache.snapshots WHERE name = 'grants';
 };
-my $user_reads_out = "t\nt\n1\n1\n1\nenabled\nt\nt\n1\n1";
+my $user_reads_out = "t\nt\n1\n1\n1\nenabled\nt\nt\n1\n1\nt\nt\n1\n1";
+my $user_columns = q{
+SELECT c.relname || ': ' || string_agg(a.attname, ',' ORDER BY a.attnum)
+  FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+ WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'v'
+ GROUP BY c.relname ORDER BY c.relname};
 
 $node->safe_psql('postgres', 'CREATE ROLE viewer');
-for my $from ('1.1.1', '1.2')
+for my $from ('1.1', '1.1.1', '1.2')
 {
 	my $db = 'views_' . ($from =~ s/\./_/gr);
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
@@ -563,23 +669,27 @@ SELECT projcache.create_snapshot('grants', 'SELECT user_id, audience FROM public
 	$node->safe_psql($db, $user_views);
 	is($node->safe_psql($db, $user_reads), $user_reads_out,
 		"$from: a non-owner role's views on the functions and views read");
+	my $columns_before = $node->safe_psql($db, $user_columns);
 
 	my ($rc, $out, $err) =
 	  $node->psql($db, 'ALTER EXTENSION projcache UPDATE');
-	if ($from eq '1.1.1')
-	{
-		isnt($rc, 0, '1.1.1: such views block the update to 1.2 (it drops entries())');
-		like($err, qr/cannot drop (?:view|function) (?:projcache\.)?(?:entries|stats)(?:\(\))? because other objects depend on it/,
-			'1.1.1: the update says so');
-		next;
-	}
 	is($rc, 0, "$from: ALTER EXTENSION projcache UPDATE succeeds with them")
 	  or diag($err);
 	is( $node->safe_psql(
 			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-		'1.3', "$from: updated to 1.3, the default version");
+		'1.3.1', "$from: updated to 1.3.1, the default version");
 	is($node->safe_psql($db, $user_reads), $user_reads_out,
 		"$from: after the update, the role's views and its reads of the extension's views work");
+	is($node->safe_psql($db, $user_columns), $columns_before,
+		"$from: the role's views keep their columns");
+	# (psql, not safe_psql: without the column, the next cases still run)
+	($rc, $out, $err) = $node->psql(
+		$db, q{
+SET ROLE viewer;
+SELECT string_agg(DISTINCT cache, ',') FROM projcache.entries WHERE key LIKE 'upg-%'});
+	is($out, 'default',
+		"$from: the role reads the entries view's cache column (1.3.1)")
+	  or diag($err);
 	is( $node->safe_psql(
 			$db, q{
 SELECT string_agg(c.relname || ':' || p.proname, ',' ORDER BY c.relname)
@@ -588,44 +698,21 @@ SELECT string_agg(c.relname || ':' || p.proname, ',' ORDER BY c.relname)
   JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
   JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
  WHERE c.relnamespace = 'projcache'::regnamespace}),
-		'caches:caches_1_3,entries:entries_1_2_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1',
+		'caches:caches_1_3_1,entries:entries_1_3_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1',
 		"$from: the extension's views read the versioned functions");
 	is( $node->safe_psql(
 			$db, q{
 SELECT count(*) FROM pg_proc
  WHERE pronamespace = 'projcache'::regnamespace
-   AND proname IN ('entries', 'stats', 'snapshots', 'entries_1_2_1', 'stats_1_2_1', 'snapshots_1_2_1', 'caches_1_3')
+   AND proname IN ('entries', 'stats', 'snapshots', 'entries_1_2_1', 'stats_1_2_1',
+                   'snapshots_1_2_1', 'entries_1_3_1', 'caches_1_3', 'caches_1_3_1')
    AND aclcontains(proacl, makeaclitem(0, proowner, 'EXECUTE', false))}),
 		'0', "$from: none of those functions is PUBLIC's");
-}
-
-# ---------------------------------------------------------------------------
-# 1.3 (named caches), the default version: CREATE EXTENSION without a
-# version installs it, and each way to 1.2.1 above, updated on to 1.3,
-# equals that fresh install.
-# ---------------------------------------------------------------------------
-$node->safe_psql('postgres', 'CREATE DATABASE fresh_13');
-$node->safe_psql('fresh_13', 'CREATE EXTENSION projcache');
-is($node->safe_psql('fresh_13',
-		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.3', 'CREATE EXTENSION projcache installs 1.3');
-$node->safe_psql('fresh_13', $common);
-$node->safe_psql('fresh_13', $common_versioned);
-$node->safe_psql(
-	'fresh_13', q{
-SET ROLE snap_owner;
-SELECT projcache.create_snapshot('grants',
-	'SELECT user_id, audience FROM public.grants', '1h');
-});
-for my $db (sort keys %paths)
-{
-	$node->safe_psql($db, "ALTER EXTENSION projcache UPDATE TO '1.3'");
-	for my $what (sort keys %compare)
-	{
-		is($node->safe_psql($db, $compare{$what}),
-			$node->safe_psql('fresh_13', $compare{$what}),
-			"$db, then 1.2.1 -> 1.3: $what equal a fresh 1.3 install's");
-	}
+	# What the role's objects do not touch: the members, their definitions
+	# and descriptions.
+	equals_fresh($db, 'fresh_131', "$from, with the role's views",
+		'extension members', 'definitions of the members',
+		'descriptions of the members', 'configuration tables');
 }
 
 $node->stop;

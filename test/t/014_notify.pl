@@ -156,7 +156,7 @@ is_deeply([ hear_until('a') ], ['a'],
 # may LISTEN, and their names are for the roles the cache is granted to.
 $node->safe_psql(
 	'postgres', q{
-ALTER EXTENSION projcache UPDATE TO '1.3';
+ALTER EXTENSION projcache UPDATE;
 SELECT projcache.create_cache('nc', 'public.fetch_nm(text[],text[])');
 });
 ok( $node->poll_query_until(

@@ -29,7 +29,12 @@
 # - (b') The schema is a superuser's but mallory may CREATE in it (a DBA's
 #   grant): the update from 1.0, and a fresh install, complete, and none of
 #   mallory's objects ran; the registry's id default that the 1.0 script
-#   bound to mallory's nextval(text) is pg_catalog.nextval again.
+#   bound to mallory's nextval(text) is pg_catalog.nextval again.  The
+#   updates from 1.2, 1.1.1 (the direct projcache--1.1.1--1.3.1.sql) and
+#   1.3 run none of mallory's objects either, also those named like the
+#   functions they add (entries_1_2_1(), entries_1_3_1(), caches_1_3_1(),
+#   with a default or variadic argument): the update fails on such a call
+#   as ambiguous, or completes.
 # - (c) A plain CREATE EXTENSION, one in a schema a superuser made first
 #   (as a restored dump does), and an update from 1.0 still work.
 
@@ -71,6 +76,12 @@ SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
  WHERE target = '1.3' AND path IS NOT NULL ORDER BY source}),
 	"1.0 -> 1.0--1.1.1--1.2--1.2.1--1.3\n1.0.1 -> 1.0.1--1.1.1--1.2--1.2.1--1.3\n1.1 -> 1.1--1.1.1--1.2--1.2.1--1.3\n1.1.1 -> 1.1.1--1.2--1.2.1--1.3\n1.2 -> 1.2--1.2.1--1.3\n1.2.1 -> 1.2.1--1.3",
 	'updates to 1.3 go through 1.2.1');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
+ WHERE target = '1.3.1' AND path IS NOT NULL ORDER BY source}),
+	"1.0 -> 1.0--1.1.1--1.3.1\n1.0.1 -> 1.0.1--1.1.1--1.3.1\n1.1 -> 1.1--1.1.1--1.3.1\n1.1.1 -> 1.1.1--1.3.1\n1.2 -> 1.2--1.2.1--1.3--1.3.1\n1.2.1 -> 1.2.1--1.3--1.3.1\n1.3 -> 1.3--1.3.1",
+	'updates to 1.3.1 from 1.1.1 and before take the direct 1.1.1--1.3.1, which drops nothing; from 1.2 on, through 1.3');
 
 # A database where mallory may create schemas, and the sequence pwn()
 # counts its calls in.
@@ -226,7 +237,7 @@ for my $from ('1.0', '1.0.1', '1.1')
 }
 
 # 1.1.1 refuses such a schema itself; one given to mallory after it was
-# installed is refused by the update to 1.2.
+# installed is refused by the update to 1.3.1 (projcache--1.1.1--1.3.1.sql).
 new_db('update_from_1_1_1');
 $node->safe_psql('update_from_1_1_1',
 	"CREATE EXTENSION projcache VERSION '1.1.1'; ALTER SCHEMA projcache OWNER TO mallory");
@@ -268,8 +279,8 @@ my ($rc, $out, $err) =
   $node->psql('shared_update', 'ALTER EXTENSION projcache UPDATE');
 is($rc, 0, "(b') the update from 1.0 in a superuser's schema completes");
 unlike($err, qr/hostile code ran/, "(b') without running mallory's code");
-is(extversion('shared_update'), '1.3',
-	"(b') projcache is at 1.3, the default version");
+is(extversion('shared_update'), '1.3.1',
+	"(b') projcache is at 1.3.1, the default version");
 is($node->safe_psql('shared_update', $registry_default),
 	"nextval('projcache.snapshot_registry_id_seq'::regclass)|0",
 	"(b') the registry's id default is pg_catalog.nextval(regclass) again");
@@ -294,18 +305,14 @@ SELECT count(*) FROM pg_proc
 	"(b') mallory's default privilege gave PUBLIC none of the extension's functions");
 assert_nothing_ran('shared_install', "(b') install");
 
-# The update from 1.2 to 1.2.1 in such a schema: mallory plants, besides
-# the shapes above, a table named like its temporary table, a better
-# aclexplode(), and functions of the new versioned names with a default
-# argument (which would make the views' calls ambiguous, or capture them).
-for my $case ('shapes', 'versioned names')
-{
-	my $db = $case eq 'shapes' ? 'shared_update_12' : 'shared_update_12_names';
-	new_db($db);
-	$node->safe_psql($db,
-		'CREATE SCHEMA projcache; GRANT USAGE, CREATE ON SCHEMA projcache TO mallory');
-	$node->safe_psql($db, "CREATE EXTENSION projcache VERSION '1.2'");
-	as_mallory($db, $pwn . $oid_regprocedure . $others . $nextval . q{
+# The updates in such a schema: from 1.2 (through 1.2.1 and 1.3), from
+# 1.1.1 (projcache--1.1.1--1.3.1.sql) and from 1.3.  mallory plants, besides
+# the shapes above, a table named like their temporary table, a better
+# aclexplode(), or functions of the new versioned names with a default or
+# variadic argument (which would make the views' calls ambiguous, or
+# capture them): those of 1.2.1, and those of 1.3.1 (entries_1_3_1(),
+# caches_1_3_1()).
+my $shapes_copied = $pwn . $oid_regprocedure . $others . $nextval . q{
 CREATE TABLE projcache.projcache_copied_acls (objid oid, acl aclitem[], proowner oid);
 GRANT ALL ON projcache.projcache_copied_acls TO PUBLIC;
 CREATE TRIGGER copied BEFORE INSERT ON projcache.projcache_copied_acls
@@ -314,41 +321,74 @@ CREATE FUNCTION projcache.aclexplode(aclitem[],
 	OUT grantor oid, OUT grantee oid, OUT privilege_type text, OUT is_grantable boolean)
 	RETURNS SETOF record LANGUAGE sql
 	AS 'SELECT 0::oid, 0::oid, ''x''::text, projcache.pwn()';
-}) if $case eq 'shapes';
-	as_mallory($db, $pwn . q{
+};
+my $names_1_2_1 = $pwn . q{
 CREATE FUNCTION projcache.entries_1_2_1(n integer DEFAULT 0) RETURNS TABLE(key text)
 	LANGUAGE sql AS 'SELECT ''x''::text WHERE projcache.pwn()';
 CREATE FUNCTION projcache.stats_1_2_1(VARIADIC n integer[] DEFAULT '{}') RETURNS TABLE(hits bigint)
 	LANGUAGE sql AS 'SELECT 0::bigint WHERE projcache.pwn()';
-}) if $case eq 'versioned names';
+};
+my $entries_1_3_1 = q{
+CREATE FUNCTION projcache.entries_1_3_1(n integer DEFAULT 0) RETURNS TABLE(key text)
+	LANGUAGE sql AS 'SELECT ''x''::text WHERE projcache.pwn()';
+};
+my $caches_1_3_1 = q{
+CREATE FUNCTION projcache.caches_1_3_1(VARIADIC n integer[] DEFAULT '{}') RETURNS TABLE(name text)
+	LANGUAGE sql AS 'SELECT ''x''::text WHERE projcache.pwn()';
+};
+# Each case: the version updated from, what mallory plants, and the call
+# the update fails on as ambiguous (undef: the update completes).
+my @shared_updates = (
+	[ 'shapes', '1.2', $shapes_copied, undef ],
+	[ 'versioned names', '1.2', $names_1_2_1, 'entries_1_2_1' ],
+	[ 'shapes', '1.1.1', $shapes_copied, undef ],
+	[ '1.3.1 names', '1.1.1', $pwn . $entries_1_3_1 . $caches_1_3_1,
+		'entries_1_3_1' ],
+	[ '1.3.1 caches name', '1.1.1', $pwn . $caches_1_3_1, 'caches_1_3_1' ],
+	[ 'shapes', '1.3', $shapes_copied, undef ],
+	[ '1.3.1 names', '1.3', $pwn . $entries_1_3_1 . $caches_1_3_1,
+		'entries_1_3_1' ],
+	[ '1.3.1 caches name', '1.3', $pwn . $caches_1_3_1, 'caches_1_3_1' ]);
+$n = 0;
+for my $c (@shared_updates)
+{
+	my ($case, $from, $plant, $ambiguous) = @$c;
+	my $db = 'shared_update_' . ++$n;
+	my $what = "(b') $case, update from $from";
+	new_db($db);
+	$node->safe_psql($db,
+		'CREATE SCHEMA projcache; GRANT USAGE, CREATE ON SCHEMA projcache TO mallory');
+	$node->safe_psql($db, "CREATE EXTENSION projcache VERSION '$from'");
+	as_mallory($db, $plant);
 	($rc, $out, $err) = $node->psql($db, 'ALTER EXTENSION projcache UPDATE');
-	unlike($err, qr/hostile code ran/, "(b') $case, update from 1.2: mallory's code does not run");
-	if ($case eq 'shapes')
+	unlike($err, qr/hostile code ran/, "$what: mallory's code does not run");
+	if (!defined $ambiguous)
 	{
-		is($rc, 0, "(b') $case: the update from 1.2 completes") or diag($err);
-		is(extversion($db), '1.3', "(b') $case: projcache is at 1.3");
+		is($rc, 0, "$what: the update completes") or diag($err);
+		is(extversion($db), '1.3.1', "$what: projcache is at 1.3.1");
 	}
 	else
 	{
 		# The views' calls are ambiguous: the update fails, and that is all
 		# that a role with CREATE on the extension's schema gets.
-		isnt($rc, 0, "(b') $case: the update from 1.2 fails");
-		like($err, qr/function projcache\.entries_1_2_1\(\) is not unique/,
-			"(b') $case: on the ambiguous call");
-		is(extversion($db), '1.2', "(b') $case: projcache stays at 1.2");
+		isnt($rc, 0, "$what: the update fails");
+		like($err, qr/function projcache\.\Q$ambiguous\E\(\) is not unique/,
+			"$what: on the ambiguous call");
+		is(extversion($db), $from, "$what: projcache stays at $from");
 	}
 	is( $node->safe_psql(
 			$db, q{
 SELECT count(*) FROM pg_rewrite r
   JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
   JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
- WHERE r.ev_class IN ('projcache.entries'::regclass, 'projcache.stats'::regclass,
-                      'projcache.snapshots'::regclass)
+ WHERE r.ev_class IN (SELECT c.oid FROM pg_class c
+                       WHERE c.relnamespace = 'projcache'::regnamespace
+                         AND c.relname IN ('entries', 'stats', 'snapshots', 'caches'))
    AND p.proowner = 'mallory'::regrole}),
-		'0', "(b') $case: no view of the extension reads a function of mallory's");
+		'0', "$what: no view of the extension reads a function of mallory's");
 	is($node->safe_psql($db, 'SELECT count(*) >= 0 FROM projcache.entries'),
-		't', "(b') $case: the entries view reads");
-	assert_nothing_ran($db, "(b') $case, update from 1.2");
+		't', "$what: the entries view reads");
+	assert_nothing_ran($db, $what);
 }
 
 # ---------------------------------------------------------------------------
@@ -361,19 +401,19 @@ is( $node->safe_psql(
 SELECT e.extversion, n.nspowner::regrole = current_user::regrole
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'projcache'}),
-	'1.3|t',
-	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.3');
+	'1.3.1|t',
+	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.3.1');
 
 $node->safe_psql('postgres', 'CREATE DATABASE restored');
 $node->safe_psql('restored',
 	'CREATE SCHEMA projcache; CREATE EXTENSION projcache WITH SCHEMA projcache');
-is(extversion('restored'), '1.3',
+is(extversion('restored'), '1.3.1',
 	'(c) a schema a superuser made first (as a restored dump does) passes the check');
 
 $node->safe_psql('postgres', 'CREATE DATABASE old');
 $node->safe_psql('old', "CREATE EXTENSION projcache VERSION '1.0'");
 $node->safe_psql('old', 'ALTER EXTENSION projcache UPDATE');
-is(extversion('old'), '1.3', '(c) the update from 1.0 in its own schema works');
+is(extversion('old'), '1.3.1', '(c) the update from 1.0 in its own schema works');
 
 $node->stop;
 done_testing();

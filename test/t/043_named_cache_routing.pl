@@ -56,7 +56,7 @@ my $node = projcache_node(
 # false.
 $node->safe_psql(
 	'postgres', q{
-ALTER EXTENSION projcache UPDATE TO '1.3';
+ALTER EXTENSION projcache UPDATE;
 CREATE TABLE public.sources_up (up boolean NOT NULL);
 INSERT INTO public.sources_up VALUES (true);
 CREATE TABLE public.version (v int NOT NULL);
@@ -93,7 +93,7 @@ CREATE DATABASE other_db;
 set_fetch_function($node, 'public.default_fetch');
 $node->safe_psql(
 	'other_db', q{
-CREATE EXTENSION projcache VERSION '1.3';
+CREATE EXTENSION projcache;
 GRANT USAGE ON SCHEMA projcache TO app, outsider;
 GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval)
 	TO app, outsider;
@@ -101,6 +101,9 @@ GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval)
 
 # Wait until the caches published are exactly these, each granted to app
 # (projcache.caches shows a role the caches it may read), 30 s at most.
+# From 1.3.1 the view lists a cache from its commit on, and its state is
+# "open" once the worker routes its keys to it; a dropped cache is listed,
+# "closing", until the worker has cleared its keys.
 sub caches_become
 {
 	my ($want) = @_;
@@ -110,8 +113,8 @@ sub caches_become
 		return 1
 		  if $node->safe_psql(
 			'postgres', q{SET ROLE app;
-SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM projcache.caches
- WHERE state IN ('open', 'put_aside')})
+SELECT coalesce(string_agg(name || CASE state WHEN 'open' THEN '' ELSE ' (' || state || ')' END,
+	',' ORDER BY name), '') FROM projcache.caches})
 		  eq $want;
 		select(undef, undef, undef, 0.05);
 	}
