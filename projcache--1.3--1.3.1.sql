@@ -52,7 +52,11 @@ $guard$;
 -- pg_upgrade; there, the worker binds the cache again to the function of
 -- the same signature only if its owner has that name.  A cache whose
 -- function cannot be bound so is put aside until its owner alters it.
--- Here each cache is bound to what its signature names now.
+-- Here each cache is bound to what its signature names now, if the
+-- cache's owner or a superuser owns that function: a function another
+-- role put under that name (after the registered one was renamed, say)
+-- is not taken for it, and such a cache is put aside until its owner
+-- alters it.
 ALTER TABLE projcache.cache_registry
 	ADD COLUMN fetch_function_oid pg_catalog.oid,
 	ADD COLUMN fetch_function_owner pg_catalog.name;
@@ -63,7 +67,9 @@ UPDATE projcache.cache_registry r
   FROM pg_catalog.pg_proc p
   JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) p.proowner
  WHERE p.oid OPERATOR(pg_catalog.=)
-	   pg_catalog.to_regprocedure(r.fetch_function)::pg_catalog.oid;
+	   pg_catalog.to_regprocedure(r.fetch_function)::pg_catalog.oid
+   AND (p.proowner OPERATOR(pg_catalog.=) r.owner::pg_catalog.oid
+		OR a.rolsuper);
 
 -- Membership in pg_database_owner depends on the database, and the
 -- registry is the whole server's: 1.3.1 refuses such a grant.

@@ -426,37 +426,39 @@ pc_cache_note_overrun(int entry)
 	pg_atomic_fetch_add_u32(&pc_shared->caches.overruns[entry].overruns, 1);
 }
 
-/* The entry of an owner's function, or -1. */
+/*
+ * The entry of an owner, or -1.  Kept by owner alone, not by function:
+ * an owner who drops the function and makes it again (a new OID), or
+ * makes another, must not start the count over.
+ */
 static int
-find_overrun_entry(Oid owner, Oid function)
+find_overrun_entry(Oid owner)
 {
 	PcCacheOverrun *o = pc_shared->caches.overruns;
 
 	for (int i = 0; i < PC_MAX_CACHE_OVERRUNS; i++)
-		if (o[i].owner == owner && o[i].function == function &&
-			OidIsValid(owner))
+		if (o[i].owner == owner && OidIsValid(owner))
 			return i;
 	return -1;
 }
 
-/* Is an owner's function a published cache's? */
+/* Does an owner own a published cache? */
 static bool
 overrun_entry_in_use(const PcCacheOverrun *o)
 {
 	const PcCacheSlot *slots = pc_shared->caches.slots;
 
 	for (int s = 0; s < PC_MAX_CACHES; s++)
-		if (slots[s].in_use && slots[s].reg.owner == o->owner &&
-			slots[s].reg.function == o->function)
+		if (slots[s].in_use && slots[s].reg.owner == o->owner)
 			return true;
 	return false;
 }
 
 /*
- * The entry that counts the overruns of the cache's function, made if
- * there is none (the worker, before each call that can overrun).  There
+ * The entry that counts the overruns of the cache owner's functions, made
+ * if there is none (the worker, before each call that can overrun).  There
  * is always one to take: a free entry, else the one whose pause ended
- * first among those of functions no published cache runs (at most
+ * first among those of owners of no published cache (at most
  * PC_MAX_CACHES entries are in use, of twice as many).  A pause still
  * running is forgotten only when every other entry is in use or paused
  * longer.
@@ -465,7 +467,7 @@ int
 pc_cache_overrun_entry(const PcCacheReg *reg)
 {
 	PcCacheOverrun *o = pc_shared->caches.overruns;
-	int			i = find_overrun_entry(reg->owner, reg->function);
+	int			i = find_overrun_entry(reg->owner);
 	int			victim = -1;
 
 	if (i >= 0)
@@ -492,8 +494,8 @@ pc_cache_overrun_entry(const PcCacheReg *reg)
 }
 
 /*
- * How many ms a cache's keys stay put aside, because its owner's function
- * outlived its timeout and ended the worker before this one: PC_OVERRUN_PAUSE_MS
+ * How many ms a cache's keys stay put aside, because a function of its
+ * owner's outlived its timeout and ended the worker before this one: PC_OVERRUN_PAUSE_MS
  * for the first overrun, twice as long for each next one, at most
  * PC_OVERRUN_PAUSE_MAX_MS, so that a function that will not stop costs
  * every other cache a restart of the worker that often at most.  0: none.
@@ -505,7 +507,7 @@ pc_cache_overrun_entry(const PcCacheReg *reg)
 int64
 pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms)
 {
-	int			i = find_overrun_entry(reg->owner, reg->function);
+	int			i = find_overrun_entry(reg->owner);
 	PcCacheOverrun *o;
 	uint32		overruns;
 
@@ -525,7 +527,7 @@ pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms)
 		ereport(WARNING,
 				(errmsg("named cache \"%s\": its fetch function ran past its fetch_timeout and did not stop when cancelled",
 						reg->name),
-				 errdetail("The scheduler ended itself to stop it (%u times so far); the keys of every cache of this owner and function are not fetched for %lld s.",
+				 errdetail("The scheduler ended itself to stop it (%u times so far); the keys of every cache of this owner are not fetched for %lld s.",
 						   overruns, (long long) (pause / 1000)),
 				 errhint("A fetch function must not catch query_canceled.")));
 	}
@@ -684,11 +686,14 @@ registry_relid(void)
 
 /*
  * Is the function 'fn' the one a cache was registered with: it has that
- * qualified signature, and its owner has that name?  Sets *owner.
+ * qualified signature, and its owner has that name?  Sets *owner.  With
+ * no owner name (a registry still at 1.3 names none), its owner must be
+ * the cache's owner, cache_owner, or a superuser: no other role's function
+ * is taken for it.
  */
 static bool
 function_is(Oid fn, const char *signature, const char *owner_name,
-			Oid *owner)
+			Oid cache_owner, Oid *owner)
 {
 	HeapTuple	tup;
 	char	   *name;
@@ -700,9 +705,12 @@ function_is(Oid fn, const char *signature, const char *owner_name,
 		return false;
 	*owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
 	ReleaseSysCache(tup);
+	if (strcmp(format_procedure_qualified(fn), signature) != 0)
+		return false;
+	if (owner_name == NULL)
+		return *owner == cache_owner || superuser_arg(*owner);
 	name = GetUserNameFromId(*owner, true);
-	return name != NULL && strcmp(name, owner_name) == 0 &&
-		strcmp(format_procedure_qualified(fn), signature) == 0;
+	return name != NULL && strcmp(name, owner_name) == 0;
 }
 
 /* The function a qualified signature names, or InvalidOid. */
@@ -726,7 +734,9 @@ signature_function(const char *signature)
  * its signature names, if its owner has that name.  A function another
  * role put under that name is not the one, nor is the registered function
  * renamed, moved or given away: the cache is then bound to none, and
- * reg->bind_error says why.  Reads the catalogs only; no user code runs.
+ * reg->bind_error says why.  owner_name NULL: a registry still at 1.3,
+ * which names no function owner (function_is()).  Reads the catalogs
+ * only; no user code runs.
  */
 static void
 bind_function(PcCacheReg *reg, Oid stored_oid, const char *owner_name)
@@ -738,27 +748,31 @@ bind_function(PcCacheReg *reg, Oid stored_oid, const char *owner_name)
 	reg->function = InvalidOid;
 	reg->function_owner = InvalidOid;
 	reg->bind_error[0] = '\0';
-	if (function_is(stored_oid, reg->fetch_function, owner_name, &owner))
+	if (function_is(stored_oid, reg->fetch_function, owner_name, reg->owner,
+					&owner))
 	{
 		reg->function = stored_oid;
 		reg->function_owner = owner;
 		return;
 	}
 	fn = signature_function(reg->fetch_function);
-	if (function_is(fn, reg->fetch_function, owner_name, &owner))
+	if (function_is(fn, reg->fetch_function, owner_name, reg->owner, &owner))
 	{
 		reg->function = fn;
 		reg->function_owner = owner;
 		return;
 	}
-	if (OidIsValid(fn))
-	{
-		other = GetUserNameFromId(owner, true);
+	if (owner_name == NULL)
+		owner_name = GetUserNameFromId(reg->owner, true);
+	if (owner_name == NULL)
+		owner_name = "?";
+	other = OidIsValid(fn) ? GetUserNameFromId(owner, true) : NULL;
+	if (OidIsValid(fn) &&
+		strcmp(format_procedure_qualified(fn), reg->fetch_function) == 0)
 		snprintf(reg->bind_error, PC_CACHE_ERROR_LEN,
 				 "named cache \"%s\" is put aside: function %s is owned by role \"%s\", not by role \"%s\" as the function the cache was registered with",
 				 reg->name, reg->fetch_function, other ? other : "?",
 				 owner_name);
-	}
 	else
 		snprintf(reg->bind_error, PC_CACHE_ERROR_LEN,
 				 "named cache \"%s\" is put aside: the function it was registered with, %s of role \"%s\", was dropped, renamed or moved",
@@ -771,12 +785,13 @@ bind_function(PcCacheReg *reg, Oid stored_oid, const char *owner_name)
  */
 Oid
 pc_cache_bound_function(const char *signature, Oid stored_oid,
-						const char *owner_name)
+						const char *owner_name, Oid cache_owner)
 {
 	PcCacheReg *reg = palloc0(sizeof(PcCacheReg));
 	Oid			fn;
 
 	strlcpy(reg->fetch_function, signature, PC_CACHE_FUNCTION_LEN);
+	reg->owner = cache_owner;
 	bind_function(reg, stored_oid, owner_name);
 	fn = reg->function;
 	pfree(reg);
@@ -856,15 +871,12 @@ read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
 
 	/*
 	 * A registry still at 1.3 names the function by its signature only:
-	 * bind it to the function of that signature its cache's owner owns.
+	 * bind it to the function of that signature its cache's owner or a
+	 * superuser owns (bind_function() with no owner name).
 	 */
 	d = SPI_getbinval(tup, desc, REG_FUNCTION_OID, &isnull);
 	stored_oid = isnull ? InvalidOid : DatumGetObjectId(d);
 	function_owner = SPI_getvalue(tup, desc, REG_FUNCTION_OWNER);
-	if (function_owner == NULL)
-		function_owner = GetUserNameFromId(reg->owner, true);
-	if (function_owner == NULL)
-		function_owner = "";
 	bind_function(reg, stored_oid, function_owner);
 	return true;
 }
@@ -932,7 +944,8 @@ read_registry(PcCacheReg *regs, bool for_worker)
 					" refresh_interval, max_retry_backoff, batch_size,"
 					" fetch_timeout, max_memory,"
 					" readers::pg_catalog.oid[], created_at,"
-					" NULL::pg_catalog.oid, NULL::pg_catalog.name"
+					" NULL::pg_catalog.oid AS fetch_function_oid,"
+					" NULL::pg_catalog.name AS fetch_function_owner"
 					" FROM projcache.cache_registry ORDER BY name",
 					true, PC_MAX_CACHES + 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read projcache.cache_registry");

@@ -96,13 +96,14 @@ typedef struct PcCacheSlot
 } PcCacheSlot;
 
 /*
- * The calls of one owner's function that outlived their timeout and ended
- * the worker: counted by pc_cache_note_overrun() in a signal handler, read
- * by the worker alone, which puts aside every cache of that owner and
- * function until paused_until_ms (on pc_real_now_ms()), longer for each
- * new one.  Kept by owner and function, not by cache, so that dropping the
- * cache and making it again does not start the count over.  Only the
- * worker writes owner, function, overruns_seen and paused_until_ms.
+ * The calls of one owner's fetch functions that outlived their timeout and
+ * ended the worker: counted by pc_cache_note_overrun() in a signal
+ * handler, read by the worker alone, which puts aside every cache of that
+ * owner until paused_until_ms (on pc_real_now_ms()), longer for each new
+ * one.  Kept by owner, not by cache or function, so that dropping the
+ * cache or the function and making it again does not start the count
+ * over.  Only the worker writes owner, function (the last that overran),
+ * overruns_seen and paused_until_ms.
  */
 typedef struct PcCacheOverrun
 {
@@ -157,6 +158,6 @@ extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);
 extern bool pc_interval_ms(const Interval *iv, int64 *ms);
 extern bool pc_cache_may_read(const PcCacheReg *reg);
 extern Oid	pc_cache_bound_function(const char *signature, Oid stored_oid,
-									const char *owner_name);
+									const char *owner_name, Oid cache_owner);
 
 #endif							/* PROJCACHE_KEYCACHE_CACHES_H */

@@ -121,10 +121,9 @@ static Narrowing narrowings[PC_MAX_NARROWINGS];
 static int	nnarrowings = 0;
 
 /*
- * At commit (or PREPARE, whose COMMIT PREPARED may run in another
- * backend: narrowing early only refuses more), narrow the published
- * caches, then tell the worker.  Nothing here may fail: the commit is
- * recorded already.
+ * At commit, narrow the published caches, then tell the worker.  Nothing
+ * here may fail: the commit is recorded already.  A transaction that
+ * narrowed is not prepared.
  */
 static void
 tell_worker_at_commit(XactEvent event, void *arg)
@@ -135,8 +134,18 @@ tell_worker_at_commit(XactEvent event, void *arg)
 
 	if (!registry_changed)
 		return;
-	if ((event == XACT_EVENT_COMMIT || event == XACT_EVENT_PREPARE) &&
-		pc_shared != NULL)
+
+	/*
+	 * COMMIT PREPARED runs no callback of ours, in this backend or any:
+	 * a narrowing prepared would wait for the worker, and its narrowing at
+	 * PREPARE be undone by the worker's next reload.  Refused.
+	 */
+	if (event == XACT_EVENT_PRE_PREPARE && nnarrowings > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that revoked or dropped a named cache"),
+				 errdetail("A revoke or a drop is obeyed at its commit by the committing backend, which COMMIT PREPARED cannot do.")));
+	if (event == XACT_EVENT_COMMIT && pc_shared != NULL)
 	{
 		for (int i = 0; i < nnarrowings; i++)
 			pc_caches_narrow_at_commit(narrowings[i].name, narrowings[i].drop,
@@ -376,12 +385,9 @@ read_cache_row(const char *name, CacheRow *row)
 	 * The function the worker binds the cache to (none: InvalidOid), read
 	 * before SPI_finish() frees the row's strings.
 	 */
-	if (function_owner == NULL)
-		function_owner = GetUserNameFromId(row->owner, true);
-	row->fetch_function = signature == NULL || function_owner == NULL ?
-		InvalidOid :
+	row->fetch_function = signature == NULL ? InvalidOid :
 		pc_cache_bound_function(signature, row->fetch_function,
-								function_owner);
+								function_owner, row->owner);
 	registry_end(&rs);
 }
 

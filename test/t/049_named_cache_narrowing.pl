@@ -179,4 +179,26 @@ SELECT projcache.create_cache('$cache', 'public.src(text[],text[])',
 	ok(caches_open(0), "$r: clean for the next row");
 }
 
+# A transaction that revoked or dropped is not prepared (0A000): COMMIT
+# PREPARED could not narrow at its commit.
+$node->append_conf('postgresql.conf', "max_prepared_transactions = 2\n");
+$node->restart;
+$node->safe_psql(
+	'postgres', q{
+SET ROLE ops;
+SELECT projcache.create_cache('p', 'public.src(text[],text[])',
+	expiry => '1h', max_memory => 1048576),
+	projcache.grant_cache('p', 'rdr');
+});
+for my $narrow ("revoke_cache('p', 'rdr')", "drop_cache('p')")
+{
+	my ($rc, $out, $err) = $node->psql('postgres',
+		"BEGIN; SET LOCAL ROLE ops; SELECT projcache.$narrow; PREPARE TRANSACTION 'x';",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/0A000: cannot PREPARE a transaction that revoked or dropped a named cache/,
+		"$narrow: PREPARE TRANSACTION is refused");
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'),
+		'0', "$narrow: nothing is prepared");
+}
+
 done_testing();
