@@ -47,7 +47,7 @@ my $keys_part = $memory_bytes - int($memory_bytes / 4) - $reserve;
 
 $node->safe_psql(
 	'postgres', q{
-ALTER EXTENSION projcache UPDATE TO '1.3';
+ALTER EXTENSION projcache UPDATE;
 -- 'big...' keys: 200 kB values (md5 text does not compress); 's...' keys:
 -- about 150 bytes; others about 1 kB.
 CREATE FUNCTION public.src(keys text[], revisions text[])
