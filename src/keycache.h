@@ -479,8 +479,8 @@ typedef struct PcFetchTarget
 	int			cache;			/* its slot, or PC_CACHE_DEFAULT */
 	const char *function;		/* a named cache's qualified signature; NULL:
 								 * projcache.fetch_function */
-	Oid			function_oid;	/* a named cache's bound function;
-								 * InvalidOid: none, and bind_error says why */
+	Oid			function_oid;	/* a named cache's bound function; InvalidOid:
+								 * none, and bind_error says why */
 	Oid			function_owner; /* its owner when it was bound */
 	const char *bind_error;
 	int			overrun_entry;	/* a named cache's pc_cache_overrun_entry() */

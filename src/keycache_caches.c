@@ -870,9 +870,9 @@ read_row(HeapTuple tup, TupleDesc desc, PcCacheReg *reg, const char **why)
 	reg->created_at = isnull ? 0 : DatumGetTimestampTz(d);
 
 	/*
-	 * A registry still at 1.3 names the function by its signature only:
-	 * bind it to the function of that signature its cache's owner or a
-	 * superuser owns (bind_function() with no owner name).
+	 * A registry still at 1.3 names the function by its signature only: bind
+	 * it to the function of that signature its cache's owner or a superuser
+	 * owns (bind_function() with no owner name).
 	 */
 	d = SPI_getbinval(tup, desc, REG_FUNCTION_OID, &isnull);
 	stored_oid = isnull ? InvalidOid : DatumGetObjectId(d);

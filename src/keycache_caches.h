@@ -61,8 +61,8 @@ typedef struct PcCacheReg
 	Oid			fetch_role;		/* InvalidOid: the owner */
 	char		fetch_function[PC_CACHE_FUNCTION_LEN];	/* qualified signature */
 	Oid			function;		/* the function registered; InvalidOid: none
-								 * could be bound, and the cache is put
-								 * aside (bind_error says why) */
+								 * could be bound, and the cache is put aside
+								 * (bind_error says why) */
 	Oid			function_owner; /* its owner when it was bound */
 	char		bind_error[PC_CACHE_ERROR_LEN];
 	int64		expiry_ms;		/* each PC_CACHE_SETTING_UNSET or ms */
@@ -80,8 +80,8 @@ typedef struct PcCacheReg
 /*
  * One registered cache.  Its registration is written by the worker, and
  * narrowed by a backend whose revoke_cache or drop_cache commits
- * (pc_caches_narrow()), under PcCaches.lock held exclusively, and copied
- * by readers under it held shared.  The counters are atomics; they last
+ * (pc_caches_narrow_at_commit()), under PcCaches.lock held exclusively,
+ * and copied by readers under it held shared.  The counters are atomics; they last
  * while the cache stays registered (the worker matches a reloaded
  * registry's rows by name and creation time).
  */
@@ -123,9 +123,9 @@ typedef struct PcCaches
 	pg_atomic_uint32 changed;	/* a change committed: reload the registry */
 	pg_atomic_uint64 generation;	/* bumped at each reload that changed a
 									 * slot, and at each narrowing */
-	pg_atomic_uint64 narrowings;	/* bumped by each pc_caches_narrow():
-									 * a reload that read the registry
-									 * before it must not publish */
+	pg_atomic_uint64 narrowings;	/* bumped at each narrowing at commit: a
+									 * reload that read the registry before it
+									 * must not publish */
 	bool		loaded;			/* the worker published the registry since the
 								 * server started */
 	PcCacheSlot slots[PC_MAX_CACHES];

@@ -136,8 +136,8 @@ tell_worker_at_commit(XactEvent event, void *arg)
 		return;
 
 	/*
-	 * COMMIT PREPARED runs no callback of ours, in this backend or any:
-	 * a narrowing prepared would wait for the worker, and its narrowing at
+	 * COMMIT PREPARED runs no callback of ours, in this backend or any: a
+	 * narrowing prepared would wait for the worker, and its narrowing at
 	 * PREPARE be undone by the worker's next reload.  Refused.
 	 */
 	if (event == XACT_EVENT_PRE_PREPARE && nnarrowings > 0)
@@ -697,6 +697,7 @@ setting_args(FunctionCallInfo fcinfo, Oid *argtypes, Datum *args,
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 	}
+
 	/*
 	 * The function by its qualified signature, its OID and its owner's name
 	 * ($12 and $13): the OID is its identity in this cluster, and the
@@ -779,8 +780,8 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 						PC_MAX_CACHES / 2)));
 
 	/*
-	 * Two roles (or more) must not take every name either: the owners who
-	 * are not superusers own at most half of them together.
+	 * Two roles (or more) must not take every name either: the owners who are
+	 * not superusers own at most half of them together.
 	 */
 	if (!superuser() && t.unprivileged_count >= PC_MAX_CACHES / 2)
 		ereport(ERROR,
