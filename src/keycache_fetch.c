@@ -48,9 +48,17 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/params.h"
+#include "nodes/plannodes.h"
+#include "parser/parse_coerce.h"
+#include "parser/parse_collate.h"
 #include "parser/parse_func.h"
+#include "parser/parse_relation.h"
 #include "pgstat.h"
 #include "storage/lock.h"
+#include "tcop/pquery.h"
+#include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "common/int.h"
@@ -135,14 +143,6 @@ period_columns_init(PeriodColumn *cols)
 }
 
 /*
- * The fetch function's call, and the role it runs as: projcache.fetch_role
- * when set, else the function's owner, as if it were SECURITY DEFINER.  Both
- * are resolved now: the settings, the function and its owner may change.
- * Its optional period columns are looked for by name after the first four
- * (filling in cols): one of type interval (or a domain over it) is
- * selected; one of another type is not, and cols says why.
- */
-/*
  * A named cache's function and role (keycache_caches.c): the function it
  * is bound to, which must still exist with the owner it was bound with
  * (else another function now has its OID, or its owner gave it away), and
@@ -204,62 +204,163 @@ named_cache_function(const PcFetchTarget * t, Oid *roleid)
 	return fn;
 }
 
-static char *
-fetch_query(const PcFetchTarget * target, Oid *roleid, PeriodColumn *cols)
+/*
+ * The function to call, and the role it runs as: a named cache's bound
+ * function and role (named_cache_function()); for the default cache, the
+ * function projcache.fetch_function names, run as projcache.fetch_role when
+ * set, else as the function's owner, as if it were SECURITY DEFINER.  Both
+ * are resolved now: the settings, the function and its owner may change.
+ */
+static Oid
+fetch_target_function(const PcFetchTarget * target, Oid *roleid)
 {
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Oid			fn;
 	HeapTuple	proctup;
-	TupleDesc	resultdesc = NULL;
-	StringInfoData query;
-	char	   *schema;
-	int			natts = 4;
+	List	   *names;
 
 	if (target->function != NULL)
-		fn = named_cache_function(target, roleid);
+		return named_cache_function(target, roleid);
+
+	names = pc_string_to_qualified_name_list(pc_fetch_function);
+	fn = LookupFuncName(names, 2, argtypes, true);
+	if (!OidIsValid(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("fetch function %s(text[], text[]) does not exist",
+						NameListToString(names)),
+				 errhint("Set projcache.fetch_function to a function of database \"%s\".",
+						 pc_database)));
+
+	if (pc_fetch_role != NULL && pc_fetch_role[0] != '\0')
+		*roleid = get_role_oid(pc_fetch_role, false);
 	else
 	{
-		List	   *names = pc_string_to_qualified_name_list(pc_fetch_function);
-
-		fn = LookupFuncName(names, 2, argtypes, true);
-		if (!OidIsValid(fn))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_FUNCTION),
-					 errmsg("fetch function %s(text[], text[]) does not exist",
-							NameListToString(names)),
-					 errhint("Set projcache.fetch_function to a function of database \"%s\".",
-							 pc_database)));
-
-		if (pc_fetch_role != NULL && pc_fetch_role[0] != '\0')
-			*roleid = get_role_oid(pc_fetch_role, false);
-		else
-		{
-			proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-			if (!HeapTupleIsValid(proctup))
-				elog(ERROR, "cache lookup failed for function %u", fn);
-			*roleid = ((Form_pg_proc) GETSTRUCT(proctup))->proowner;
-			ReleaseSysCache(proctup);
-		}
+		proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+		if (!HeapTupleIsValid(proctup))
+			elog(ERROR, "cache lookup failed for function %u", fn);
+		*roleid = ((Form_pg_proc) GETSTRUCT(proctup))->proowner;
+		ReleaseSysCache(proctup);
 	}
+	return fn;
+}
 
-	/*
-	 * Every name is qualified: user code may have created temp types (a
-	 * "jsonb" in pg_temp shadows the real one for an unqualified cast) or
-	 * changed search_path.
-	 */
-	initStringInfo(&query);
-	appendStringInfoString(&query,
-						   "SELECT f.key::pg_catalog.text, "
-						   "f.state::pg_catalog.text, "
-						   "f.revision::pg_catalog.text, "
-						   "f.config::pg_catalog.jsonb");
+/* What the call's query is shown as (pg_stat_activity, error context). */
+#define FETCH_QUERY_TEXT \
+	"SELECT f.key::text, f.state::text, f.revision::text, f.config::jsonb" \
+	" FROM <fetch function>($1, $2) AS f(key, state, revision, config)"
 
-	/* Reading the catalog runs no user code. */
+/* One column of the call's query: the function's column fn_col, cast. */
+static TargetEntry *
+fetch_query_column(ParseState *pstate, int rtindex, TupleDesc desc,
+				   int fn_col, Oid target_type, const char *name, int resno)
+{
+	Form_pg_attribute att = TupleDescAttr(desc, fn_col);
+	Node	   *var = (Node *) makeVar(rtindex, att->attnum, att->atttypid,
+									   att->atttypmod, att->attcollation, 0);
+	Node	   *expr;
+
+	/* As "::" resolves it. */
+	expr = coerce_to_target_type(pstate, var, att->atttypid, target_type, -1,
+								 COERCION_EXPLICIT, COERCE_EXPLICIT_CAST, -1);
+	if (expr == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_COERCE),
+				 errmsg("fetch function result column %s has type %s, which cannot be cast to %s",
+						name, format_type_be(att->atttypid),
+						format_type_be(target_type))));
+	return makeTargetEntry((Expr *) expr, (AttrNumber) resno, pstrdup(name),
+						   false);
+}
+
+/*
+ * The call of the fetch function fn, as a query tree:
+ *
+ *	 SELECT f.key::text, f.state::text, f.revision::text, f.config::jsonb
+ *			[, f.max_age::interval] [, f.stale_for::interval]
+ *	   FROM fn($1, $2) AS f(key, state, revision, config)
+ *
+ * The tree names fn by its OID.  It is never written as text and parsed
+ * again: that would look fn's name up again, and a role that may create
+ * functions in fn's schema could add one of that name (with a defaulted
+ * third argument, the call is ambiguous and fails; with arguments that
+ * match better, the call runs that function, as the fetch role).  The
+ * casts are those "::" would choose, and the result is checked when the
+ * call runs (check_result_types()).
+ *
+ * Its optional period columns are looked for by name after the first four
+ * (filling in cols): one of type interval (or a domain over it) is
+ * selected; one of another type is not, and cols says why.
+ */
+static Query *
+fetch_query(Oid fn, PeriodColumn *cols)
+{
+	static const Oid base_types[4] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+	static const char *const base_names[4] = {
+		"key", "state", "revision", "config"
+	};
+	ParseState *pstate = make_parsestate(NULL);
+	RangeFunction *rangefunc = makeNode(RangeFunction);
+	RangeTblRef *rtr = makeNode(RangeTblRef);
+	Query	   *query = makeNode(Query);
+	ParseNamespaceItem *nsitem;
+	FuncExpr   *call;
+	List	   *args = NIL;
+	List	   *aliases = NIL;
+	List	   *tlist = NIL;
+	TupleDesc	resultdesc;
+	int			natts = 0;
+
+	for (int i = 0; i < 2; i++)
+	{
+		Param	   *param = makeNode(Param);
+
+		param->paramkind = PARAM_EXTERN;
+		param->paramid = i + 1;
+		param->paramtype = TEXTARRAYOID;
+		param->paramtypmod = -1;
+		param->paramcollid = get_typcollation(TEXTARRAYOID);
+		param->location = -1;
+		args = lappend(args, param);
+	}
+	call = makeFuncExpr(fn, get_func_rettype(fn), args, InvalidOid,
+						InvalidOid, COERCE_EXPLICIT_CALL);
+	call->funcretset = true;
+	assign_expr_collations(pstate, (Node *) call);
+
+	for (int i = 0; i < 4; i++)
+		aliases = lappend(aliases, makeString(pstrdup(base_names[i])));
+	rangefunc->alias = makeAlias("f", aliases);
+	/* Refuses a function of fewer than four columns, or of type record. */
+	nsitem = addRangeTableEntryForFunction(pstate,
+										   list_make1(get_func_name(fn)),
+										   list_make1(call), list_make1(NIL),
+										   rangefunc, false, true);
+	rtr->rtindex = nsitem->p_rtindex;
+
 	if (get_func_result_type(fn, NULL, &resultdesc) != TYPEFUNC_COMPOSITE)
-		resultdesc = NULL;
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("fetch function %s does not return rows of columns",
+						format_procedure(fn))));
+
+	/* The first four columns by position, */
+	for (int i = 0; i < resultdesc->natts && natts < 4; i++)
+	{
+		if (TupleDescAttr(resultdesc, i)->attisdropped)
+			continue;
+		tlist = lappend(tlist,
+						fetch_query_column(pstate, rtr->rtindex, resultdesc,
+										   i, base_types[natts],
+										   base_names[natts], natts + 1));
+		natts++;
+	}
+	Assert(natts == 4);
+
+	/* then the period columns by name, after the first four. */
 	for (int c = 0; c < NUM_PERIOD_COLUMNS; c++)
 	{
-		for (int i = 4; resultdesc != NULL && i < resultdesc->natts; i++)
+		for (int i = 4; i < resultdesc->natts; i++)
 		{
 			Form_pg_attribute att = TupleDescAttr(resultdesc, i);
 
@@ -275,18 +376,64 @@ fetch_query(const PcFetchTarget * target, Oid *roleid, PeriodColumn *cols)
 				break;
 			}
 			/* a domain's constraints hold already: relabel it */
-			appendStringInfo(&query, ", f.%s::pg_catalog.interval",
-							 cols[c].name);
 			cols[c].attnum = ++natts;
+			tlist = lappend(tlist,
+							fetch_query_column(pstate, rtr->rtindex,
+											   resultdesc, i, INTERVALOID,
+											   cols[c].name, natts));
 			break;
 		}
 	}
 
-	schema = get_namespace_name(get_func_namespace(fn));
-	appendStringInfo(&query,
-					 " FROM %s($1, $2) AS f(key, state, revision, config)",
-					 quote_qualified_identifier(schema, get_func_name(fn)));
-	return query.data;
+	query->commandType = CMD_SELECT;
+	query->querySource = QSRC_ORIGINAL;
+	query->canSetTag = true;
+	query->rtable = pstate->p_rtable;
+	query->jointree = makeFromExpr(list_make1(rtr), NULL);
+	query->targetList = tlist;
+	assign_query_collations(pstate, query);
+	free_parsestate(pstate);
+	return query;
+}
+
+/*
+ * Plan the call (fetch_query()) with its arguments and open it as a cursor (a portal
+ * that SPI_cursor_fetch() reads), as the current user: planning may run
+ * the user's code (a SQL function's body is planned in its call's place).
+ * The caller is connected to SPI.
+ */
+static Portal
+open_fetch_cursor(Query *query, Datum *args)
+{
+	ParamListInfo params = makeParamList(2);
+	PlannedStmt *plan;
+	Portal		portal;
+	MemoryContext oldcxt;
+	List	   *stmts;
+
+	params->numParams = 2;
+	for (int i = 0; i < 2; i++)
+	{
+		params->params[i].value = args[i];
+		params->params[i].isnull = false;
+		params->params[i].pflags = PARAM_FLAG_CONST;
+		params->params[i].ptype = TEXTARRAYOID;
+	}
+	plan = pg_plan_query(query, FETCH_QUERY_TEXT, CURSOR_OPT_NO_SCROLL,
+						 params);
+
+	portal = CreateNewPortal();
+	/* Not the function's: pg_cursors does not show it to the function. */
+	portal->visible = false;
+	oldcxt = MemoryContextSwitchTo(portal->portalContext);
+	stmts = list_make1(copyObject(plan));
+	params = copyParamList(params);
+	MemoryContextSwitchTo(oldcxt);
+	PortalDefineQuery(portal, NULL, FETCH_QUERY_TEXT, CMDTAG_SELECT, stmts,
+					  NULL);
+	portal->cursorOptions = CURSOR_OPT_NO_SCROLL;
+	PortalStart(portal, params, 0, InvalidSnapshot);
+	return portal;
 }
 
 /*
@@ -689,8 +836,9 @@ answer_too_large(int nitems, uint64 rows, Size bytes, bool *in_function)
 }
 
 /*
- * Run the SPI call and turn its rows into answers, reading them a chunk at
- * a time (see PC_ANSWER_EXTRA_ROWS).  Runs inside the subtransaction; any
+ * Call the fetch function fn (by its OID: fetch_query()) and turn its rows
+ * into answers, reading them a chunk at a time through a cursor (see
+ * PC_ANSWER_EXTRA_ROWS).  Runs inside the subtransaction; any
  * ERROR propagates to pc_fetch_batch().  Returns the number of keys whose
  * rows broke the contract; *unresolved is set to the number of keys left
  * without an answer (see BisectMatch in keycache_bisect.h), which are
@@ -698,13 +846,12 @@ answer_too_large(int nitems, uint64 rows, Size bytes, bool *in_function)
  * ERROR.
  */
 static int
-run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
-		  int nitems, MemoryContext resultcxt, int *unresolved,
-		  bool *in_function)
+run_fetch(Oid fn, PcFetchItem *items, int nitems, MemoryContext resultcxt,
+		  int *unresolved, bool *in_function)
 {
-	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
+	PeriodColumn cols[NUM_PERIOD_COLUMNS];
+	Query	   *query;
 	Datum		args[2];
-	char		argnulls[2] = {' ', ' '};
 	BisectMatch *match;
 	Portal		portal;
 	MemoryContext callcxt = CurrentMemoryContext;
@@ -721,15 +868,14 @@ run_fetch(const char *query, const PeriodColumn *cols, PcFetchItem *items,
 	int			natts = 4;
 	int			i;
 
+	period_columns_init(cols);
+	query = fetch_query(fn, cols);
 	fetch_arguments(items, nitems, args);
 	match = begin_matching(items, nitems);
 
 	*in_function = true;
-	portal = SPI_cursor_open_with_args(NULL, query, 2, argtypes, args,
-									   argnulls, false, CURSOR_OPT_NO_SCROLL);
+	portal = open_fetch_cursor(query, args);
 	*in_function = false;
-	/* Not the function's: pg_cursors does not show it to the function. */
-	portal->visible = false;
 	for (i = 0; i < NUM_PERIOD_COLUMNS; i++)
 		natts = Max(natts, cols[i].attnum);
 	check_result_types(portal->tupDesc, natts);
@@ -993,11 +1139,9 @@ static void
 call_fetch_function(void *arg)
 {
 	FetchCall  *call = (FetchCall *) arg;
-	PeriodColumn cols[NUM_PERIOD_COLUMNS];
-	char	   *query;
+	Oid			fn;
 
-	period_columns_init(cols);
-	query = fetch_query(call->target, &call->roleid, cols);
+	fn = fetch_target_function(call->target, &call->roleid);
 
 	/* An ERROR restores the user with the subtransaction. */
 	pc_become(&call->sw, PC_AS_FETCH_ROLE, call->roleid, NULL);
@@ -1006,7 +1150,7 @@ call_fetch_function(void *arg)
 	arm_hard_deadline(call->target);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	call->breaches = run_fetch(query, cols, call->items, call->nitems,
+	call->breaches = run_fetch(fn, call->items, call->nitems,
 							   call->callercxt, &call->unresolved,
 							   &call->in_function);
 	SPI_finish();
@@ -1106,7 +1250,7 @@ settle_call(FetchCall *call, ErrorData *edata, int64 started_ms, bool quiet)
  * The worker's session is a superuser's and lives on, so the call is
  * fenced in:
  *
- * - It runs as the fetch role (fetch_query()) with
+ * - It runs as the fetch role (fetch_target_function()) with
  *	 SECURITY_LOCAL_USERID_CHANGE, so SET ROLE is refused, and the role stays
  *	 current until the transaction has committed: whatever the call queued
  *	 for commit cannot run as superuser.  Deferred triggers, and what they
