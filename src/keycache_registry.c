@@ -19,10 +19,14 @@
  *	   the cache's owner (or superuser); a new fetch function or fetch role
  *	   is checked for the owner as at creation.
  *
- * Every change first locks the table against other changes (SHARE ROW
- * EXCLUSIVE), so that two creations cannot both take the last of the
- * memory, nor the last of the PC_MAX_CACHES names.  An owner who is not a
- * superuser may have at most half of those names and of that memory.
+ * A change of a cache locks that cache's row, once the caller is known
+ * to own it: changes of one cache wait for one another, and for nothing
+ * else, so that no role's open transaction holds back another owner's
+ * revoke_cache or drop_cache.  create_cache, and alter_cache of a
+ * max_memory, also lock the registry's totals (lock_registry_totals()), so
+ * that two of them cannot both take the last of the memory, nor the last
+ * of the PC_MAX_CACHES names.  An owner who is not a superuser may have at
+ * most half of those names and of that memory.
  * Commits tell the key cache's worker, which publishes the registry to
  * every database (keycache_caches.c).
  *
@@ -37,6 +41,7 @@
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
@@ -44,6 +49,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -287,17 +293,23 @@ check_registry_binds(void)
 						 pc_database ? pc_database : "")));
 }
 
-/* Lock the registry against other changes until the end of the transaction. */
+/*
+ * The registry's totals (its caches' count and memory) are locked against
+ * other changes of them until the end of the transaction: create_cache,
+ * and alter_cache of a max_memory.  Not the table: a lock on it would make
+ * every change wait for any open transaction that changed any cache, so
+ * that a role could hold back another owner's revoke_cache.  The lock is
+ * an object lock on the registry's OID that nothing else takes.
+ */
 static void
-lock_registry(void)
+lock_registry_totals(void)
 {
-	PcUserSwitch rs;
+	Oid			nsp = get_namespace_oid("projcache", false);
+	Oid			relid = get_relname_relid("cache_registry", nsp);
 
-	registry_begin(&rs, false);
-	registry_exec("LOCK TABLE projcache.cache_registry"
-				  " IN SHARE ROW EXCLUSIVE MODE",
-				  0, NULL, NULL, NULL, SPI_OK_UTILITY);
-	registry_end(&rs);
+	if (!OidIsValid(relid))
+		elog(ERROR, "projcache.cache_registry does not exist");
+	LockDatabaseObject(RelationRelationId, relid, 0, ExclusiveLock);
 }
 
 /* What a change needs of a registered cache. */
@@ -312,11 +324,12 @@ typedef struct CacheRow
 } CacheRow;
 
 /*
- * The row of a cache; an ERROR (42704) if there is none.  Call with the
- * registry locked.
+ * The row of a cache; an ERROR (42704) if there is none.  With lock, the
+ * row is locked (FOR UPDATE) until the end of the transaction, and read as
+ * its latest version: changes of one cache wait only for one another.
  */
 static void
-read_cache_row(const char *name, CacheRow *row)
+read_cache_row(const char *name, CacheRow *row, bool lock)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
@@ -332,19 +345,20 @@ read_cache_row(const char *name, CacheRow *row)
 	char	   *function_owner;
 
 	registry_begin(&rs, false);
-	registry_exec(bound ?
-				  "SELECT owner::pg_catalog.oid, max_memory,"
-				  " readers::pg_catalog.oid[], fetch_function_oid,"
-				  " fetch_role::pg_catalog.oid, fetch_function,"
-				  " fetch_function_owner"
-				  " FROM projcache.cache_registry"
-				  " WHERE name OPERATOR(pg_catalog.=) $1" :
-				  "SELECT owner::pg_catalog.oid, max_memory,"
-				  " readers::pg_catalog.oid[], NULL::pg_catalog.oid,"
-				  " fetch_role::pg_catalog.oid, fetch_function,"
-				  " NULL::pg_catalog.name"
-				  " FROM projcache.cache_registry"
-				  " WHERE name OPERATOR(pg_catalog.=) $1",
+	registry_exec(psprintf("%s%s", bound ?
+						   "SELECT owner::pg_catalog.oid, max_memory,"
+						   " readers::pg_catalog.oid[], fetch_function_oid,"
+						   " fetch_role::pg_catalog.oid, fetch_function,"
+						   " fetch_function_owner"
+						   " FROM projcache.cache_registry"
+						   " WHERE name OPERATOR(pg_catalog.=) $1" :
+						   "SELECT owner::pg_catalog.oid, max_memory,"
+						   " readers::pg_catalog.oid[], NULL::pg_catalog.oid,"
+						   " fetch_role::pg_catalog.oid, fetch_function,"
+						   " NULL::pg_catalog.name"
+						   " FROM projcache.cache_registry"
+						   " WHERE name OPERATOR(pg_catalog.=) $1",
+						   lock ? " FOR UPDATE" : ""),
 				  1, argtypes, args, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
@@ -676,6 +690,22 @@ check_cache_owner(const char *name, const CacheRow *row)
 				 errmsg("must be owner of cache \"%s\"", name)));
 }
 
+/*
+ * The row of a cache the caller must own (the privileges of its owner),
+ * locked for the change.  The owner is checked before the row is locked,
+ * so that a role that does not own the cache never holds its lock (and
+ * never makes its owner's changes wait), and again on the locked row, its
+ * latest version.
+ */
+static void
+lock_owned_cache_row(const char *name, CacheRow *row)
+{
+	read_cache_row(name, row, false);
+	check_cache_owner(name, row);
+	read_cache_row(name, row, true);
+	check_cache_owner(name, row);
+}
+
 /* ----------------------------------------------------------------
  * The SQL functions
  * ----------------------------------------------------------------
@@ -765,7 +795,7 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 						   PG_ARGISNULL(ARG_FETCH_ROLE) ? GetUserId() :
 						   PG_GETARG_OID(ARG_FETCH_ROLE));
 
-	lock_registry();
+	lock_registry_totals();
 	registry_totals(name, GetUserId(), &t);
 	if (t.count >= PC_MAX_CACHES)
 		ereport(ERROR,
@@ -852,9 +882,14 @@ projcache_alter_cache(PG_FUNCTION_ARGS)
 	name = text_to_cstring(PG_GETARG_TEXT_PP(ARG_NAME));
 	check_cache_name(name);
 	check_registry_binds();
-	lock_registry();
-	read_cache_row(name, &row);
-	check_cache_owner(name, &row);
+	/* (the totals' lock first, as create_cache takes it alone) */
+	if (!PG_ARGISNULL(ARG_MAX_MEMORY))
+	{
+		read_cache_row(name, &row, false);
+		check_cache_owner(name, &row);
+		lock_registry_totals();
+	}
+	lock_owned_cache_row(name, &row);
 	if (!PG_ARGISNULL(ARG_FETCH_FUNCTION))
 		check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), row.owner);
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
@@ -910,9 +945,7 @@ projcache_drop_cache(PG_FUNCTION_ARGS)
 
 	check_registry_database();
 	check_cache_name(name);
-	lock_registry();
-	read_cache_row(name, &row);
-	check_cache_owner(name, &row);
+	lock_owned_cache_row(name, &row);
 	narrow_at_commit(name, true, InvalidOid);
 	registry_begin(&rs, true);
 	registry_exec("DELETE FROM projcache.cache_registry"
@@ -940,9 +973,7 @@ change_readers(FunctionCallInfo fcinfo, bool grant)
 
 	check_registry_database();
 	check_cache_name(name);
-	lock_registry();
-	read_cache_row(name, &row);
-	check_cache_owner(name, &row);
+	lock_owned_cache_row(name, &row);
 	for (int i = 0; i < row.nreaders; i++)
 		listed |= row.readers[i] == reader;
 	if (grant)

@@ -188,7 +188,7 @@ my $holder = start_session($node, 'holder',
 	"BEGIN; SELECT projcache.alter_cache('flags', expiry => '50s'); SELECT pg_sleep(20); ROLLBACK;");
 ok( $node->poll_query_until(
 		'postgres', q{SELECT count(*) > 0 FROM pg_locks
- WHERE relation = 'projcache.cache_registry'::regclass AND mode = 'ShareRowExclusiveLock' AND granted}),
+ WHERE relation = 'projcache.cache_registry'::regclass AND mode = 'RowExclusiveLock' AND granted}),
 	'a transaction holds the registry\'s lock');
 my $log_at = log_offset($node);
 my $vacuum = start_session($node, 'vacuum', 'VACUUM FULL projcache.cache_registry');
