@@ -55,6 +55,8 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -92,6 +94,8 @@ pc_caches_init(PcCaches *caches, LWLock *lock)
 	pg_atomic_init_u32(&caches->changed, 0);
 	pg_atomic_init_u64(&caches->generation, 0);
 	pg_atomic_init_u64(&caches->narrowings, 0);
+	pg_atomic_init_u64(&caches->reloads_started, 0);
+	pg_atomic_init_u64(&caches->published_reload, 0);
 	for (int i = 0; i < PC_MAX_CACHES; i++)
 		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
 			pg_atomic_init_u64(&caches->slots[i].counters[c], 0);
@@ -549,15 +553,140 @@ pc_cache_count(int slot, PcCacheCounter counter, uint64 n)
  * dropped under it would leave a number that a dump carries to another
  * cluster, where it may be some other role.  So DROP ROLE of a role a
  * registered cache names fails, as for a role that owns objects: the
- * object access hook sees each role DROP ROLE is about to remove, and the
- * published registry says which ones caches name.  It is a guard, not a
- * dependency: the registry is another database's table, so the hook sees
- * it as last published, and misses what is not published yet (a change
- * committed a moment ago, or any while no worker runs or its reloads
- * fail).  DROP OWNED does not revoke caches: revoke_cache and drop_cache do.
+ * object access hook sees each role DROP ROLE is about to remove.  It is a
+ * guard, not a dependency (the registry is one database's table, and
+ * DROP ROLE runs in any):
+ *
+ * - It first takes the lock on the role that DROP ROLE takes right after
+ *	 it.  A change that names a role holds a lock on it until it commits
+ *	 (keycache_registry.c), so a DROP ROLE waits for it.
+ * - In projcache.database it reads the registry as the latest snapshot
+ *	 has it, this transaction's changes included: a grant committed a
+ *	 moment ago, or made earlier in the same transaction, is seen.
+ * - Elsewhere it reads the published slots, after the worker has
+ *	 published every change committed before (it waits for that up to
+ *	 PC_ROLE_DROP_WAIT_MS; while no worker runs, what was last published
+ *	 is all it has).
+ *
+ * DROP OWNED does not revoke caches: revoke_cache and drop_cache do.
  * ----------------------------------------------------------------
  */
 static object_access_hook_type prev_object_access_hook = NULL;
+
+#define PC_ROLE_DROP_WAIT_MS	5000
+
+/* Which cache names the role, as what: from the published slots. */
+static const char *
+published_role_use(Oid role, char *cache)
+{
+	const char *as = NULL;
+
+	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+	for (int s = 0; s < PC_MAX_CACHES && as == NULL; s++)
+	{
+		const PcCacheSlot *slot = &pc_shared->caches.slots[s];
+
+		if (!slot->in_use)
+			continue;
+		if (slot->reg.owner == role)
+			as = "owner";
+		else if (slot->reg.fetch_role == role)
+			as = "fetch role";
+		for (int i = 0; as == NULL && i < slot->reg.nreaders; i++)
+			if (slot->reg.readers[i] == role)
+				as = "reader";
+		if (as != NULL)
+			strlcpy(cache, slot->reg.name, NAMEDATALEN);
+	}
+	LWLockRelease(pc_shared->caches.lock);
+	return as;
+}
+
+/*
+ * Wait until the worker has published every registry change committed
+ * before now, or PC_ROLE_DROP_WAIT_MS has passed.  A change committed and
+ * not reloaded yet (changed) is read by the next reload to start; one
+ * reloaded already, by the last one started, which may still be
+ * publishing it.
+ */
+static void
+wait_for_publication(void)
+{
+	PcCaches   *caches = &pc_shared->caches;
+	bool		changed;
+	uint64		target;
+	int64		until = pc_real_now_ms() + PC_ROLE_DROP_WAIT_MS;
+
+	changed = pg_atomic_read_u32(&caches->changed) != 0;
+	pg_memory_barrier();
+	target = pg_atomic_read_u64(&caches->reloads_started);
+	if (changed)
+		target++;
+	while (pg_atomic_read_u64(&caches->published_reload) < target &&
+		   pc_real_now_ms() < until)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static Oid	registry_relid(void);
+
+/*
+ * Which cache names the role, as what: from the registry, as the latest
+ * snapshot has it (this transaction's changes included).  false when the
+ * registry cannot be read here: another database than projcache.database,
+ * or no registry of ours.
+ */
+static bool
+registry_role_use(Oid role, char *cache, const char **as)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		args[1] = {ObjectIdGetDatum(role)};
+	PcUserSwitch rs;
+	SPIPlanPtr	plan;
+	bool		isnull;
+
+	*as = NULL;
+	if (pc_database == NULL || IsInParallelMode() ||
+		strcmp(get_database_name(MyDatabaseId), pc_database) != 0 ||
+		!OidIsValid(registry_relid()))
+		return false;
+	pc_become_extension(&rs);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare("SELECT name, owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1,"
+					   " fetch_role::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+					   " FROM projcache.cache_registry"
+					   " WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+					   " OR fetch_role::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+					   " OR $1 OPERATOR(pg_catalog.=)"
+					   " ANY (readers::pg_catalog.oid[])"
+					   " ORDER BY name LIMIT 1",
+					   1, argtypes);
+	if (plan == NULL ||
+		SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
+							 InvalidSnapshot, false, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read projcache.cache_registry");
+	if (SPI_processed > 0)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		strlcpy(cache, SPI_getvalue(tup, desc, 1), NAMEDATALEN);
+		if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)) && !isnull)
+			*as = "owner";
+		else if (DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull)) && !isnull)
+			*as = "fetch role";
+		else
+			*as = "reader";
+	}
+	SPI_finish();
+	pc_unbecome(&rs);
+	return true;
+}
 
 static void
 refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
@@ -571,24 +700,13 @@ refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
 	if (access != OAT_DROP || classId != AuthIdRelationId || pc_shared == NULL)
 		return;
 
-	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
-	for (int s = 0; s < PC_MAX_CACHES && as == NULL; s++)
+	/* What DROP ROLE takes next: changes naming the role end first. */
+	LockSharedObject(AuthIdRelationId, objectId, 0, AccessExclusiveLock);
+	if (!registry_role_use(objectId, cache, &as))
 	{
-		const PcCacheSlot *slot = &pc_shared->caches.slots[s];
-
-		if (!slot->in_use)
-			continue;
-		if (slot->reg.owner == objectId)
-			as = "owner";
-		else if (slot->reg.fetch_role == objectId)
-			as = "fetch role";
-		for (int i = 0; as == NULL && i < slot->reg.nreaders; i++)
-			if (slot->reg.readers[i] == objectId)
-				as = "reader";
-		if (as != NULL)
-			strlcpy(cache, slot->reg.name, NAMEDATALEN);
+		wait_for_publication();
+		as = published_role_use(objectId, cache);
 	}
-	LWLockRelease(pc_shared->caches.lock);
 	if (as != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
@@ -981,6 +1099,7 @@ typedef struct PcCacheChanges
 	int			nopening;
 	int			closing[PC_MAX_CACHES];
 	int			nclosing;
+	bool		published;		/* not given up for a narrowing */
 } PcCacheChanges;
 
 /*
@@ -994,10 +1113,11 @@ typedef struct PcCacheChanges
  * dump brings back only the keys dumped for the very cache they are of
  * (pc_key_restorable()).  Returns whether anything changed.  Nothing is
  * published if a narrowing committed after 'narrowings' was read, before
- * the registry was.
+ * the registry was (ch->published says so).
  */
 static bool
-publish(const PcCacheReg *regs, int n, uint64 narrowings, PcCacheChanges *ch)
+publish(const PcCacheReg *regs, int n, uint64 narrowings,
+		PcCacheChanges *ch)
 {
 	PcCaches   *caches = &pc_shared->caches;
 	bool		changed = false;
@@ -1005,6 +1125,7 @@ publish(const PcCacheReg *regs, int n, uint64 narrowings, PcCacheChanges *ch)
 	bool		first;
 
 	ch->nopening = ch->nclosing = 0;
+	ch->published = false;
 	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
 
 	/*
@@ -1076,6 +1197,7 @@ publish(const PcCacheReg *regs, int n, uint64 narrowings, PcCacheChanges *ch)
 	}
 	if (changed)
 		pg_atomic_fetch_add_u64(&caches->generation, 1);
+	ch->published = true;
 	LWLockRelease(caches->lock);
 	return changed;
 }
@@ -1158,8 +1280,14 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	PcCacheChanges ch;
 	int			n = 0;
 	uint64		narrowings;
+	uint64		reload;
 
-	/* Cleared first: a change committed during the read is read again. */
+	/*
+	 * Counted, then cleared (wait_for_publication() reads them in the other
+	 * order); cleared first of all else, so that a change committed during
+	 * the read is read again.
+	 */
+	reload = pg_atomic_add_fetch_u64(&pc_shared->caches.reloads_started, 1);
 	pg_atomic_write_u32(&pc_shared->caches.changed, 0);
 	/* Read before the registry's snapshot is taken (see publish()). */
 	narrowings = pg_atomic_read_u64(&pc_shared->caches.narrowings);
@@ -1206,6 +1334,9 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	for (int i = 0; i < ch.nclosing; i++)
 		clear_prefix(ch.closing[i], evict_prefix);
 	finish_publish(&ch);
+	/* A DROP ROLE elsewhere waits for this (refuse_named_role_drop()). */
+	if (ch.published)
+		pg_atomic_write_u64(&pc_shared->caches.published_reload, reload);
 	pfree(regs);
 }
 

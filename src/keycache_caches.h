@@ -126,6 +126,9 @@ typedef struct PcCaches
 	pg_atomic_uint64 narrowings;	/* bumped at each narrowing at commit: a
 									 * reload that read the registry before it
 									 * must not publish */
+	pg_atomic_uint64 reloads_started;	/* the worker's reloads so far */
+	pg_atomic_uint64 published_reload;	/* the number of the last one that
+										 * published what it read */
 	bool		loaded;			/* the worker published the registry since the
 								 * server started */
 	PcCacheSlot slots[PC_MAX_CACHES];

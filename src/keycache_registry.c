@@ -545,6 +545,24 @@ check_fetch_function(Oid fn, Oid owner)
 }
 
 /*
+ * A role the registry is about to name (a cache's owner, fetch role or
+ * reader) must exist, and is locked until the end of the transaction, as
+ * PostgreSQL locks a role an object comes to depend on: a DROP ROLE of it
+ * waits for this transaction, and then sees what it committed (the guard
+ * in keycache_caches.c, refuse_named_role_drop()); one that came first
+ * has dropped it, and this transaction is refused.
+ */
+static void
+lock_named_role(Oid role)
+{
+	LockSharedObject(AuthIdRelationId, role, 0, AccessShareLock);
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role with OID %u does not exist", role)));
+}
+
+/*
  * The fetch role: the cache's owner must be able to SET ROLE to it (a
  * member whose grant allows SET), and a superuser fetch role needs a
  * superuser owner, so that a cache never fetches with more rights than its
@@ -553,10 +571,7 @@ check_fetch_function(Oid fn, Oid owner)
 static void
 check_fetch_role(Oid role, Oid owner)
 {
-	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("role with OID %u does not exist", role)));
+	lock_named_role(role);
 	if (!pc_member_can_set_role(owner, role) ||
 		(superuser_arg(role) && !superuser_arg(owner)))
 		ereport(ERROR,
@@ -785,6 +800,7 @@ projcache_create_cache(PG_FUNCTION_ARGS)
 	check_cache_name(name);
 	check_registry_binds();
 	check_not_database_owner(GetUserId(), "owner");
+	lock_named_role(GetUserId());
 	check_fetch_function(PG_GETARG_OID(ARG_FETCH_FUNCTION), GetUserId());
 	if (!PG_ARGISNULL(ARG_FETCH_ROLE))
 	{
@@ -978,10 +994,7 @@ change_readers(FunctionCallInfo fcinfo, bool grant)
 		listed |= row.readers[i] == reader;
 	if (grant)
 	{
-		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(reader)))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("role with OID %u does not exist", reader)));
+		lock_named_role(reader);
 		check_not_database_owner(reader, "reader");
 		if (listed)
 			return;
