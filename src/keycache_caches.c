@@ -668,7 +668,7 @@ registry_role_use(Oid role, char *cache, const char **as)
 					   1, argtypes);
 	if (plan == NULL ||
 		SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
-							 InvalidSnapshot, false, false, 1) != SPI_OK_SELECT)
+							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read projcache.cache_registry");
 	if (SPI_processed > 0)
 	{
