@@ -2027,3 +2027,51 @@ sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when)
 	e->fetch_when = when;
 	queue_schedule(s, due_queue_for(e), e, when);
 }
+
+/* ----------------------------------------------------------------
+ * Admission and the pace of overflow scans (see keycache_policy.h)
+ * ----------------------------------------------------------------
+ */
+
+bool
+sched_value_in_use(bool has_value, uint32_t stamp, uint32_t stamp_now,
+				   uint32_t window)
+{
+	uint32_t	age = (stamp_now - stamp) % SCHED_STAMP_MODULUS;
+
+	if (!has_value || window == 0)
+		return false;
+	if (age >= SCHED_STAMP_MODULUS - SCHED_STAMP_AHEAD_MAX)
+		age = 0;				/* stamped after stamp_now was read */
+	return age < window;
+}
+
+void
+sched_scan_pace_init(SchedScanPace *pace)
+{
+	pace->next_ok = INT64_MIN;
+}
+
+bool
+sched_scan_due(const SchedScanPace *pace, SchedTime now)
+{
+	return now >= pace->next_ok;
+}
+
+/* How long until a scan is due: 0 if it is. */
+int64_t
+sched_scan_wait(const SchedScanPace *pace, SchedTime now)
+{
+	return sched_scan_due(pace, now) ? 0 : pace->next_ok - now;
+}
+
+void
+sched_scan_done(SchedScanPace *pace, SchedTime start, SchedTime end)
+{
+	int64_t		took = end > start ? end - start : 0;
+	int64_t		gap = took * SCHED_SCAN_GAP_FACTOR;
+
+	if (gap < SCHED_SCAN_MIN_GAP_MS)
+		gap = SCHED_SCAN_MIN_GAP_MS;
+	pace->next_ok = end + gap;
+}

@@ -218,16 +218,22 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 	{
-		bool		created;
+		bool		created = false;
 
-		entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
-											 &created);
+		/*
+		 * While admission is closed (keycache_worker.c, "Admission"), every
+		 * value that could make room for a new key is being read: ask for
+		 * the key without creating it.
+		 */
+		if (pg_atomic_read_u32(&pc_shared->admission_closed) == 0)
+			entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
+												 &created);
 		if (entry == NULL)
 		{
 			/*
 			 * No room, in memory or in the role's
-			 * projcache.max_keys_per_role: read as a pending key; the worker
-			 * makes room.
+			 * projcache.max_keys_per_role, or admission closed: read as a
+			 * pending key; the worker makes room, or creates it once it may.
 			 */
 			memset(r, 0, sizeof(PcRead));
 			r->state = PC_STATE_PENDING;
@@ -246,7 +252,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		 * S3-FIFO: mark it read, writing only when it is not marked yet: a
 		 * hit writes at most this one shared cache line.
 		 */
-		first_visit = pc_entry_visit(entry);
+		first_visit = pc_entry_visit(entry, now);
 	}
 
 	copy_entry(entry, details, true, r);
@@ -333,7 +339,7 @@ demand_key(const char *key, uint32 len)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return;
-	(void) pc_entry_visit(entry);
+	(void) pc_entry_visit(entry, pc_now_ms());
 	creator = entry->owner;
 	send = pc_request_mark(entry, PC_REQ_DEMAND |
 						   (pc_role_of_slot(creator) == GetOuterUserId() ?
