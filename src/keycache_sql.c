@@ -222,8 +222,8 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 
 		/*
 		 * While admission is closed (keycache_worker.c, "Admission"), every
-		 * value that could make room for a new key is being read: ask for
-		 * the key without creating it.
+		 * value that could make room for a new key is being read: ask for the
+		 * key without creating it.
 		 */
 		if (pg_atomic_read_u32(&pc_shared->admission_closed) == 0)
 			entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
