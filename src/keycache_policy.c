@@ -1318,6 +1318,7 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 	SchedPool  *p = &s->pools[pool];
 	size_t		looks = 2 * (p->fifo_count[0] + p->fifo_count[1]) + 1;
 	size_t		small_looks = 0;
+	size_t		main_looks = 0;
 
 	while (looks-- > 0 && p->fifo_count[0] + p->fifo_count[1] > 0)
 	{
@@ -1325,10 +1326,14 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 
 		/*
 		 * The small FIFO while it holds its share of the bytes, unless each
-		 * of its keys was passed over in this call for being fetched.
+		 * of its keys was passed over in this call for being fetched; and
+		 * once each key of the main FIFO was looked at twice in this call
+		 * without a victim (the caller keeps every one of them: values in
+		 * use, keycache_worker.c's "Admission").
 		 */
 		if (p->fifo_count[0] > 0 && small_looks < p->fifo_count[0] &&
-			(small_holds_share(p) || p->fifo_count[1] == 0))
+			(small_holds_share(p) || p->fifo_count[1] == 0 ||
+			 main_looks >= 2 * p->fifo_count[1]))
 		{
 			e = p->fifo_tail[0];
 			if (!sched_evictable(e))
@@ -1353,6 +1358,7 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 		if (p->fifo_count[1] == 0)
 			break;
 		e = p->fifo_tail[1];
+		main_looks++;
 		if (sched_evictable(e) && !visited(e, arg))
 			return e;
 		/* read again since last looked at, or being fetched: reinserted */

@@ -312,6 +312,12 @@ extern SchedEvictReply sched_request_evict(Sched *s, const char *key,
  *	 evictions from its FIFO as the main FIFO holds keys) goes straight into
  *	 the main FIFO.
  *
+ * - when visited(entry, arg) keeps every key of the main FIFO (each was
+ *	 looked at twice in this call), the small FIFO is looked at whatever its
+ *	 share: with plain visited marks that never happens, since a mark is
+ *	 cleared at the first look; a caller that keeps keys for other reasons
+ *	 (values in use) still gets a victim from the small FIFO.
+ *
  * So keys read only once (a scan) cycle through the small FIFO and never
  * displace the main one's.  A key whose fetch is dispatched or gathered
  * into the open batch is never a victim: it goes back to the head of its

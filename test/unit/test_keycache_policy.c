@@ -1854,6 +1854,45 @@ asked_for(SieveFixture * f, const char *key)
 	return e->in_main;
 }
 
+/* For test_s3fifo_main_kept: keys 'a' to 'k' are always kept (in use). */
+static bool
+kept_a_to_k(SchedEntry *e, void *arg)
+{
+	(void) arg;
+	return e->keylen == 1 && e->key[0] >= 'a' && e->key[0] <= 'k';
+}
+
+/*
+ * A caller that keeps every key of the main FIFO (values in use) still gets
+ * the small FIFO's unvisited key, although the small FIFO is below its
+ * share; and none once the small FIFO has none left either.
+ */
+static void
+test_s3fifo_main_kept(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *e;
+
+	cached(f, "abcdefghijk");
+	for (const char *k = "abcdefghijk"; *k; k++)
+	{
+		char		key[2] = {*k, '\0'};
+
+		visit(f, key);
+	}
+	/* read again: promoted until the small FIFO is below its share */
+	assert_string_equal(sieve_evict(f), "a");
+	assert_int_equal(sched_small_count(f->s), 1);
+	cached(f, "m");
+	/* k (read) moves on, then m alone: 1 key of 11, below its share */
+	e = sched_memory_victim(f->s, 0, kept_a_to_k, NULL);
+	assert_non_null(e);
+	assert_int_equal(e->key[0], 'm');
+	sched_evict_victim(f->s, e);
+	assert_null(sched_memory_victim(f->s, 0, kept_a_to_k, NULL));
+	assert_int_equal(sched_count(f->s), 10);
+}
+
 /* With nothing visited, keys go oldest first, as in a FIFO. */
 static void
 test_s3fifo_unvisited_fifo(void **state)
@@ -3884,6 +3923,8 @@ main(void)
 		cmocka_unit_test(test_room_payer_table),
 		cmocka_unit_test(test_room_payer_loop),
 		cmocka_unit_test(test_role_bounds_table),
+		cmocka_unit_test_setup_teardown(test_s3fifo_main_kept,
+										sieve_setup, sieve_teardown),
 		cmocka_unit_test(test_value_in_use_table),
 		cmocka_unit_test(test_scan_pace_table),
 	};
