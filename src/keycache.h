@@ -291,7 +291,8 @@ pc_entry_visited(PcEntry *entry)
 /*
  * Mark it read at 'now' (pc clock), writing the shared line only when it is
  * not marked yet or its stamp is older: a hit writes it at most once per
- * PC_STAMP_MS.  Returns whether the visited mark was clear.
+ * PC_STAMP_MS.  A key without a value is only marked: the stamp says when
+ * a value was last read.  Returns whether the visited mark was clear.
  */
 static inline bool
 pc_entry_visit(PcEntry *entry, int64 now)
@@ -300,6 +301,13 @@ pc_entry_visit(PcEntry *entry, int64 now)
 	uint32		old = pg_atomic_read_u32(&entry->marks);
 	uint32		new;
 
+	if (entry->state == PC_STATE_PENDING)
+	{
+		if (pc_entry_visited(entry))
+			return false;
+		pg_atomic_fetch_or_u32(&entry->marks, PC_MARK_VISITED);
+		return true;
+	}
 	do
 	{
 		if ((old & PC_MARK_VISITED) && (old & PC_MARK_STAMP_MASK) == stamp)
