@@ -78,7 +78,10 @@
  * read.  A value read within projcache.admission_window (its read stamp,
  * PC_MARK_STAMP_MASK, says when) is "in use": it is never evicted to make
  * room for a key that has no value yet, neither for the entries readers
- * create (evict_for_memory) nor for a key's first value (prepare_answer).
+ * create (evict_for_memory) nor for a key's first value (prepare_answer),
+ * unless a reader waits for that key (PC_MARK_WAITED: one key at a time
+ * per waiting reader, at the pace of the fetches, may thus take room from
+ * values in use, those not in use first).
  * Such room comes from keys without a value and from values not read
  * within the window, in S3-FIFO's order; when none is left, admission
  * closes (pc_shared->admission_closed): readers create no key, their reads
@@ -1125,18 +1128,23 @@ prepare_with_room(const char *key, uint32 len, int pool, Size freed,
 	return SCHED_ROOM_FITS;
 }
 
-/* Does the key hold a value now (for not_modified)? */
+/*
+ * Does the key hold a value now (for not_modified)?  *waited: did a reader
+ * wait for it (PC_MARK_WAITED)?
+ */
 static bool
-shared_has_value(const char *key, uint32 len)
+shared_has_value(const char *key, uint32 len, bool *waited)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		result = false;
 
+	*waited = false;
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
 		result = entry->state != PC_STATE_PENDING;
+		*waited = (pg_atomic_read_u32(&entry->marks) & PC_MARK_WAITED) != 0;
 		pc_entry_release(entry);
 	}
 	return result;
@@ -1208,10 +1216,12 @@ prepare_answer(const SchedEntry *e, const char *key, uint32 len,
 	Size		bound = pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR;
 	Size		value_size = 0;
 	bool		breach = false;
-	bool		admit = !shared_has_value(key, len);
+	bool		waited;
+	bool		has_value = shared_has_value(key, len, &waited);
+	bool		admit = !has_value && !waited;
 	int			room;
 
-	if (item->answer == PC_ANSWER_NOT_MODIFIED && admit)
+	if (item->answer == PC_ANSWER_NOT_MODIFIED && !has_value)
 	{
 		item->answer = PC_ANSWER_ERROR;
 		item->error = pstrdup("fetch function answered \"not_modified\" for a key with no cached value");
