@@ -135,12 +135,11 @@ typedef struct PcEntry
 										 * looked at it (S3-FIFO): set by
 										 * readers, only when clear, and
 										 * cleared by the worker */
-#define PC_MARK_WAITED		0x00000100U /* a reader waited for the key
-										 * before it had a value: its first
-										 * value is admitted whatever is in
-										 * use (keycache_worker.c,
-										 * "Admission"); set by readers, never
-										 * cleared */
+#define PC_MARK_WAITED		0x00000100U /* a reader waited for the key before
+										 * it had a value: its first value is
+										 * admitted whatever is in use
+										 * (keycache_worker.c, "Admission");
+										 * set by readers, never cleared */
 #define PC_MARK_REQUESTS	0x000000FFU
 
 /*
