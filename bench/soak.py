@@ -57,6 +57,10 @@ SLOW = float(ENV["SOAK_SLOW_SECONDS"])
 GRANT_ROWS = int(ENV.get("SOAK_GRANT_ROWS", "500"))
 FAULTS = ENV.get("SOAK_FAULTS", "down,slow,kill,scan,restart").split(",")
 REPORT = ENV["SOAK_REPORT"]
+# The scan: keys a second (0: as fast as one connection can), and whether
+# it loops over the cold keys until its window ends.
+SCAN_RATE = float(ENV.get("SOAK_SCAN_RATE", "0"))
+SCAN_LOOP = ENV.get("SOAK_SCAN_LOOP", "0") == "1"
 
 # A record: start (monotonic s), latency (s), kind, result, error kind id,
 # warning kind id (0: none), the hot key's number (0: none).
@@ -371,20 +375,23 @@ def reader(cid, stop, progress):
 
 
 def scanner(stop, spread, progress):
-    """Reads cold1 .. coldN once each, CHUNK a statement, the statements
-    spread evenly over `spread` seconds (as fast as it can if slower)."""
+    """Reads cold1 .. coldN, CHUNK a statement, at SCAN_RATE keys a second
+    (0: as fast as it can); once each, or with SCAN_LOOP over and over
+    until `spread` seconds have passed."""
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     rec = Recorder(f"{WORK}/scanner")
     prepare = [("c", "SELECT count(projcache.get('cold' || i)) "
                      "FROM generate_series($1::int, $2::int) AS i", 2)]
     nstmt = (COLD + CHUNK - 1) // CHUNK
-    gap = spread / nstmt
+    gap = CHUNK / SCAN_RATE if SCAN_RATE > 0 else 0.0
     conn = None
     try:
         start = time.monotonic()
         i = 0
-        while i < nstmt and not stop.value:
+        while (i < nstmt or SCAN_LOOP) and not stop.value:
+            if SCAN_LOOP and time.monotonic() - start >= spread:
+                break
             if conn is None:
                 conn = connect_loop(rec, stop, "soak scanner", prepare)
                 if conn is None:
@@ -393,7 +400,7 @@ def scanner(stop, spread, progress):
             now = time.monotonic()
             if due > now:
                 time.sleep(due - now)
-            lo = 1 + i * CHUNK
+            lo = 1 + (i % nstmt) * CHUNK
             hi = min(COLD, lo + CHUNK - 1)
             t0 = time.monotonic()
             try:
@@ -584,7 +591,9 @@ class Soak:
         t = time.monotonic()
         p.start()
         self.scan_proc = p
-        self.event(f"scan of {COLD} cold keys started, {CHUNK} a statement, spread over {spread:.0f} s")
+        self.event(f"scan of {COLD} cold keys started, {CHUNK} a statement, "
+                   + (f"{SCAN_RATE:g} keys/s" if SCAN_RATE > 0 else "unthrottled")
+                   + (f", looping for {spread:.0f} s" if SCAN_LOOP else ", one pass"))
         # The scan ends the window, if it takes longer than planned (within
         # four times that and 5 minutes).
         limit = t + max(4 * spread, spread + 300)

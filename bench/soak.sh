@@ -18,6 +18,10 @@
 #   --hot N (10000)         hot keys, configs of about 300 bytes
 #   --clients N (8)         readers, each of its share of the hot keys
 #   --cold N (200000)       keys of the scan, read once each
+#   --scan-rate N (0)       the scan's keys a second; 0: as fast as one
+#                           connection can (unthrottled; 3300 was 1.3's pace)
+#   --scan-loop             the scan loops over its keys until its window
+#                           ends (else one pass)
 #   --minutes M (10)        the windows' total; they scale to it
 #   --faults LIST           a comma-separated subset, in that order, of
 #                           down,slow,kill,scan,restart (all by default)
@@ -65,6 +69,8 @@ MINUTES=10
 FAULTS=down,slow,kill,scan,restart
 OUT=$REPO/bench/results/soak-latest.txt
 KEEP=0
+SCAN_RATE=0
+SCAN_LOOP=0
 
 usage() {
 	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -75,7 +81,8 @@ while [ $# -gt 0 ]; do
 	case $opt in
 	-h | --help) usage 0 ;;
 	--keep) KEEP=1 && shift && continue ;;
-	--expiry | --grace | --fetch-timeout | --max-memory | --hot | --clients | --cold | --minutes | --faults | --out) ;;
+	--scan-loop) SCAN_LOOP=1 && shift && continue ;;
+	--expiry | --grace | --fetch-timeout | --max-memory | --hot | --clients | --cold | --minutes | --faults | --out | --scan-rate) ;;
 	*) echo "$NAME: unknown argument '$1' (--help lists the options)" >&2; exit 2 ;;
 	esac
 	if [ "$opt" != "$1" ]; then
@@ -99,6 +106,7 @@ while [ $# -gt 0 ]; do
 	--minutes) MINUTES=$val ;;
 	--faults) FAULTS=$val ;;
 	--out) OUT=$val ;;
+	--scan-rate) SCAN_RATE=$val ;;
 	esac
 done
 for v in "$EXPIRY" "$GRACE" "$FETCH_TIMEOUT"; do
@@ -111,6 +119,7 @@ done
 for v in "$HOT" "$CLIENTS" "$COLD"; do
 	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "$NAME: --hot, --clients and --cold take positive whole numbers" >&2; exit 2; }
 done
+[[ $SCAN_RATE =~ ^[0-9]+$ ]] || { echo "$NAME: --scan-rate takes keys a second (0: unthrottled)" >&2; exit 2; }
 [ "$CLIENTS" -le 250 ] || { echo "$NAME: at most 250 clients" >&2; exit 2; }
 [ "$HOT" -ge "$CLIENTS" ] || { echo "$NAME: --hot must be at least --clients" >&2; exit 2; }
 if ! [[ $MINUTES =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! LC_ALL=C awk -v m="$MINUTES" 'BEGIN{exit !(m >= 2)}'; then
@@ -233,6 +242,7 @@ echo "running bench/soak.py"
 	SOAK_WORK="$WORK" SOAK_HOT="$HOT" SOAK_COLD="$COLD" SOAK_CLIENTS="$CLIENTS" \
 	SOAK_MINUTES="$MINUTES" SOAK_SLOW_SECONDS="$SLOW" SOAK_GRANT_ROWS="$GRANT_ROWS" \
 	SOAK_FAULTS="$FAULTS" SOAK_REPORT="$WORK/soak-report.txt" \
+	SOAK_SCAN_RATE="$SCAN_RATE" SOAK_SCAN_LOOP="$SCAN_LOOP" \
 	python3 "$WORK/src/bench/soak.py" &
 PY_PID=$!
 PY_RC=0
@@ -261,12 +271,12 @@ log_lines() {
 	echo "machine:   $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); load avg $LOAD_BEFORE before, $LOAD_AFTER after"
 	echo "servers:   PostgreSQL $PGVER; the source on port $SOURCE_PORT, the cache on $CACHE_PORT; unix sockets, fsync off"
 	echo "library:   $LIB_LINE"
-	echo "settings:  --expiry $EXPIRY --grace $GRACE --fetch-timeout $FETCH_TIMEOUT --max-memory $MAX_MEMORY --hot $HOT --clients $CLIENTS --cold $COLD --minutes $MINUTES --faults $FAULTS"
+	echo "settings:  --expiry $EXPIRY --grace $GRACE --fetch-timeout $FETCH_TIMEOUT --max-memory $MAX_MEMORY --hot $HOT --clients $CLIENTS --cold $COLD --scan-rate $SCAN_RATE$([ "$SCAN_LOOP" = 1 ] && echo ' --scan-loop') --minutes $MINUTES --faults $FAULTS"
 	echo "cache:     $SETTINGS; other projcache settings default"
 	echo "source:    fetch through dblink, not_modified for an unchanged revision; snapshot \"grants\" ($GRANT_ROWS rows"
 	echo "           through dblink, key user_id, TTL $EXPIRY) read as the foreign table public.grants; slow: ${SLOW} s a call"
 	echo "readers:   $CLIENTS clients, each key about once a second, one get() a statement (prepared); one read in eight"
-	echo "           a count(*) of public.grants instead; scan: one more client, $COLD cold keys once each, 500 a statement"
+	echo "           a count(*) of public.grants instead; scan: one more client, $COLD cold keys, 500 a statement, $([ "$SCAN_RATE" = 0 ] && echo unthrottled || echo "$SCAN_RATE keys/s")$([ "$SCAN_LOOP" = 1 ] && echo ', looping' || echo ', once each')"
 	echo "windows:   quiet, then each fault followed by a quiet window; a fault's window is twice a quiet one"
 	echo
 	cat "$WORK/soak-report.txt"

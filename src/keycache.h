@@ -135,7 +135,38 @@ typedef struct PcEntry
 										 * looked at it (S3-FIFO): set by
 										 * readers, only when clear, and
 										 * cleared by the worker */
+#define PC_MARK_WAITED		0x00000100U /* a reader waited for the key before
+										 * it had a value: its first value is
+										 * admitted whatever is in use
+										 * (keycache_worker.c, "Admission");
+										 * set by readers, never cleared */
 #define PC_MARK_REQUESTS	0x000000FFU
+
+/*
+ * When the key was last read, in PC_STAMP_MS units of the pc clock, modulo
+ * 2^15: set by readers of an existing entry, at most once per unit, and
+ * never cleared.  A value read within projcache.admission_window is not
+ * evicted to make room for a key that has none (keycache_worker.c,
+ * "Admission"; sched_value_in_use() says which keys are).  The modulus is
+ * SCHED_STAMP_MODULUS (keycache_policy.h): about 9 hours.
+ */
+#define PC_MARK_STAMP_SHIFT	16
+#define PC_MARK_STAMP_MASK	0x7FFF0000U
+#define PC_STAMP_MODULUS	0x8000U
+#define PC_STAMP_MS			1000
+
+static inline uint32
+pc_read_stamp(int64 now)
+{
+	return (uint32) ((now / PC_STAMP_MS) % PC_STAMP_MODULUS);
+}
+
+/* The stamp 'marks' holds. */
+static inline uint32
+pc_marks_stamp(uint32 marks)
+{
+	return (marks & PC_MARK_STAMP_MASK) >> PC_MARK_STAMP_SHIFT;
+}
 
 /* Bits of PcEntry.parts. */
 #define PC_PART_SPLIT		0x01	/* body goes on in a tail chunk */
@@ -262,14 +293,33 @@ pc_entry_visited(PcEntry *entry)
 	return (pg_atomic_read_u32(&entry->marks) & PC_MARK_VISITED) != 0;
 }
 
-/* Mark it read, writing the shared line only when it is not marked yet. */
+/*
+ * Mark it read at 'now' (pc clock), writing the shared line only when it is
+ * not marked yet or its stamp is older: a hit writes it at most once per
+ * PC_STAMP_MS.  A key without a value is only marked: the stamp says when
+ * a value was last read.  Returns whether the visited mark was clear.
+ */
 static inline bool
-pc_entry_visit(PcEntry *entry)
+pc_entry_visit(PcEntry *entry, int64 now)
 {
-	if (pc_entry_visited(entry))
-		return false;
-	pg_atomic_fetch_or_u32(&entry->marks, PC_MARK_VISITED);
-	return true;
+	uint32		stamp = pc_read_stamp(now) << PC_MARK_STAMP_SHIFT;
+	uint32		old = pg_atomic_read_u32(&entry->marks);
+	uint32		new;
+
+	if (entry->state == PC_STATE_PENDING)
+	{
+		if (pc_entry_visited(entry))
+			return false;
+		pg_atomic_fetch_or_u32(&entry->marks, PC_MARK_VISITED);
+		return true;
+	}
+	do
+	{
+		if ((old & PC_MARK_VISITED) && (old & PC_MARK_STAMP_MASK) == stamp)
+			return false;
+		new = (old & ~PC_MARK_STAMP_MASK) | PC_MARK_VISITED | stamp;
+	} while (!pg_atomic_compare_exchange_u32(&entry->marks, &old, new));
+	return (old & PC_MARK_VISITED) == 0;
 }
 
 extern int64 pc_entry_expires_at(const PcEntry *entry);

@@ -972,7 +972,7 @@ restore_header(PcEntry *entry, void *arg)
 	pc_entry_set_expires_at(entry, h->expires_at);
 	entry->invalidated = true;
 	if (h->rec->visited)
-		(void) pc_entry_visit(entry);
+		(void) pc_entry_visit(entry, pc_now_ms());
 	return true;
 }
 

@@ -1318,6 +1318,7 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 	SchedPool  *p = &s->pools[pool];
 	size_t		looks = 2 * (p->fifo_count[0] + p->fifo_count[1]) + 1;
 	size_t		small_looks = 0;
+	size_t		main_looks = 0;
 
 	while (looks-- > 0 && p->fifo_count[0] + p->fifo_count[1] > 0)
 	{
@@ -1325,10 +1326,14 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 
 		/*
 		 * The small FIFO while it holds its share of the bytes, unless each
-		 * of its keys was passed over in this call for being fetched.
+		 * of its keys was passed over in this call for being fetched; and
+		 * once each key of the main FIFO was looked at twice in this call
+		 * without a victim (the caller keeps every one of them: values in
+		 * use, keycache_worker.c's "Admission").
 		 */
 		if (p->fifo_count[0] > 0 && small_looks < p->fifo_count[0] &&
-			(small_holds_share(p) || p->fifo_count[1] == 0))
+			(small_holds_share(p) || p->fifo_count[1] == 0 ||
+			 main_looks >= 2 * p->fifo_count[1]))
 		{
 			e = p->fifo_tail[0];
 			if (!sched_evictable(e))
@@ -1353,6 +1358,7 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 		if (p->fifo_count[1] == 0)
 			break;
 		e = p->fifo_tail[1];
+		main_looks++;
 		if (sched_evictable(e) && !visited(e, arg))
 			return e;
 		/* read again since last looked at, or being fetched: reinserted */
@@ -2026,4 +2032,52 @@ sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when)
 	e->has_fetch_when = true;
 	e->fetch_when = when;
 	queue_schedule(s, due_queue_for(e), e, when);
+}
+
+/* ----------------------------------------------------------------
+ * Admission and the pace of overflow scans (see keycache_policy.h)
+ * ----------------------------------------------------------------
+ */
+
+bool
+sched_value_in_use(bool has_value, uint32_t stamp, uint32_t stamp_now,
+				   uint32_t window)
+{
+	uint32_t	age = (stamp_now - stamp) % SCHED_STAMP_MODULUS;
+
+	if (!has_value || window == 0)
+		return false;
+	if (age >= SCHED_STAMP_MODULUS - SCHED_STAMP_AHEAD_MAX)
+		age = 0;				/* stamped after stamp_now was read */
+	return age < window;
+}
+
+void
+sched_scan_pace_init(SchedScanPace *pace)
+{
+	pace->next_ok = INT64_MIN;
+}
+
+bool
+sched_scan_due(const SchedScanPace *pace, SchedTime now)
+{
+	return now >= pace->next_ok;
+}
+
+/* How long until a scan is due: 0 if it is. */
+int64_t
+sched_scan_wait(const SchedScanPace *pace, SchedTime now)
+{
+	return sched_scan_due(pace, now) ? 0 : pace->next_ok - now;
+}
+
+void
+sched_scan_done(SchedScanPace *pace, SchedTime start, SchedTime end)
+{
+	int64_t		took = end > start ? end - start : 0;
+	int64_t		gap = took * SCHED_SCAN_GAP_FACTOR;
+
+	if (gap < SCHED_SCAN_MIN_GAP_MS)
+		gap = SCHED_SCAN_MIN_GAP_MS;
+	pace->next_ok = end + gap;
 }

@@ -312,6 +312,12 @@ extern SchedEvictReply sched_request_evict(Sched *s, const char *key,
  *	 evictions from its FIFO as the main FIFO holds keys) goes straight into
  *	 the main FIFO.
  *
+ * - when visited(entry, arg) keeps every key of the main FIFO (each was
+ *	 looked at twice in this call), the small FIFO is looked at whatever its
+ *	 share: with plain visited marks that never happens, since a mark is
+ *	 cleared at the first look; a caller that keeps keys for other reasons
+ *	 (values in use) still gets a victim from the small FIFO.
+ *
  * So keys read only once (a scan) cycle through the small FIFO and never
  * displace the main one's.  A key whose fetch is dispatched or gathered
  * into the open batch is never a victim: it goes back to the head of its
@@ -603,5 +609,43 @@ extern void sched_resume_backoff(Sched *s, SchedEntry *e, int attempts,
  */
 extern void sched_set_suspect(SchedEntry *e, bool suspect);
 extern void sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when);
+
+/*
+ * Admission (keycache_worker.c, "Admission"): a key is in use when it holds
+ * a value and was read within 'window' stamp units of stamp_now.  Read
+ * stamps count units of a clock modulo SCHED_STAMP_MODULUS; a stamp up to
+ * SCHED_STAMP_AHEAD_MAX units ahead of stamp_now (a reader stamped it
+ * after the caller read the clock) is a read now, and one about as old as
+ * the modulus looks recent again, which keeps such a key one window longer
+ * at most.  window 0: no key is in use.
+ */
+#define SCHED_STAMP_MODULUS		0x8000U
+#define SCHED_STAMP_AHEAD_MAX	4
+
+extern bool sched_value_in_use(bool has_value, uint32_t stamp,
+							   uint32_t stamp_now, uint32_t window);
+
+/*
+ * The pace of the scans of the whole key map that a full request ring
+ * costs (keycache_ring.c): a scan may begin once the last one ended
+ * SCHED_SCAN_MIN_GAP_MS ago, and SCHED_SCAN_GAP_FACTOR times as long as it
+ * took, whichever is later; so however fast readers overflow the ring,
+ * scans take at most a tenth of the worker's time, and at most one a
+ * second.  Requests that found the ring full wait for that scan: a key
+ * with a value serves it meanwhile.  The first scan is due at once.
+ */
+#define SCHED_SCAN_MIN_GAP_MS	1000
+#define SCHED_SCAN_GAP_FACTOR	9
+
+typedef struct SchedScanPace
+{
+	SchedTime	next_ok;		/* no scan begins before this */
+} SchedScanPace;
+
+extern void sched_scan_pace_init(SchedScanPace *pace);
+extern bool sched_scan_due(const SchedScanPace *pace, SchedTime now);
+extern int64_t sched_scan_wait(const SchedScanPace *pace, SchedTime now);
+extern void sched_scan_done(SchedScanPace *pace, SchedTime start,
+							SchedTime end);
 
 #endif							/* PROJCACHE_KEYCACHE_POLICY_H */

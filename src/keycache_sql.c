@@ -204,10 +204,12 @@ count_read(PcCounter counter)
 /*
  * Read a key: the get() and lookup() path.  Unknown keys are created
  * pending; unknown, pending, stale and expired keys get a fetch requested
- * unless one is under way.  Counts the read.
+ * unless one is under way.  Counts the read.  A reader that will wait for
+ * the key (waiting) creates it even while admission is closed: it waits for
+ * one key at a time, so it cannot outrun the fetches.
  */
 static void
-read_key(const char *key, uint32 len, bool details, PcRead *r)
+read_key(const char *key, uint32 len, bool details, bool waiting, PcRead *r)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
@@ -218,16 +220,22 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 	{
-		bool		created;
+		bool		created = false;
 
-		entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
-											 &created);
+		/*
+		 * While admission is closed (keycache_worker.c, "Admission"), every
+		 * value that could make room for a new key is being read: ask for the
+		 * key without creating it, unless the reader waits for it.
+		 */
+		if (waiting || pg_atomic_read_u32(&pc_shared->admission_closed) == 0)
+			entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
+												 &created);
 		if (entry == NULL)
 		{
 			/*
 			 * No room, in memory or in the role's
-			 * projcache.max_keys_per_role: read as a pending key; the worker
-			 * makes room.
+			 * projcache.max_keys_per_role, or admission closed: read as a
+			 * pending key; the worker makes room, or creates it once it may.
 			 */
 			memset(r, 0, sizeof(PcRead));
 			r->state = PC_STATE_PENDING;
@@ -246,7 +254,7 @@ read_key(const char *key, uint32 len, bool details, PcRead *r)
 		 * S3-FIFO: mark it read, writing only when it is not marked yet: a
 		 * hit writes at most this one shared cache line.
 		 */
-		first_visit = pc_entry_visit(entry);
+		first_visit = pc_entry_visit(entry, now);
 	}
 
 	copy_entry(entry, details, true, r);
@@ -316,7 +324,7 @@ wait_on_key(const char *key, uint32 len, int64 wait_ms,
 /*
  * A reader is about to wait for a pending key: its fetch must not wait behind
  * keys read once (keycache_policy.h, "Fair fetching").  Marks the key read
- * again, as a second reader would.  The worker is told when the demand is new,
+ * again, as a second reader would, and waited for (PC_MARK_WAITED).  The worker is told when the demand is new,
  * and once more when the first reader that is not the key's creator waits for
  * it (PC_REQ_DEMAND_OTHER): its role may be the one whose turn comes first.
  * Not on every wait, so that one role looping on a pending key cannot fill the
@@ -333,7 +341,10 @@ demand_key(const char *key, uint32 len)
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return;
-	(void) pc_entry_visit(entry);
+	(void) pc_entry_visit(entry, pc_now_ms());
+	if (entry->state == PC_STATE_PENDING &&
+		(pg_atomic_read_u32(&entry->marks) & PC_MARK_WAITED) == 0)
+		pg_atomic_fetch_or_u32(&entry->marks, PC_MARK_WAITED);
 	creator = entry->owner;
 	send = pc_request_mark(entry, PC_REQ_DEMAND |
 						   (pc_role_of_slot(creator) == GetOuterUserId() ?
@@ -386,7 +397,7 @@ key_settled(const char *key, uint32 len, void *arg)
 		if (entry == NULL)
 		{
 			/* Evicted meanwhile: read (and re-create) it as a reader would. */
-			read_key(key, len, w->details, w->r);
+			read_key(key, len, w->details, true, w->r);
 		}
 		else
 		{
@@ -530,7 +541,7 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 			read_pending(r);
 			return;
 		}
-		read_key(*key, *len, details, r);
+		read_key(*key, *len, details, wait_ms > 0, r);
 	} while (pc_caches_generation() != generation);
 	pc_cache_count(cache, r->found && r->state != PC_STATE_PENDING ?
 				   PC_CACHE_HITS : PC_CACHE_MISSES, 1);

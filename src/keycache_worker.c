@@ -8,7 +8,8 @@
  * fetch state, backoff, eviction and refresh times.  Its loop:
  *
  *	 1. take readers' requests (request ring, or a scan of request bits when
- *		the ring overflowed) and begin fetches, invalidations, evictions;
+ *		the ring overflowed, at most at the pace sched_scan_due() allows)
+ *		and begin fetches, invalidations, evictions;
  *	 2. run due evictions, then due refreshes;
  *	 3. when a batch of due fetches is ready, call the fetch function once
  *		for it (keycache_fetch.c), or more often if a call fails, until the
@@ -73,6 +74,30 @@
  * neither evicts keys for them nor finds itself unable to make room.
  */
 /*
+ * Admission.  Keys nobody has a value for must not crowd out values being
+ * read.  A value read within projcache.admission_window (its read stamp,
+ * PC_MARK_STAMP_MASK, says when) is "in use": it is never evicted to make
+ * room for a key that has no value yet, neither for the entries readers
+ * create (evict_for_memory) nor for a key's first value (prepare_answer),
+ * unless a reader waits for that key (PC_MARK_WAITED: one key at a time
+ * per waiting reader, at the pace of the fetches, may thus take room from
+ * values in use, those not in use first).
+ * Such room comes from keys without a value and from values not read
+ * within the window, in S3-FIFO's order; when none is left, admission
+ * closes (pc_shared->admission_closed): readers create no key, their reads
+ * of new keys answer pending and only ask (pc_request_send_refused), the
+ * refused keys are not created, and a first value that finds no room is
+ * stored as an error, so that the key is asked for again after its
+ * backoff.  At each PC_STAMP_MS tick the worker opens admission again, and
+ * the next key without room closes it: so a reader of new keys, at any
+ * rate, takes only the memory that nobody has read for a window, and a
+ * key whose readers stop is replaced a window later.  Room for values
+ * that are already held (a refresh), and the budgets' and roles' bounds,
+ * may still evict values in use, those not in use first: the cache's
+ * memory bounds always hold.
+ */
+
+/*
  * The largest value stored, as a share of the same: a larger one would evict
  * a good part of the cache for itself, so it is refused (and retried with
  * the usual backoff: the upstream's value may shrink).  A value within it
@@ -92,6 +117,9 @@ static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static int64 dump_resume_ms = 0;	/* the dump's next slice, not before */
 static char *ring_buf = NULL;
 static Size ring_len = 0;		/* drained into ring_buf, not yet acted on */
+static SchedScanPace scan_pace; /* of the scans for request bits, on
+								 * pc_real_now_ms() */
+static bool scan_wanted = false;	/* the ring overflowed since the last */
 static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
 									 * pc_real_now_ms() (keycache_bisect.h) */
 
@@ -299,12 +327,37 @@ tombstone_unless_disabled(const char *key, uint32 len)
 }
 
 /*
+ * What evict_one_for_memory() keeps: with protect, values in use (see
+ * "Admission" above), read within 'window' stamp units of 'stamp_now'.
+ */
+typedef struct VictimLook
+{
+	bool		protect;
+	uint32		stamp_now;
+	uint32		window;
+} VictimLook;
+
+/* The admission window in stamp units; 0: no protection. */
+static uint32
+admission_window_units(void)
+{
+	if (pc_admission_window_ms <= 0)
+		return 0;
+	StaticAssertStmt(PC_STAMP_MODULUS == SCHED_STAMP_MODULUS,
+					 "read stamps wrap where the policy expects");
+	return (uint32) Min((pc_admission_window_ms + PC_STAMP_MS - 1) /
+						PC_STAMP_MS, PC_STAMP_MODULUS / 2);
+}
+
+/*
  * For S3-FIFO: was the key read since it entered its FIFO, or since the
- * eviction last looked at it?  Clears the mark.
+ * eviction last looked at it?  Clears the mark.  A value in use, when the
+ * look protects them, counts as read: S3-FIFO keeps it.
  */
 static bool
 take_visited(SchedEntry *e, void *arg)
 {
+	const VictimLook *look = arg;
 	PcKey		search = pc_search_key(e->key, e->keylen);
 	PcEntry    *entry;
 	bool		visited = false;
@@ -312,8 +365,15 @@ take_visited(SchedEntry *e, void *arg)
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
-		visited = (pg_atomic_fetch_and_u32(&entry->marks, ~PC_MARK_VISITED) &
-				   PC_MARK_VISITED) != 0;
+		uint32		marks;
+
+		marks = pg_atomic_fetch_and_u32(&entry->marks, ~PC_MARK_VISITED);
+		visited = (marks & PC_MARK_VISITED) != 0;
+		if (look != NULL && look->protect &&
+			sched_value_in_use(entry->state != PC_STATE_PENDING,
+							   pc_marks_stamp(marks), look->stamp_now,
+							   look->window))
+			visited = true;
 		pc_entry_release(entry);
 	}
 	return visited;
@@ -403,12 +463,18 @@ apply_cache_settings(void)
 
 /*
  * Evict S3-FIFO's next victim of a pool; false if no key of it can be
- * evicted (the rest are being fetched).
+ * evicted (the rest are being fetched, or, with protect, values in use).
  */
 static bool
-evict_one_for_memory(int pool)
+evict_one_for_memory(int pool, bool protect)
 {
-	SchedEntry *victim = sched_memory_victim(sched, pool, take_visited, NULL);
+	VictimLook	look;
+	SchedEntry *victim;
+
+	look.window = admission_window_units();
+	look.protect = protect && look.window > 0;
+	look.stamp_now = pc_read_stamp(pc_now_ms());
+	victim = sched_memory_victim(sched, pool, take_visited, &look);
 
 	if (victim == NULL)
 		return false;
@@ -483,12 +549,14 @@ evict_cache_keys(const char *prefix, uint32 len)
  * SCHED_ROOM_NO_WRITER, until the keys are back below the target.  Only
  * the pools the policy names pay: a cache with a budget pays for its own
  * writes.  With full, the memory is short whatever the counts say (an
- * allocation failed).
+ * allocation failed).  With admit, the room is for a key without a value:
+ * values in use never pay (see "Admission"); else they pay last.
  */
 static int
-make_room(int writer, Size need, Size freed, bool full)
+make_room(int writer, Size need, Size freed, bool full, bool admit)
 {
 	bool		tried[SCHED_MAX_POOLS] = {false};
+	bool		in_use_left[SCHED_MAX_POOLS] = {false};
 
 	for (;;)
 	{
@@ -500,8 +568,10 @@ make_room(int writer, Size need, Size freed, bool full)
 		pool = room_payer(writer, need, freed, used, tried);
 		if (pool < 0)
 			return pool;
-		if (evict_one_for_memory(pool))
+		if (evict_one_for_memory(pool, !in_use_left[pool]))
 			full = false;
+		else if (!admit && !in_use_left[pool])
+			in_use_left[pool] = true;	/* then values in use may go */
 		else
 			tried[pool] = true; /* its keys are all being fetched */
 	}
@@ -532,6 +602,22 @@ unbudgeted_bytes(int *largest)
 }
 
 /*
+ * Evict one key of a pool for a bound that must hold: values not in use
+ * first, then, once *in_use_only says that none of those is left, and only
+ * while the pool's excess is more than the headroom readers may fill with
+ * new keys (excess_hard), values in use.  False if no key of the pool can
+ * go now.
+ */
+static bool
+evict_one_for_bound(int pool, bool *in_use_only, bool excess_hard)
+{
+	if (!*in_use_only && evict_one_for_memory(pool, true))
+		return true;
+	*in_use_only = true;
+	return excess_hard && evict_one_for_memory(pool, false);
+}
+
+/*
  * Keep each named cache with a budget within it, evicting its own keys
  * only, and the pools without one within what the budgets leave of the
  * target: a budget is reserved, so that a cache growing into it never
@@ -547,14 +633,19 @@ evict_for_budgets(void)
 	Size		overhead;
 	Size		target = pc_key_memory_target();
 	Size		limit;
+	Size		headroom = pc_key_memory_bound() - target;
+	Size		excess;
 	int			largest;
+	bool		in_use_only[SCHED_MAX_POOLS] = {false};
 
 	for (int p = 0; p < SCHED_MAX_POOLS; p++)
 	{
 		Size		budget = pool_budget(p);
 
 		while (budget > 0 && sched_pool_bytes(sched, p) > budget &&
-			   evict_one_for_memory(p))
+			   evict_one_for_bound(p, &in_use_only[p],
+								   sched_pool_bytes(sched, p) - budget >
+								   headroom))
 			;
 		reserved += budget;
 		pooled += sched_pool_bytes(sched, p);
@@ -564,8 +655,9 @@ evict_for_budgets(void)
 	used = pc_key_memory_used();
 	overhead = used > pooled ? used - pooled : 0;
 	limit = target > overhead + reserved ? target - overhead - reserved : 0;
-	while (unbudgeted_bytes(&largest) > limit && largest >= 0 &&
-		   evict_one_for_memory(largest))
+	while ((excess = unbudgeted_bytes(&largest)) > limit && largest >= 0 &&
+		   evict_one_for_bound(largest, &in_use_only[largest],
+							   excess - limit > headroom))
 		;
 
 	for (int p = 1; p < SCHED_MAX_POOLS; p++)
@@ -581,15 +673,43 @@ evict_for_budgets(void)
 	}
 }
 
+/* The stamp unit in which admission last closed. */
+static uint32 admission_closed_stamp;
+
+/* No room for a key without a value: close admission until the next tick. */
+static void
+close_admission(void)
+{
+	admission_closed_stamp = pc_read_stamp(pc_now_ms());
+	if (pg_atomic_exchange_u32(&pc_shared->admission_closed, 1) == 0)
+		elog(DEBUG1, "projcache: admission closed: every value that could make room was read within projcache.admission_window");
+}
+
+/*
+ * Open admission again at the stamp unit after the one it closed in (or at
+ * once, without an admission window): the next key that finds no room
+ * closes it again.
+ */
+static void
+admission_tick(int64 now)
+{
+	if (pg_atomic_read_u32(&pc_shared->admission_closed) != 0 &&
+		(admission_window_units() == 0 ||
+		 pc_read_stamp(now) != admission_closed_stamp))
+		pg_atomic_write_u32(&pc_shared->admission_closed, 0);
+}
+
 /*
  * Keep the key map within its target: the entries readers created since
- * the last pass, or a reader that found no room, cost as many evictions.
+ * the last pass, or a reader that found no room, cost as many evictions,
+ * of keys without a value or values not in use only (see "Admission").
  */
 static void
 evict_for_memory(void)
 {
 	(void) pg_atomic_exchange_u32(&pc_shared->room_wanted, 0);
-	(void) make_room(SCHED_ROOM_NO_WRITER, 0, 0, false);
+	if (make_room(SCHED_ROOM_NO_WRITER, 0, 0, false, true) != SCHED_ROOM_FITS)
+		close_admission();
 	evict_for_budgets();
 }
 
@@ -781,12 +901,22 @@ has_requests(PcEntry *entry)
 	return (pg_atomic_read_u32(&entry->marks) & PC_MARK_REQUESTS) != 0;
 }
 
-/* The ring overflowed: find every entry with request bits. */
+/*
+ * The ring overflowed: find every entry with request bits.  A scan reads
+ * the whole map, so it is paced (keycache_policy.h, "The pace of the
+ * scans"): a reader that keeps the ring full costs the worker a tenth of
+ * its time at most, not every pass of its loop.
+ */
 static void
 scan_requests(int64 now)
 {
 	PcKeyList	list;
 	int			i;
+	int64		start = pc_real_now_ms();
+
+	if (!sched_scan_due(&scan_pace, start))
+		return;
+	scan_wanted = false;
 
 	pc_keylist_init(&list, 0);
 	pc_keylist_from_map(&list, has_requests, NULL);
@@ -795,6 +925,7 @@ scan_requests(int64 now)
 
 	for (i = 0; i < list.count; i++)
 		handle_request(list.keys[i], list.lens[i], InvalidOid, now);
+	sched_scan_done(&scan_pace, start, pc_real_now_ms());
 }
 
 /*
@@ -822,6 +953,8 @@ process_requests(int64 now)
 	ring_len = n;
 
 	if (pg_atomic_exchange_u32(&pc_shared->ring_overflow, 0) != 0)
+		scan_wanted = true;
+	if (scan_wanted)
 		scan_requests(now);
 }
 
@@ -831,8 +964,9 @@ process_requests(int64 now)
  * requests would have: a service warming its cache reads every key once,
  * then waits for each, and a key it could not create would otherwise be
  * fetched alone when its wait comes.  Room that runs out meanwhile is made
- * again; a key still without room is left to its next read.  In a
- * transaction: counting a key for its role reads the catalog.
+ * again; a key still without room, or asked for while admission is closed
+ * ("Admission"), is left to its next read.  In a transaction: counting a
+ * key for its role reads the catalog.
  */
 static void
 create_refused_keys(int64 now)
@@ -853,7 +987,9 @@ create_refused_keys(int64 now)
 		memcpy(&role, ring_buf + off + sizeof(uint32), sizeof(Oid));
 		key = ring_buf + off + sizeof(uint32) + sizeof(Oid);
 		off += sizeof(uint32) + sizeof(Oid) + TYPEALIGN(4, len);
-		if ((word & PC_RING_REFUSED) != 0)
+		/* While admission is closed, they are left to their next reads. */
+		if ((word & PC_RING_REFUSED) != 0 &&
+			pg_atomic_read_u32(&pc_shared->admission_closed) == 0)
 		{
 			PcEntry    *entry;
 			bool		created;
@@ -973,37 +1109,42 @@ count_delay(SchedEntry *e)
  */
 static int
 prepare_with_room(const char *key, uint32 len, int pool, Size freed,
-				  const PcEntryWrite *w, PcEntryPrepared *prep)
+				  bool admit, const PcEntryWrite *w, PcEntryPrepared *prep)
 {
 	Size		need = pc_entry_write_size(key, len, w);
 	int			room;
 
 	/* A write in place needs no room (and no victim). */
-	if (need > 0 && (room = make_room(pool, need, freed, false)) !=
+	if (need > 0 && (room = make_room(pool, need, freed, false, admit)) !=
 		SCHED_ROOM_FITS)
 		return room;
 	/* Readers may have taken the room meanwhile: one more key at a time. */
 	while (!pc_entry_prepare(key, len, w, prep))
 	{
-		room = make_room(pool, need, freed, true);
+		room = make_room(pool, need, freed, true, admit);
 		if (room != SCHED_ROOM_FITS)
 			return room;
 	}
 	return SCHED_ROOM_FITS;
 }
 
-/* Does the key hold a value now (for not_modified)? */
+/*
+ * Does the key hold a value now (for not_modified)?  *waited: did a reader
+ * wait for it (PC_MARK_WAITED)?
+ */
 static bool
-shared_has_value(const char *key, uint32 len)
+shared_has_value(const char *key, uint32 len, bool *waited)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	bool		result = false;
 
+	*waited = false;
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
 		result = entry->state != PC_STATE_PENDING;
+		*waited = (pg_atomic_read_u32(&entry->marks) & PC_MARK_WAITED) != 0;
 		pc_entry_release(entry);
 	}
 	return result;
@@ -1044,7 +1185,8 @@ answer_write(const PcFetchItem *item, PcEntryWrite *w)
 			break;				/* its message is made after the scheduler
 								 * counted the attempt (apply_answer) */
 		case PC_ANSWER_ERROR:
-			w->error = pc_store_message(item->error, &size);
+			w->error = item->error == NULL ? InvalidDsaPointer :
+				pc_store_message(item->error, &size);
 			break;
 	}
 }
@@ -1074,9 +1216,12 @@ prepare_answer(const SchedEntry *e, const char *key, uint32 len,
 	Size		bound = pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR;
 	Size		value_size = 0;
 	bool		breach = false;
+	bool		waited;
+	bool		has_value = shared_has_value(key, len, &waited);
+	bool		admit = !has_value && !waited;
 	int			room;
 
-	if (item->answer == PC_ANSWER_NOT_MODIFIED && !shared_has_value(key, len))
+	if (item->answer == PC_ANSWER_NOT_MODIFIED && !has_value)
 	{
 		item->answer = PC_ANSWER_ERROR;
 		item->error = pstrdup("fetch function answered \"not_modified\" for a key with no cached value");
@@ -1100,7 +1245,7 @@ prepare_answer(const SchedEntry *e, const char *key, uint32 len,
 	}
 
 	answer_write(item, w);
-	room = prepare_with_room(key, len, e->pool, e->bytes, w, prep);
+	room = prepare_with_room(key, len, e->pool, e->bytes, admit, w, prep);
 	if (room == SCHED_ROOM_TOO_LARGE)
 	{
 		/*
@@ -1116,18 +1261,34 @@ prepare_answer(const SchedEntry *e, const char *key, uint32 len,
 		item->new_revision = NULL;
 		count_unstored(e->pool);
 		answer_write(item, w);
-		room = prepare_with_room(key, len, e->pool, e->bytes, w, prep);
+		room = prepare_with_room(key, len, e->pool, e->bytes, admit, w, prep);
 	}
 	if (room == SCHED_ROOM_FITS)
 		return breach;
 
 	/*
-	 * No room: every key that could make room for it is being fetched.  (An
-	 * error or pending answer writes in place and always has room.)
+	 * No room: every key that could make room for it is being fetched, or,
+	 * for a key without a value, is a value in use.  (An error or pending
+	 * answer writes in place and always has room.)
 	 */
 	Assert(item->answer != PC_ANSWER_ERROR &&
 		   item->answer != PC_ANSWER_PENDING);
 	pc_free_message(w->error);
+	if (admit && admission_window_units() > 0)
+	{
+		/*
+		 * Its message is not stored: a reader of new keys would otherwise
+		 * fill the message reserve, and values in use would pay for it.
+		 */
+		item->error = NULL;
+		item->answer = PC_ANSWER_ERROR;
+		count_unstored(e->pool);
+		close_admission();
+		answer_write(item, w);
+		if (!pc_entry_prepare(key, len, w, prep))
+			elog(ERROR, "projcache: an error answer found no room to be written in place");
+		return breach;
+	}
 	if (item->answer == PC_ANSWER_NOT_MODIFIED)
 		item->error = pstrdup("projcache.max_memory is used up: could not store the key's own max_age and stale_for");
 	else if (pool_budget(e->pool) > 0)
@@ -2111,6 +2272,7 @@ worker_start(void)
 									  ALLOCSET_DEFAULT_SIZES);
 	ring_buf = MemoryContextAlloc(TopMemoryContext, pc_ring_size());
 	load_settings();
+	sched_scan_pace_init(&scan_pace);
 
 	MemoryContextSwitchTo(batch_cxt);
 	rebuild_private_state(pc_now_ms());
@@ -2154,6 +2316,13 @@ sleep_until_due(int64 now, long poll_ms, bool dumping)
 		timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
 	if (poll_ms >= 0)
 		timeout = Min(timeout, poll_ms);
+	/* A scan for request bits that its pace put off. */
+	if (scan_wanted)
+		timeout = Min(timeout, (long) sched_scan_wait(&scan_pace,
+													  pc_real_now_ms()));
+	/* Admission closed opens at the next stamp unit. */
+	if (pg_atomic_read_u32(&pc_shared->admission_closed) != 0)
+		timeout = Min(timeout, PC_STAMP_MS - now % PC_STAMP_MS);
 	if (dumping)
 		timeout = Min(timeout, Max(0, dump_resume_ms - pc_real_now_ms()));
 	else if (pc_dump_interval_s > 0)
@@ -2221,6 +2390,7 @@ pc_worker_main(Datum main_arg)
 		}
 		replay_poll = pc_replay_poll(refetch_replayed);
 		now = pc_now_ms();
+		admission_tick(now);
 		process_requests(now);
 		drop_fetches_for_nobody();
 		process_timers(now);

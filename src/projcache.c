@@ -57,6 +57,7 @@ int			pc_wal_pending_kb = 1024;
 int			pc_max_load_workers = 4;
 int			pc_max_load_workers_per_role = 2;
 int			pc_max_keys_per_role = -1;
+int			pc_admission_window_ms = 10 * 1000;
 
 /* A channel name is an identifier: shorter than NAMEDATALEN. */
 static bool
@@ -221,6 +222,15 @@ define_settings(void)
 							-1, -1, INT_MAX,
 							PGC_SIGHUP,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.admission_window",
+							"Sets how long a value read stays safe from eviction to make room for a key without one.",
+							"While every value that could go was read within it, a read of a new key is answered pending and creates no entry.  0 means no such protection.",
+							&pc_admission_window_ms,
+							10 * 1000, 0, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("projcache.max_snapshots",

@@ -67,6 +67,7 @@ extern int	pc_debug_list_limit;
 extern int	pc_dump_interval_s;
 extern int	pc_restore_wait_ms;
 extern int	pc_max_keys_per_role;
+extern int	pc_admission_window_ms;
 
 /* ----------------------------------------------------------------
  * Clock (clock.c)

@@ -150,6 +150,7 @@ init_shared(PcShared *shared)
 	shared->max_snapshots = pc_max_snapshots;
 	pg_atomic_init_u32(&shared->ring_overflow, 0);
 	pg_atomic_init_u32(&shared->room_wanted, 0);
+	pg_atomic_init_u32(&shared->admission_closed, 0);
 	pg_atomic_init_u64(&shared->clock_offset_ms, 0);
 	shared->mono_anchor_ms = pc_real_now_ms();
 	shared->wall_anchor = GetCurrentTimestamp();

@@ -91,7 +91,8 @@ typedef enum PcCounter
  * - the DSA's own lock: its allocator.
  * - counters, memory_used and snap_memory_used (DSA bytes taken, as
  *	 pc_dsa_footprint counts them, by keys and messages and by snapshot
- *	 rows), clock_offset_ms, ring_overflow, role_room_wanted and each
+ *	 rows), clock_offset_ms, ring_overflow, admission_closed,
+ *	 role_room_wanted and each
  *	 slot's room_wanted, config_generation, registry_generation,
  *	 keys_restoring, restore_wait_until: atomics.
  *
@@ -147,6 +148,10 @@ typedef struct PcShared
 	LWLock	   *ring_lock;
 	pg_atomic_uint32 ring_overflow; /* a request did not fit in the ring */
 	pg_atomic_uint32 room_wanted;	/* a reader found no room for a new key */
+	pg_atomic_uint32 admission_closed;	/* every value that could make room
+										 * for a new key was read within
+										 * projcache.admission_window: readers
+										 * create no key (keycache_worker.c) */
 
 	pg_atomic_uint64 clock_offset_ms;	/* projcache.debug_clock */
 	TimestampTz wall_anchor;	/* the wall clock when projcache's clock read

@@ -417,7 +417,10 @@ sub start_session
 		[
 			$node->installed_command('psql'), '-XAtq',
 			'-v', 'ON_ERROR_STOP=1',
-			'-d', $node->connstr('postgres') . " application_name=$appname",
+			'-d',
+			$node->connstr('postgres')
+			  . " application_name=$appname"
+			  . (defined $opts{user} ? " user=$opts{user}" : ''),
 			'-c', $sql
 		],
 		'<', \undef,

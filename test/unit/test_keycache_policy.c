@@ -1854,6 +1854,45 @@ asked_for(SieveFixture * f, const char *key)
 	return e->in_main;
 }
 
+/* For test_s3fifo_main_kept: keys 'a' to 'k' are always kept (in use). */
+static bool
+kept_a_to_k(SchedEntry *e, void *arg)
+{
+	(void) arg;
+	return e->keylen == 1 && e->key[0] >= 'a' && e->key[0] <= 'k';
+}
+
+/*
+ * A caller that keeps every key of the main FIFO (values in use) still gets
+ * the small FIFO's unvisited key, although the small FIFO is below its
+ * share; and none once the small FIFO has none left either.
+ */
+static void
+test_s3fifo_main_kept(void **state)
+{
+	SieveFixture *f = *state;
+	SchedEntry *e;
+
+	cached(f, "abcdefghijk");
+	for (const char *k = "abcdefghijk"; *k; k++)
+	{
+		char		key[2] = {*k, '\0'};
+
+		visit(f, key);
+	}
+	/* read again: promoted until the small FIFO is below its share */
+	assert_string_equal(sieve_evict(f), "a");
+	assert_int_equal(sched_small_count(f->s), 1);
+	cached(f, "m");
+	/* k (read) moves on, then m alone: 1 key of 11, below its share */
+	e = sched_memory_victim(f->s, 0, kept_a_to_k, NULL);
+	assert_non_null(e);
+	assert_int_equal(e->key[0], 'm');
+	sched_evict_victim(f->s, e);
+	assert_null(sched_memory_victim(f->s, 0, kept_a_to_k, NULL));
+	assert_int_equal(sched_count(f->s), 10);
+}
+
 /* With nothing visited, keys go oldest first, as in a FIFO. */
 static void
 test_s3fifo_unvisited_fifo(void **state)
@@ -3717,6 +3756,85 @@ test_role_bounds_table(void **state)
 	}
 }
 
+/*
+ * Admission: which keys are in use, over values and none, ages within and
+ * past the window, stamps a few units ahead, and the clock's wrap.
+ */
+static void
+test_value_in_use_table(void **state)
+{
+	static const struct
+	{
+		bool		has_value;
+		uint32_t	stamp;
+		uint32_t	now;
+		uint32_t	window;
+		bool		in_use;
+	}			rows[] = {
+		{true, 100, 100, 10, true},
+		{true, 91, 100, 10, true},
+		{true, 90, 100, 10, false},
+		{true, 0, 100, 10, false},
+		{false, 100, 100, 10, false},
+		{true, 100, 100, 0, false},
+		{true, 101, 100, 10, true},
+		{true, 104, 100, 10, true},
+		{true, 105, 100, 10, false},
+		{true, SCHED_STAMP_MODULUS - 3, 4, 10, true},
+		{true, SCHED_STAMP_MODULUS - 6, 4, 10, false},
+		{true, 2, SCHED_STAMP_MODULUS - 1, 10, true},
+		{true, 100, 100 + SCHED_STAMP_MODULUS / 2, SCHED_STAMP_MODULUS / 2,
+		false},
+	};
+
+	(void) state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+		assert_int_equal(sched_value_in_use(rows[r].has_value, rows[r].stamp,
+											rows[r].now, rows[r].window),
+						 rows[r].in_use);
+}
+
+/*
+ * The pace of overflow scans on a fake clock: the first at once; then not
+ * before a second after the last ended, nor before nine times as long as
+ * it took.
+ */
+static void
+test_scan_pace_table(void **state)
+{
+	static const struct
+	{
+		int64_t		took;		/* each scan's duration, ms */
+		int64_t		asked_after;	/* next asked this long after it ended */
+		bool		due;
+		int64_t		wait;
+	}			rows[] = {
+		{5, 0, false, 1000},
+		{5, 999, false, 1},
+		{5, 1000, true, 0},
+		{200, 1000, false, 800},
+		{200, 1800, true, 0},
+		{0, 1000, true, 0},
+		{1000, 8999, false, 1},
+	};
+
+	(void) state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+	{
+		SchedScanPace pace;
+		SchedTime	start = 5000;
+		SchedTime	end = start + rows[r].took;
+		SchedTime	asked = end + rows[r].asked_after;
+
+		sched_scan_pace_init(&pace);
+		assert_true(sched_scan_due(&pace, start));
+		assert_int_equal(sched_scan_wait(&pace, start), 0);
+		sched_scan_done(&pace, start, end);
+		assert_int_equal(sched_scan_due(&pace, asked), rows[r].due);
+		assert_int_equal(sched_scan_wait(&pace, asked), rows[r].wait);
+	}
+}
+
 int
 main(void)
 {
@@ -3805,6 +3923,10 @@ main(void)
 		cmocka_unit_test(test_room_payer_table),
 		cmocka_unit_test(test_room_payer_loop),
 		cmocka_unit_test(test_role_bounds_table),
+		cmocka_unit_test_setup_teardown(test_s3fifo_main_kept,
+										sieve_setup, sieve_teardown),
+		cmocka_unit_test(test_value_in_use_table),
+		cmocka_unit_test(test_scan_pace_table),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
