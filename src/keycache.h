@@ -545,6 +545,7 @@ typedef struct PcFetchTarget
 	int32		stale_for_ms;
 }			PcFetchTarget;
 
+extern bool pc_fetch_function_shape_ok(Oid fn);
 extern PcFetchOutcome pc_fetch_batch(PcFetchItem *items, int nitems,
 									 bool quiet, const PcFetchTarget * target);
 

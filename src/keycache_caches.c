@@ -861,21 +861,31 @@ bind_function(PcCacheReg *reg, Oid stored_oid, const char *owner_name)
 {
 	Oid			fn;
 	Oid			owner = InvalidOid;
+	bool		found;
 	char	   *other;
 
 	reg->function = InvalidOid;
 	reg->function_owner = InvalidOid;
 	reg->bind_error[0] = '\0';
-	if (function_is(stored_oid, reg->fetch_function, owner_name, reg->owner,
-					&owner))
+	fn = stored_oid;
+	found = function_is(fn, reg->fetch_function, owner_name, reg->owner,
+						&owner);
+	if (!found)
 	{
-		reg->function = stored_oid;
-		reg->function_owner = owner;
-		return;
+		fn = signature_function(reg->fetch_function);
+		found = function_is(fn, reg->fetch_function, owner_name, reg->owner,
+							&owner);
 	}
-	fn = signature_function(reg->fetch_function);
-	if (function_is(fn, reg->fetch_function, owner_name, reg->owner, &owner))
+	if (found)
 	{
+		/* Its owner may have made it anew, returning one row. */
+		if (!pc_fetch_function_shape_ok(fn))
+		{
+			snprintf(reg->bind_error, PC_CACHE_ERROR_LEN,
+					 "named cache \"%s\" is put aside: function %s is not a fetch function (it must return a set of rows)",
+					 reg->name, reg->fetch_function);
+			return;
+		}
 		reg->function = fn;
 		reg->function_owner = owner;
 		return;

@@ -292,6 +292,35 @@ fetch_query_column(ParseState *pstate, int rtindex, TupleDesc desc,
  * (filling in cols): one of type interval (or a domain over it) is
  * selected; one of another type is not, and cols says why.
  */
+/*
+ * Has fn the shape of a fetch function: a plain function (not a procedure
+ * or an aggregate) of (text[], text[]) that returns a set?  The call built
+ * by fetch_query() is a set-returning one, and the planner expects the
+ * function it names to be one: the function a cache is bound to is
+ * checked again here, since its owner may have dropped it and created
+ * another of that signature that returns one row (keycache_caches.c
+ * binds a cache to a function of this shape only, and this is the last
+ * word).  Reads the catalogs only.
+ */
+bool
+pc_fetch_function_shape_ok(Oid fn)
+{
+	HeapTuple	tup;
+	Form_pg_proc proc;
+	bool		ok;
+
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	ok = proc->prokind == PROKIND_FUNCTION && proc->proretset &&
+		proc->pronargs == 2 &&
+		proc->proargtypes.values[0] == TEXTARRAYOID &&
+		proc->proargtypes.values[1] == TEXTARRAYOID;
+	ReleaseSysCache(tup);
+	return ok;
+}
+
 static Query *
 fetch_query(Oid fn, PeriodColumn *cols)
 {
@@ -310,6 +339,13 @@ fetch_query(Oid fn, PeriodColumn *cols)
 	List	   *tlist = NIL;
 	TupleDesc	resultdesc;
 	int			natts = 0;
+
+	if (!pc_fetch_function_shape_ok(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("function %s is not a fetch function",
+						format_procedure(fn)),
+				 errdetail("A fetch function takes (keys text[], revisions text[]) and returns a set of rows.")));
 
 	for (int i = 0; i < 2; i++)
 	{

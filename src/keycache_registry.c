@@ -512,11 +512,8 @@ check_fetch_function(Oid fn, Oid owner)
 				 errmsg("function with OID %u does not exist", fn)));
 	proc = (Form_pg_proc) GETSTRUCT(tup);
 	in_temp_schema = isAnyTempNamespace(proc->pronamespace);
-	ok = proc->pronargs == 2 && proc->proretset &&
-		proc->proargtypes.values[0] == TEXTARRAYOID &&
-		proc->proargtypes.values[1] == TEXTARRAYOID &&
-		proc->prokind == PROKIND_FUNCTION;
 	ReleaseSysCache(tup);
+	ok = pc_fetch_function_shape_ok(fn);
 	if (pc_proc_aclcheck(fn, owner, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

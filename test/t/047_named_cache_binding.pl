@@ -13,7 +13,9 @@
 #   it stays so;
 # - given away to mallory (ALTER FUNCTION ... OWNER TO), who then replaces
 #   its body: the same;
-# - dropped and made again by ops itself: ops's own code, bound again.
+# - dropped and made again by ops itself: ops's own code, bound again;
+#   made again returning one row, not a set: put aside, and no server
+#   restart (the call the worker plans is a set-returning one).
 #
 # Then ops binds the cache again with alter_cache() and it serves ops's
 # values.  Last, a dump restored into another cluster (new OIDs) binds the
@@ -176,6 +178,28 @@ my @moves = (
 		by => 'ops',
 		mallory => 0,
 		make => ops_function('public', 'ops_fetch')
+	},
+	{
+		# Not a set-returning function: the call the worker builds is one,
+		# and the planner of an assert build stops the server when the
+		# function it names is not (its Assert, not an ERROR).
+		name => 'made again by its owner returning one row',
+		move => 'DROP FUNCTION public.ops_fetch(text[], text[])',
+		by => 'ops',
+		mallory => 0,
+		put_aside => 1,
+		make => q{
+SET ROLE ops;
+CREATE TYPE ops.one_row AS (key text, state text, revision text, config jsonb);
+CREATE FUNCTION public.ops_fetch(keys text[], revisions text[])
+RETURNS ops.one_row LANGUAGE sql AS $$
+	SELECT s.k, 'enabled', 'r1', jsonb_build_object('v', s.v)
+	  FROM ops.secret s WHERE s.k = ANY (keys) LIMIT 1
+$$;
+RESET ROLE;
+},
+		rebind => 'ops.again3(text[],text[])',
+		remake => ops_function('ops', 'again3')
 	});
 
 my $n = 0;
@@ -196,12 +220,13 @@ SELECT projcache.create_cache('$cache', 'public.ops_fetch(text[],text[])',
 	is(read_key($cache, 'k1', '10s'), 'secret-1', "$r: rdr reads ops's value");
 
 	my $log = log_offset($node);
+	my $started = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 	$node->safe_psql('postgres',
 		($row->{by} eq 'ops' ? 'SET ROLE ops; ' : '') . $row->{move});
 	$node->safe_psql('postgres', $row->{make}) if $row->{make} && !$row->{mallory};
 	$node->safe_psql('postgres', $mallory_function) if $row->{mallory};
 
-	if (!$row->{mallory})
+	if (!$row->{mallory} && !$row->{put_aside})
 	{
 		# Its owner's own function of that name: bound again, and run.
 		is(read_key($cache, 'k2', '10s'), 'secret-2',
@@ -237,6 +262,8 @@ SELECT projcache.create_cache('$cache', 'public.ops_fetch(text[],text[])',
 	is(read_key($cache, 'k2', '2s'), 'NULL', "$r: a new key is not fetched");
 	isnt(read_key($cache, 'k1', '0s'), 'mallory', "$r: the cached key is not refetched by her function");
 	is(mallory_ran(), '0', "$r: mallory's function never ran");
+	is($node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'),
+		$started, "$r: the server did not restart");
 
 	if ($row->{restarts})
 	{
@@ -254,7 +281,8 @@ SELECT projcache.create_cache('$cache', 'public.ops_fetch(text[],text[])',
 	}
 
 	# ops binds it again, to its own function.
-	$node->safe_psql('postgres', $row->{make}) if $row->{make};
+	$node->safe_psql('postgres', $row->{make}) if $row->{make} && $row->{mallory};
+	$node->safe_psql('postgres', $row->{remake}) if $row->{remake};
 	$node->safe_psql('postgres',
 		"SET ROLE ops; SELECT projcache.alter_cache('$cache', fetch_function => '$row->{rebind}')");
 	is(state_becomes($cache, 'open'), 'open', "$r: alter_cache binds it again");
@@ -269,6 +297,8 @@ DROP FUNCTION IF EXISTS public.ops_fetch_old(text[], text[]);
 DROP FUNCTION IF EXISTS ops.ops_fetch(text[], text[]);
 DROP FUNCTION IF EXISTS ops.again(text[], text[]);
 DROP FUNCTION IF EXISTS ops.again2(text[], text[]);
+DROP FUNCTION IF EXISTS ops.again3(text[], text[]);
+DROP TYPE IF EXISTS ops.one_row;
 });
 }
 
