@@ -559,32 +559,163 @@ pc_cache_count(int slot, PcCacheCounter counter, uint64 n)
  *
  * - It first takes the lock on the role that DROP ROLE takes right after
  *	 it.  A change that names a role holds a lock on it until it commits
- *	 (keycache_registry.c), so a DROP ROLE waits for it.
+ *	 (keycache_registry.c), so a DROP ROLE waits for it, and no change
+ *	 naming the role is in progress once the guard has the lock.
  * - In projcache.database it reads the registry as the latest snapshot
  *	 has it, this transaction's changes included: a grant committed a
  *	 moment ago, or made earlier in the same transaction, is seen.
- * - Elsewhere it reads the published slots, after the worker has
- *	 published every change committed before (it waits for that up to
- *	 PC_ROLE_DROP_WAIT_MS; while no worker runs, what was last published
- *	 is all it has).
+ * - Elsewhere it reads the published slots, and the roles that changes
+ *	 committed and not yet published name (PcNamedRole, filled by each
+ *	 committing backend before it releases its lock on the role): between
+ *	 them, every role the committed registry names.  It never waits for
+ *	 the worker.
  *
  * DROP OWNED does not revoke caches: revoke_cache and drop_cache do.
  * ----------------------------------------------------------------
  */
 static object_access_hook_type prev_object_access_hook = NULL;
 
-#define PC_ROLE_DROP_WAIT_MS	5000
+/* Is named-role entry e free: unused, or every change it holds published? */
+static bool
+named_entry_free(const PcNamedRole *e, uint64 published)
+{
+	return !OidIsValid(e->role) ||
+		(e->uncommitted == 0 && e->published_by != 0 &&
+		 published >= e->published_by);
+}
 
-/* Which cache names the role, as what: from the published slots. */
+/*
+ * At PRE_COMMIT of a transaction that named roles: an entry for each (the
+ * user's own for that role if it has one), their indexes in entries[].
+ * Fails the transaction (53400) when the table has not that many free, or
+ * when the user's would be more than PC_NAMED_ROLES_PER_ROLE (a superuser
+ * is bound by the table alone).  The worker's publications free them.
+ */
+void
+pc_caches_reserve_named(const Oid *roles, int n, int *entries)
+{
+	PcCaches   *caches = &pc_shared->caches;
+	Oid			by = GetUserId();
+	bool		bounded = !superuser_arg(by);
+	uint64		published;
+	int			mine = 0;
+	int			fresh = 0;
+	int			nfree = 0;
+	bool		ok;
+
+	Assert(n <= PC_NAMED_ROLES_PER_ROLE);
+	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
+	published = pg_atomic_read_u64(&caches->published_reload);
+	for (int k = 0; k < n; k++)
+		entries[k] = -1;
+	for (int i = 0; i < PC_MAX_NAMED_ROLES; i++)
+	{
+		PcNamedRole *e = &caches->named[i];
+
+		if (named_entry_free(e, published))
+		{
+			nfree++;
+			continue;
+		}
+		if (e->by != by)
+			continue;
+		mine++;
+		for (int k = 0; k < n; k++)
+			if (e->role == roles[k])
+				entries[k] = i;
+	}
+	for (int k = 0; k < n; k++)
+		fresh += entries[k] < 0;
+	ok = fresh <= nfree &&
+		(!bounded || mine + fresh <= PC_NAMED_ROLES_PER_ROLE);
+	for (int k = 0, i = 0; ok && k < n; k++)
+	{
+		if (entries[k] < 0)
+		{
+			while (!named_entry_free(&caches->named[i], published))
+				i++;
+			entries[k] = i;
+			caches->named[i].role = roles[k];
+			caches->named[i].by = by;
+			caches->named[i].uncommitted = 0;
+			caches->named[i].published_by = 0;
+		}
+		caches->named[entries[k]].uncommitted++;
+	}
+	LWLockRelease(caches->lock);
+	if (ok)
+		return;
+	if (fresh > nfree)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many changes to named caches are waiting for the projcache worker"),
+				 errdetail("Changes committed and not yet published name %d roles, of at most %d.",
+						   PC_MAX_NAMED_ROLES - nfree, PC_MAX_NAMED_ROLES),
+				 errhint("Retry once the worker has reloaded the registry (about a second).")));
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("too many changes to named caches by role \"%s\" are waiting for the projcache worker",
+					GetUserNameFromId(by, false)),
+			 errdetail("Its changes committed and not yet published name %d roles; this one would add %d, of at most %d.",
+					   mine, fresh, PC_NAMED_ROLES_PER_ROLE),
+			 errhint("Retry once the worker has reloaded the registry (about a second).")));
+}
+
+/*
+ * At COMMIT (nothing here fails): the entries stay until a reload that
+ * started after this commit, and so reads it, has published.
+ */
+void
+pc_caches_commit_named(const int *entries, int n)
+{
+	PcCaches   *caches = &pc_shared->caches;
+	uint64		by_reload = pg_atomic_read_u64(&caches->reloads_started) + 1;
+
+	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
+	for (int k = 0; k < n; k++)
+	{
+		PcNamedRole *e = &caches->named[entries[k]];
+
+		Assert(e->uncommitted > 0);
+		e->uncommitted--;
+		e->published_by = Max(e->published_by, by_reload);
+	}
+	LWLockRelease(caches->lock);
+}
+
+/* At ABORT: give back what PRE_COMMIT reserved. */
+void
+pc_caches_release_named(const int *entries, int n)
+{
+	PcCaches   *caches = &pc_shared->caches;
+
+	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
+	for (int k = 0; k < n; k++)
+	{
+		PcNamedRole *e = &caches->named[entries[k]];
+
+		Assert(e->uncommitted > 0);
+		if (--e->uncommitted == 0 && e->published_by == 0)
+			e->role = InvalidOid;
+	}
+	LWLockRelease(caches->lock);
+}
+
+/*
+ * Which cache names the role, as what: from the published slots, or from
+ * a change committed and not published yet (cache "" then).
+ */
 static const char *
 published_role_use(Oid role, char *cache)
 {
+	PcCaches   *caches = &pc_shared->caches;
 	const char *as = NULL;
+	uint64		published;
 
-	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+	pc_lock_alone(caches->lock, LW_SHARED);
 	for (int s = 0; s < PC_MAX_CACHES && as == NULL; s++)
 	{
-		const PcCacheSlot *slot = &pc_shared->caches.slots[s];
+		const PcCacheSlot *slot = &caches->slots[s];
 
 		if (!slot->in_use)
 			continue;
@@ -598,38 +729,13 @@ published_role_use(Oid role, char *cache)
 		if (as != NULL)
 			strlcpy(cache, slot->reg.name, NAMEDATALEN);
 	}
-	LWLockRelease(pc_shared->caches.lock);
+	published = pg_atomic_read_u64(&caches->published_reload);
+	for (int i = 0; i < PC_MAX_NAMED_ROLES && as == NULL; i++)
+		if (caches->named[i].role == role &&
+			!named_entry_free(&caches->named[i], published))
+			as = "a role a change just committed names";
+	LWLockRelease(caches->lock);
 	return as;
-}
-
-/*
- * Wait until the worker has published every registry change committed
- * before now, or PC_ROLE_DROP_WAIT_MS has passed.  A change committed and
- * not reloaded yet (changed) is read by the next reload to start; one
- * reloaded already, by the last one started, which may still be
- * publishing it.
- */
-static void
-wait_for_publication(void)
-{
-	PcCaches   *caches = &pc_shared->caches;
-	bool		changed;
-	uint64		target;
-	int64		until = pc_real_now_ms() + PC_ROLE_DROP_WAIT_MS;
-
-	changed = pg_atomic_read_u32(&caches->changed) != 0;
-	pg_memory_barrier();
-	target = pg_atomic_read_u64(&caches->reloads_started);
-	if (changed)
-		target++;
-	while (pg_atomic_read_u64(&caches->published_reload) < target &&
-		   pc_real_now_ms() < until)
-	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 10, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
 }
 
 static Oid	registry_relid(void);
@@ -703,10 +809,15 @@ refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
 	/* What DROP ROLE takes next: changes naming the role end first. */
 	LockSharedObject(AuthIdRelationId, objectId, 0, AccessExclusiveLock);
 	if (!registry_role_use(objectId, cache, &as))
-	{
-		wait_for_publication();
 		as = published_role_use(objectId, cache);
-	}
+	if (as != NULL && cache[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("role \"%s\" cannot be dropped because a named cache depends on it",
+						GetUserNameFromId(objectId, false)),
+				 errdetail("A change to the named caches that names the role has committed, and the projcache worker has not published it yet."),
+				 errhint("Drop the cache, revoke it from the role, or change its fetch role, in database \"%s\"; or retry in a second.",
+						 pc_database ? pc_database : "")));
 	if (as != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
@@ -1293,9 +1404,9 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	uint64		reload;
 
 	/*
-	 * Counted, then cleared (wait_for_publication() reads them in the other
-	 * order); cleared first of all else, so that a change committed during
-	 * the read is read again.
+	 * Counted, then cleared; cleared first of all else, so that a change
+	 * committed during the read is read again.  A change committed before
+	 * the count is read by this reload (pc_caches_commit_named()).
 	 */
 	reload = pg_atomic_add_fetch_u64(&pc_shared->caches.reloads_started, 1);
 	pg_atomic_write_u32(&pc_shared->caches.changed, 0);
@@ -1344,7 +1455,7 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	for (int i = 0; i < ch.nclosing; i++)
 		clear_prefix(ch.closing[i], evict_prefix);
 	finish_publish(&ch);
-	/* A DROP ROLE elsewhere waits for this (refuse_named_role_drop()). */
+	/* Frees the named-role entries of changes this reload read. */
 	if (ch.published)
 		pg_atomic_write_u64(&pc_shared->caches.published_reload, reload);
 	pfree(regs);

@@ -117,6 +117,30 @@ typedef struct PcCacheOverrun
 /* Twice the caches: every cache's own, and as many kept after a drop. */
 #define PC_MAX_CACHE_OVERRUNS	(2 * PC_MAX_CACHES)
 
+/*
+ * A role a committed registry change named, until the worker has
+ * published that change into the slots: what a DROP ROLE in another
+ * database than projcache.database is refused for meanwhile, as it cannot
+ * read the registry there (refuse_named_role_drop()).  Reserved at
+ * PRE_COMMIT (where a full table can still fail the transaction), one
+ * entry for a role and the user naming it however many of that user's
+ * transactions name it; kept until every transaction that reserved it has
+ * ended and published_reload has reached published_by.  A user's
+ * transactions hold at most PC_NAMED_ROLES_PER_ROLE entries, so that one
+ * role cannot take them all from the others.  Under PcCaches.lock.
+ */
+#define PC_MAX_NAMED_ROLES		128
+#define PC_NAMED_ROLES_PER_ROLE	(PC_MAX_CACHE_READERS + 2)
+
+typedef struct PcNamedRole
+{
+	Oid			role;			/* InvalidOid: a free entry */
+	Oid			by;				/* the user whose transactions named it */
+	uint32		uncommitted;	/* those between PRE_COMMIT and their end */
+	uint64		published_by;	/* 0: none committed; else the worker's
+								 * reload that publishes the last */
+} PcNamedRole;
+
 typedef struct PcCaches
 {
 	LWLock	   *lock;			/* the slots' registrations */
@@ -133,11 +157,15 @@ typedef struct PcCaches
 								 * server started */
 	PcCacheSlot slots[PC_MAX_CACHES];
 	PcCacheOverrun overruns[PC_MAX_CACHE_OVERRUNS];
+	PcNamedRole named[PC_MAX_NAMED_ROLES];
 } PcCaches;
 
 extern void pc_caches_init(PcCaches *caches, LWLock *lock);
 extern void pc_caches_install_hooks(void);
 extern void pc_caches_changed(void);
+extern void pc_caches_reserve_named(const Oid *roles, int n, int *entries);
+extern void pc_caches_commit_named(const int *entries, int n);
+extern void pc_caches_release_named(const int *entries, int n);
 extern bool pc_caches_reload_due(int64 now_ms, long *sleep_ms);
 typedef void (*PcCacheEvictFn) (const char *prefix, uint32 len);
 extern void pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix);

@@ -127,9 +127,27 @@ static Narrowing narrowings[PC_MAX_NARROWINGS];
 static int	nnarrowings = 0;
 
 /*
- * At commit, narrow the published caches, then tell the worker.  Nothing
- * here may fail: the commit is recorded already.  A transaction that
- * narrowed is not prepared.
+ * The roles this transaction's changes name (lock_named_role()): at its
+ * commit they are entered in shared memory, for a DROP ROLE in another
+ * database until the worker has published the change (see
+ * PcNamedRole).  named_entries: the entries reserved at PRE_COMMIT.
+ */
+static Oid	named_roles[PC_NAMED_ROLES_PER_ROLE];
+static int	nnamed_roles = 0;
+static int	named_entries[PC_NAMED_ROLES_PER_ROLE];
+static int	nnamed_entries = 0;
+
+/*
+ * At PRE_COMMIT, reserve the entries for the roles named (which may fail
+ * the transaction); at commit, fill them, narrow the published caches,
+ * then tell the worker.  Nothing at commit may fail: the commit is
+ * recorded already.  At abort, free the entries.
+ *
+ * A change is never prepared: COMMIT PREPARED runs no callback of ours, in
+ * this backend or any, so a narrowing prepared would wait for the worker
+ * (and its narrowing at PREPARE be undone by the worker's next reload),
+ * and the roles a change names would not be entered, leaving them to a
+ * DROP ROLE elsewhere until the worker publishes.
  */
 static void
 tell_worker_at_commit(XactEvent event, void *arg)
@@ -141,28 +159,46 @@ tell_worker_at_commit(XactEvent event, void *arg)
 	if (!registry_changed)
 		return;
 
-	/*
-	 * COMMIT PREPARED runs no callback of ours, in this backend or any: a
-	 * narrowing prepared would wait for the worker, and its narrowing at
-	 * PREPARE be undone by the worker's next reload.  Refused.
-	 */
-	if (event == XACT_EVENT_PRE_PREPARE && nnarrowings > 0)
+	if (event == XACT_EVENT_PRE_PREPARE)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot PREPARE a transaction that revoked or dropped a named cache"),
-				 errdetail("A revoke or a drop is obeyed at its commit by the committing backend, which COMMIT PREPARED cannot do.")));
+				 errmsg("cannot PREPARE a transaction that changed named caches"),
+				 errdetail("A change to the named caches is obeyed at its commit by the committing backend, which COMMIT PREPARED cannot do.")));
+	if (event == XACT_EVENT_PRE_COMMIT && pc_shared != NULL &&
+		nnamed_roles > 0)
+	{
+		pc_caches_reserve_named(named_roles, nnamed_roles, named_entries);
+		nnamed_entries = nnamed_roles;
+	}
 	if (event == XACT_EVENT_COMMIT && pc_shared != NULL)
 	{
+		pc_caches_commit_named(named_entries, nnamed_entries);
 		for (int i = 0; i < nnarrowings; i++)
 			pc_caches_narrow_at_commit(narrowings[i].name, narrowings[i].drop,
 									   narrowings[i].reader);
 		pc_caches_changed();
 	}
+	if (event == XACT_EVENT_ABORT && pc_shared != NULL)
+		pc_caches_release_named(named_entries, nnamed_entries);
 	if (ends)
 	{
 		registry_changed = false;
 		nnarrowings = 0;
+		nnamed_roles = 0;
+		nnamed_entries = 0;
 	}
+}
+
+/* This transaction changes the registry: tell the worker at commit. */
+static void
+note_registry_change(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(tell_worker_at_commit, NULL);
+		xact_callback_registered = true;
+	}
+	registry_changed = true;
 }
 
 /* Obey this narrowing at commit, without waiting for the worker. */
@@ -229,14 +265,7 @@ static void
 registry_begin(PcUserSwitch *rs, bool change)
 {
 	if (change)
-	{
-		if (!xact_callback_registered)
-		{
-			RegisterXactCallback(tell_worker_at_commit, NULL);
-			xact_callback_registered = true;
-		}
-		registry_changed = true;
-	}
+		note_registry_change();
 	pc_become_extension(rs);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -546,17 +575,33 @@ check_fetch_function(Oid fn, Oid owner)
  * reader) must exist, and is locked until the end of the transaction, as
  * PostgreSQL locks a role an object comes to depend on: a DROP ROLE of it
  * waits for this transaction, and then sees what it committed (the guard
- * in keycache_caches.c, refuse_named_role_drop()); one that came first
- * has dropped it, and this transaction is refused.
+ * in keycache_caches.c, refuse_named_role_drop(), which outside
+ * projcache.database reads the roles entered at commit); one that came
+ * first has dropped it, and this transaction is refused.
  */
 static void
 lock_named_role(Oid role)
 {
+	int			i;
+
 	LockSharedObject(AuthIdRelationId, role, 0, AccessShareLock);
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("role with OID %u does not exist", role)));
+	note_registry_change();
+	for (i = 0; i < nnamed_roles && named_roles[i] != role; i++)
+		;
+	if (i < nnamed_roles)
+		return;
+	if (nnamed_roles >= PC_NAMED_ROLES_PER_ROLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a transaction may name at most %d roles in named caches",
+						PC_NAMED_ROLES_PER_ROLE),
+				 errdetail("Each cache's owner, fetch role and readers count, once each."),
+				 errhint("Commit, then go on in another transaction.")));
+	named_roles[nnamed_roles++] = role;
 }
 
 /*

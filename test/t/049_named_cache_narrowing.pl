@@ -195,7 +195,7 @@ for my $narrow ("revoke_cache('p', 'rdr')", "drop_cache('p')")
 	my ($rc, $out, $err) = $node->psql('postgres',
 		"BEGIN; SET LOCAL ROLE ops; SELECT projcache.$narrow; PREPARE TRANSACTION 'x';",
 		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-	like($err, qr/0A000: cannot PREPARE a transaction that revoked or dropped a named cache/,
+	like($err, qr/0A000: cannot PREPARE a transaction that changed named caches/,
 		"$narrow: PREPARE TRANSACTION is refused");
 	is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'),
 		'0', "$narrow: nothing is prepared");

@@ -393,11 +393,12 @@ sub log_since
 
 =pod
 
-=item start_session(node, application_name, sql, timeout => seconds)
+=item start_session(node, application_name, sql, timeout => seconds, user => role, dbname => database)
 
 Runs C<sql> through C<psql -c> in the background, connected with the given
-application_name (so that pg_stat_activity can find it), and returns a
-handle for wait_session().  Meant for sessions that a crash or a signal
+application_name (so that pg_stat_activity can find it), as C<user> (the
+test's OS user by default) to C<dbname> (postgres by default), and returns
+a handle for wait_session().  Meant for sessions that a crash or a signal
 ends: nothing is ever written to this psql's stdin.  The session is killed
 after C<timeout> seconds (the test timeout by default).
 
@@ -418,7 +419,7 @@ sub start_session
 			$node->installed_command('psql'), '-XAtq',
 			'-v', 'ON_ERROR_STOP=1',
 			'-d',
-			$node->connstr('postgres')
+			$node->connstr($opts{dbname} // 'postgres')
 			  . " application_name=$appname"
 			  . (defined $opts{user} ? " user=$opts{user}" : ''),
 			'-c', $sql
