@@ -1405,8 +1405,8 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 
 	/*
 	 * Counted, then cleared; cleared first of all else, so that a change
-	 * committed during the read is read again.  A change committed before
-	 * the count is read by this reload (pc_caches_commit_named()).
+	 * committed during the read is read again.  A change committed before the
+	 * count is read by this reload (pc_caches_commit_named()).
 	 */
 	reload = pg_atomic_add_fetch_u64(&pc_shared->caches.reloads_started, 1);
 	pg_atomic_write_u32(&pc_shared->caches.changed, 0);

@@ -137,8 +137,8 @@ typedef struct PcNamedRole
 	Oid			role;			/* InvalidOid: a free entry */
 	Oid			by;				/* the user whose transactions named it */
 	uint32		uncommitted;	/* those between PRE_COMMIT and their end */
-	uint64		published_by;	/* 0: none committed; else the worker's
-								 * reload that publishes the last */
+	uint64		published_by;	/* 0: none committed; else the worker's reload
+								 * that publishes the last */
 } PcNamedRole;
 
 typedef struct PcCaches
