@@ -274,25 +274,6 @@ fetch_query_column(ParseState *pstate, int rtindex, TupleDesc desc,
 }
 
 /*
- * The call of the fetch function fn, as a query tree:
- *
- *	 SELECT f.key::text, f.state::text, f.revision::text, f.config::jsonb
- *			[, f.max_age::interval] [, f.stale_for::interval]
- *	   FROM fn($1, $2) AS f(key, state, revision, config)
- *
- * The tree names fn by its OID.  It is never written as text and parsed
- * again: that would look fn's name up again, and a role that may create
- * functions in fn's schema could add one of that name (with a defaulted
- * third argument, the call is ambiguous and fails; with arguments that
- * match better, the call runs that function, as the fetch role).  The
- * casts are those "::" would choose, and the result is checked when the
- * call runs (check_result_types()).
- *
- * Its optional period columns are looked for by name after the first four
- * (filling in cols): one of type interval (or a domain over it) is
- * selected; one of another type is not, and cols says why.
- */
-/*
  * Has fn the shape of a fetch function: a plain function (not a procedure
  * or an aggregate) of (text[], text[]) that returns a set?  The call built
  * by fetch_query() is a set-returning one, and the planner expects the
@@ -321,6 +302,25 @@ pc_fetch_function_shape_ok(Oid fn)
 	return ok;
 }
 
+/*
+ * The call of the fetch function fn, as a query tree:
+ *
+ *	 SELECT f.key::text, f.state::text, f.revision::text, f.config::jsonb
+ *			[, f.max_age::interval] [, f.stale_for::interval]
+ *	   FROM fn($1, $2) AS f(key, state, revision, config)
+ *
+ * The tree names fn by its OID.  It is never written as text and parsed
+ * again: that would look fn's name up again, and a role that may create
+ * functions in fn's schema could add one of that name (with a defaulted
+ * third argument, the call is ambiguous and fails; with arguments that
+ * match better, the call runs that function, as the fetch role).  The
+ * casts are those "::" would choose, and the result is checked when the
+ * call runs (check_result_types()).
+ *
+ * Its optional period columns are looked for by name after the first four
+ * (filling in cols): one of type interval (or a domain over it) is
+ * selected; one of another type is not, and cols says why.
+ */
 static Query *
 fetch_query(Oid fn, PeriodColumn *cols)
 {
