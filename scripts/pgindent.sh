@@ -5,6 +5,10 @@
 #                                              # would make; exit 1 if any
 #     sudo bash scripts/pgindent.sh --write    # makes it
 #     sudo bash scripts/pgindent.sh --list     # the files it covers
+#     bash scripts/pgindent.sh --typedefs      # the typedef names of those
+#                                              # files missing from
+#                                              # tools/typedefs.list; exit 1
+#                                              # if any
 #
 # The files are src/*.c, src/*.h and test/unit/*.c.  The tools are
 # PostgreSQL 18's own (pgindent, its typedefs list and pg_bsd_indent, which
@@ -12,11 +16,12 @@
 # machine lays the code out the same way.  The typedefs list is
 # PostgreSQL's with tools/typedefs.list, projcache's own type names, added:
 # without a type's name, pgindent takes a declaration of it for an
-# expression and spaces it as one.  A new typedef in src/ goes into
-# tools/typedefs.list.
+# expression and spaces it as one, and the check passes code laid out wrong.
+# A new typedef in src/ goes into tools/typedefs.list; --typedefs (which
+# needs no PostgreSQL) finds those that did not (tools/typedef-names.pl).
 #
 # scripts/test.sh runs the check as one test per file ("pgindent" in its
-# summary).  Runs as root (as any other user, pgmajor.sh goes through sudo).
+# summary), and --typedefs as one more ("typedefs").  Runs as root (as any other user, pgmajor.sh goes through sudo).
 set -euo pipefail
 
 # shellcheck source=SCRIPTDIR/lib.sh
@@ -24,9 +29,9 @@ set -euo pipefail
 
 MODE=${1:---diff}
 case "$MODE" in
-	--diff | --write | --list) ;;
+	--diff | --write | --list | --typedefs) ;;
 	*)
-		echo "usage: $0 [--diff | --write | --list]" >&2
+		echo "usage: $0 [--diff | --write | --list | --typedefs]" >&2
 		exit 2
 		;;
 esac
@@ -35,6 +40,15 @@ cd "$REPO"
 FILES=(src/*.c src/*.h test/unit/*.c)
 if [ "$MODE" = --list ]; then
 	printf '%s\n' "${FILES[@]}"
+	exit 0
+fi
+if [ "$MODE" = --typedefs ]; then
+	missing=$(LC_ALL=C comm -23 <(perl tools/typedef-names.pl "${FILES[@]}" | LC_ALL=C sort -u) \
+		<(grep -v '^#' tools/typedefs.list | LC_ALL=C sort -u))
+	if [ -n "$missing" ]; then
+		printf 'not in tools/typedefs.list: %s\n' $missing
+		exit 1
+	fi
 	exit 0
 fi
 

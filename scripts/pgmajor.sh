@@ -14,8 +14,8 @@
 #   1. this machine's apt has postgresql-server-dev-MAJOR (Debian's own for
 #      its release's major, or the PostgreSQL project's apt repository): those
 #      packages are installed and /usr/lib/postgresql/MAJOR/bin is printed;
-#   2. "server": Debian's source package postgresql-MAJOR from Debian unstable
-#      is fetched (apt-get source; PostgreSQL's own source, without Debian's
+#   2. "server": Debian's source package postgresql-MAJOR from the Debian
+#      release that ships it (trixie for 17, unstable otherwise) is fetched (apt-get source; PostgreSQL's own source, without Debian's
 #      packaging patches) and built with --enable-cassert
 #      --enable-debug --enable-tap-tests --with-python, with the contrib
 #      modules the suite uses, under $PROJCACHE_PG_CACHE/pg-MAJOR;
@@ -47,8 +47,8 @@ BUILD_RECIPE=2
 # the binary postgresql-server-dev-MAJOR for "headers").
 suite_for() {
 	case "$1:$2" in
+		*:17) echo trixie ;; # unstable has moved on to 18 only
 		server:*) echo unstable ;;
-		headers:17) echo trixie ;;
 		headers:16) echo "" ;; # no Debian release ships 16
 		headers:*) echo unstable ;;
 	esac
@@ -273,8 +273,43 @@ say "apt-get source postgresql-$MAJOR (Debian $suite)"
 # Unpacked without Debian's patches: they lay files out for Debian's
 # packages (the library directory is /usr/lib/postgresql/MAJOR/lib whatever
 # the prefix), which a build under its own prefix must not.
-(cd "$srcroot" && other_apt "$suite" source --download-only "postgresql-$MAJOR" >&2 &&
-	dpkg-source --skip-patches -x ./*.dsc >&2)
+#
+# The mirror can lag behind its own index: the source package's files may be
+# missing (404) for the version the index names while the point releases
+# before it are there (seen for trixie's 17.12).  Then the newest of the
+# three point releases below it that the mirror has is taken, straight from
+# the pool, its files checked against the checksums of its .dsc by
+# dpkg-source.
+# pool_source VERSION: download that version's .dsc and files from the pool.
+pool_source() {
+	local v=$1 mirror pool f
+	mirror=$(debian_mirror | head -n 1 || true)
+	pool=${mirror%/}/pool/main/p/postgresql-$MAJOR
+	curl -fsS -o "postgresql-${MAJOR}_$v.dsc" "$pool/postgresql-${MAJOR}_$v.dsc" 2>/dev/null || return 1
+	for f in $(awk '/^Files:/ { on = 1; next } /^[^ ]/ { on = 0 } on { print $3 }' \
+		"postgresql-${MAJOR}_$v.dsc"); do
+		curl -fsS -o "$f" "$pool/$f" || return 1
+	done
+}
+fetch_source() {
+	local want minor v i
+	other_apt "$suite" source --download-only "postgresql-$MAJOR" >&2 && return 0
+	want=$(other_apt "$suite" source --print-uris "postgresql-$MAJOR" 2>/dev/null |
+		sed -n "s/^'[^']*' postgresql-${MAJOR}_\\(.*\\)\\.dsc .*/\\1/p")
+	[[ "$want" =~ ^$MAJOR\.([0-9]+)(-.*)$ ]] || return 1
+	minor=${BASH_REMATCH[1]}
+	for i in 1 2 3; do
+		[ "$minor" -gt "$i" ] || break
+		v=$MAJOR.$((minor - i))${BASH_REMATCH[2]}
+		rm -f ./*.dsc ./*.tar.*
+		if pool_source "$v"; then
+			say "the mirror has no files for $want; took $v from its pool"
+			return 0
+		fi
+	done
+	return 1
+}
+(cd "$srcroot" && fetch_source && dpkg-source --skip-patches -x ./*.dsc >&2)
 srcdir=$(find "$srcroot" -mindepth 1 -maxdepth 1 -type d -name "postgresql-$MAJOR-*" | head -n 1)
 [ -n "$srcdir" ] || die "apt-get source left no postgresql-$MAJOR-* directory in $srcroot"
 version=$(basename "$srcdir")

@@ -518,5 +518,14 @@ if [ -n "${PGBIN_18:-}" ]; then
 	fi
 	summary_add "pgindent" "$ok" "$bad" "$note"
 fi
+# Every typedef of those files is in tools/typedefs.list (else pgindent
+# lays its declarations out as expressions and the check above passes them).
+say "typedefs: every typedef name of src/ and test/unit/ in tools/typedefs.list"
+if out=$(bash scripts/pgindent.sh --typedefs 2>&1); then
+	summary_add "typedefs" 1 0 ""
+else
+	printf '%s\n' "$out"
+	summary_add "typedefs" 0 1 "$(printf '%s' "$out" | sed -n 's/^not in tools\/typedefs.list: //p' | tr '\n' ' ')"
+fi
 
 finish

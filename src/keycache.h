@@ -543,10 +543,10 @@ typedef struct PcFetchTarget
 	int32		max_age_ms;		/* for keys the function gives none; or
 								 * PC_PERIOD_DEFAULT */
 	int32		stale_for_ms;
-}			PcFetchTarget;
+} PcFetchTarget;
 
 extern bool pc_fetch_function_shape_ok(Oid fn);
 extern PcFetchOutcome pc_fetch_batch(PcFetchItem *items, int nitems,
-									 bool quiet, const PcFetchTarget * target);
+									 bool quiet, const PcFetchTarget *target);
 
 #endif							/* PROJCACHE_KEYCACHE_H */

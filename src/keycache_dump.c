@@ -948,7 +948,7 @@ typedef struct LoadCounts
 	uint64		other_cache;	/* dumped for a cache that is gone, or a key
 								 * of a cache made since */
 	bool		full;			/* stopped with memory nearly full */
-}			LoadCounts;
+} LoadCounts;
 
 /* A restored key's header (a PcEntryApplyFn). */
 typedef struct RestoredHeader
@@ -983,7 +983,7 @@ restore_header(PcEntry *entry, void *arg)
  */
 static bool
 store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
-			 int64 expires_at, PcDumpRestoreFn restore, LoadCounts * counts)
+			 int64 expires_at, PcDumpRestoreFn restore, LoadCounts *counts)
 {
 	const char *data = key + rec->keylen;
 	char	   *revision = NULL;
@@ -1058,7 +1058,7 @@ store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
 static bool
 load_record(const char *payload, uint32 len, const TombList *tombs,
 			int64 now, int64 since_dump_ms, Size high,
-			PcDumpRestoreFn restore, LoadCounts * counts)
+			PcDumpRestoreFn restore, LoadCounts *counts)
 {
 	KeyRecord	rec;
 	const char *key;

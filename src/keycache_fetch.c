@@ -153,7 +153,7 @@ period_columns_init(PeriodColumn *cols)
  * revoked since.
  */
 static Oid
-named_cache_function(const PcFetchTarget * t, Oid *roleid)
+named_cache_function(const PcFetchTarget *t, Oid *roleid)
 {
 	Oid			fn = t->function_oid;
 	HeapTuple	tup;
@@ -212,7 +212,7 @@ named_cache_function(const PcFetchTarget * t, Oid *roleid)
  * are resolved now: the settings, the function and its owner may change.
  */
 static Oid
-fetch_target_function(const PcFetchTarget * target, Oid *roleid)
+fetch_target_function(const PcFetchTarget *target, Oid *roleid)
 {
 	Oid			argtypes[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Oid			fn;
@@ -1029,7 +1029,7 @@ keys_may_have_caused(const ErrorData *edata, bool in_function)
 static void
 report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
 			   int64 started_ms, bool split, bool quiet,
-			   const PcFetchTarget * target)
+			   const PcFetchTarget *target)
 {
 	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
 		target->timeout_ms > 0 &&
@@ -1061,7 +1061,7 @@ report_failure(PcFetchItem *items, int nitems, ErrorData *edata,
 /* One call of the fetch function, for pc_run_in_subxact(). */
 typedef struct FetchCall
 {
-	const		PcFetchTarget *target;
+	const PcFetchTarget *target;
 	PcFetchItem *items;
 	int			nitems;
 	MemoryContext callercxt;	/* where the answers go */
@@ -1102,7 +1102,7 @@ fetch_overran(void)
 }
 
 static void
-arm_hard_deadline(const PcFetchTarget * target)
+arm_hard_deadline(const PcFetchTarget *target)
 {
 	if (!target->hard_deadline || target->timeout_ms <= 0)
 		return;
@@ -1301,7 +1301,7 @@ settle_call(FetchCall *call, ErrorData *edata, int64 started_ms, bool quiet)
  */
 PcFetchOutcome
 pc_fetch_batch(PcFetchItem *items, int nitems, bool quiet,
-			   const PcFetchTarget * target)
+			   const PcFetchTarget *target)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	int64		started_ms;

@@ -1587,7 +1587,7 @@ finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
 /* A batch as run_batch() runs it, in batch_cxt. */
 typedef struct BatchRun
 {
-	const		PcFetchTarget *target;	/* the keys' cache, and how to ask it */
+	const PcFetchTarget *target;	/* the keys' cache, and how to ask it */
 	SchedEntry **batch;
 	int			n;
 	PcFetchItem *items;			/* each key's question, then its answer */
@@ -1601,7 +1601,7 @@ typedef struct BatchRun
 /* The batch's questions: each key with its current revision. */
 static void
 prepare_batch(BatchRun *run, SchedEntry **batch, int n,
-			  const PcFetchTarget * target)
+			  const PcFetchTarget *target)
 {
 	int			i;
 
@@ -1752,7 +1752,7 @@ settle_unasked(BatchRun *run, BisectPlan *plan)
  * more, in apply_answer().
  */
 static void
-run_batch(SchedEntry **batch, int n, const PcFetchTarget * target)
+run_batch(SchedEntry **batch, int n, const PcFetchTarget *target)
 {
 	BatchRun	run;
 	BisectSettings settings;
@@ -1789,7 +1789,7 @@ run_batch(SchedEntry **batch, int n, const PcFetchTarget * target)
 
 /* How to ask for a named cache's keys (slot from pc_key_cache()). */
 static void
-cache_target(const PcCacheReg *reg, int slot, PcFetchTarget * t)
+cache_target(const PcCacheReg *reg, int slot, PcFetchTarget *t)
 {
 	memset(t, 0, sizeof(*t));
 	t->cache = slot;

@@ -68,7 +68,7 @@ typedef enum FakeState
 	FAKE_PENDING,
 	FAKE_DISABLED,
 	FAKE_ENABLED
-}			FakeState;
+} FakeState;
 
 /*
  * One key of the shared map.  Readers get a copy (a snapshot of the entry);
@@ -81,16 +81,16 @@ typedef struct FakeProject
 	FakeState	state;
 	const char *revision;		/* no revisions in these tests: always NULL */
 	uint64_t	generation;
-}			FakeProject;
+} FakeProject;
 
 typedef struct FakeShared
 {
 	FakeProject projects[FAKE_MAX_PROJECTS];
 	int			nprojects;
-}			FakeShared;
+} FakeShared;
 
 static FakeProject *
-fake_find(FakeShared * shared, const char *key)
+fake_find(FakeShared *shared, const char *key)
 {
 	int			i;
 
@@ -103,7 +103,7 @@ fake_find(FakeShared * shared, const char *key)
 }
 
 static FakeProject *
-fake_get_or_create_ref(FakeShared * shared, const char *key)
+fake_get_or_create_ref(FakeShared *shared, const char *key)
 {
 	FakeProject *p = fake_find(shared, key);
 
@@ -122,13 +122,13 @@ fake_get_or_create_ref(FakeShared * shared, const char *key)
 
 /* What a reader sees: absent keys are created pending. */
 static FakeProject
-fake_get_or_create(FakeShared * shared, const char *key)
+fake_get_or_create(FakeShared *shared, const char *key)
 {
 	return *fake_get_or_create_ref(shared, key);
 }
 
 static void
-fake_set_state(FakeShared * shared, const char *key, FakeState state)
+fake_set_state(FakeShared *shared, const char *key, FakeState state)
 {
 	FakeProject *p = fake_get_or_create_ref(shared, key);
 
@@ -137,7 +137,7 @@ fake_set_state(FakeShared * shared, const char *key, FakeState state)
 }
 
 static bool
-fake_remove(FakeShared * shared, const char *key)
+fake_remove(FakeShared *shared, const char *key)
 {
 	FakeProject *p = fake_find(shared, key);
 
@@ -156,7 +156,7 @@ typedef struct Store
 {
 	Sched	   *sched;
 	FakeShared *shared;
-}			Store;
+} Store;
 
 /* What a fetch brought back, as the fetch function reports it. */
 typedef enum Answer
@@ -165,14 +165,14 @@ typedef enum Answer
 	ANSWER_DISABLED,
 	ANSWER_ENABLED,
 	ANSWER_NOT_MODIFIED
-}			Answer;
+} Answer;
 
 /*
  * Configure a store as the worker reads its settings: a refresh interval
  * that is not strictly between expiry and expiry + grace is ignored.
  */
 static void
-store_init_full(Store * st, int64_t expiry_ms, int64_t grace_ms,
+store_init_full(Store *st, int64_t expiry_ms, int64_t grace_ms,
 				int64_t refresh_ms, int64_t max_backoff_ms)
 {
 	SchedConfig config;
@@ -191,14 +191,14 @@ store_init_full(Store * st, int64_t expiry_ms, int64_t grace_ms,
 }
 
 static void
-store_init(Store * st, int64_t expiry_ms, int64_t grace_ms, int64_t refresh_ms)
+store_init(Store *st, int64_t expiry_ms, int64_t grace_ms, int64_t refresh_ms)
 {
 	store_init_full(st, expiry_ms, grace_ms, refresh_ms,
 					DEFAULT_MAX_BACKOFF_MS);
 }
 
 static void
-store_free(Store * st)
+store_free(Store *st)
 {
 	sched_destroy(st->sched);
 	free(st->shared);
@@ -219,7 +219,7 @@ copy_key(char *dst, const SchedEntry *e)
 }
 
 static SchedEntry *
-lookup(Store * st, const char *key)
+lookup(Store *st, const char *key)
 {
 	return sched_lookup(st->sched, key, strlen(key));
 }
@@ -233,7 +233,7 @@ lookup(Store * st, const char *key)
  * shared map (pending) and asks the scheduler for a fetch.
  */
 static SchedEntry *
-begin_fetch(Store * st, const char *key, SchedTime now)
+begin_fetch(Store *st, const char *key, SchedTime now)
 {
 	(void) fake_get_or_create_ref(st->shared, key);
 	return sched_try_begin_fetch(st->sched, key, strlen(key), false, now);
@@ -241,7 +241,7 @@ begin_fetch(Store * st, const char *key, SchedTime now)
 
 /* store.refresh(refresh): never re-creates an evicted key. */
 static SchedEntry *
-refresh_key(Store * st, const char *key, SchedTime now)
+refresh_key(Store *st, const char *key, SchedTime now)
 {
 	return sched_try_begin_fetch(st->sched, key, strlen(key), true, now);
 }
@@ -251,7 +251,7 @@ refresh_key(Store * st, const char *key, SchedTime now)
  * in progress again.
  */
 static SchedEntry *
-in_progress(Store * st, const char *key)
+in_progress(Store *st, const char *key)
 {
 	SchedEntry *e = lookup(st, key);
 
@@ -265,7 +265,7 @@ in_progress(Store * st, const char *key)
  * fetch function.  The key must be due at 'now' and alone in the batch.
  */
 static SchedEntry *
-dispatch(Store * st, const char *key, SchedTime now)
+dispatch(Store *st, const char *key, SchedTime now)
 {
 	SchedEntry **batch = NULL;
 	int			n;
@@ -283,7 +283,7 @@ dispatch(Store * st, const char *key, SchedTime now)
  * apply it to the shared map as the worker does.
  */
 static SchedCompletion
-complete_periods(Store * st, SchedEntry *e, Answer answer,
+complete_periods(Store *st, SchedEntry *e, Answer answer,
 				 const SchedPeriods *periods, SchedTime now)
 {
 	char		key[KEY_MAX];
@@ -320,20 +320,20 @@ complete_periods(Store * st, SchedEntry *e, Answer answer,
 
 /* The same, with the periods the configuration sets. */
 static SchedCompletion
-complete(Store * st, SchedEntry *e, Answer answer, SchedTime now)
+complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
 {
 	return complete_periods(st, e, answer, NULL, now);
 }
 
 static SchedCompletion
-dispatch_and_complete(Store * st, const char *key, Answer answer, SchedTime now)
+dispatch_and_complete(Store *st, const char *key, Answer answer, SchedTime now)
 {
 	return complete(st, dispatch(st, key, now), answer, now);
 }
 
 /* store.evict(eviction): forget the key in both halves. */
 static void
-store_evict(Store * st, const char *key)
+store_evict(Store *st, const char *key)
 {
 	SchedEntry *e = lookup(st, key);
 
@@ -346,7 +346,7 @@ store_evict(Store * st, const char *key)
 
 /* Evict everything whose eviction is due at 'now'; returns how many. */
 static int
-collect_evicted(Store * st, SchedTime now, char evicted[][KEY_MAX], int max)
+collect_evicted(Store *st, SchedTime now, char evicted[][KEY_MAX], int max)
 {
 	SchedEntry *e;
 	int			n = 0;
@@ -369,13 +369,13 @@ typedef enum ActionKind
 	ACTION_NONE,
 	ACTION_EVICTION,
 	ACTION_REFRESH
-}			ActionKind;
+} ActionKind;
 
 typedef struct Action
 {
 	ActionKind	kind;
 	char		key[KEY_MAX];
-}			Action;
+} Action;
 
 /*
  * store.poll() on a paused clock: jump to the next eviction or refresh and
@@ -385,7 +385,7 @@ typedef struct Action
  * clock moves by timeout_ms and ACTION_NONE is returned.
  */
 static Action
-store_poll(Store * st, SchedTime *now, int64_t timeout_ms)
+store_poll(Store *st, SchedTime *now, int64_t timeout_ms)
 {
 	Action		action;
 	SchedTime	evict_at = 0;
@@ -1559,7 +1559,7 @@ next_random(uint64_t *seed)
  * the middle of the heap.
  */
 static int
-drain_queue(Store * st, SchedQueue queue, bool *alive, int remove_every,
+drain_queue(Store *st, SchedQueue queue, bool *alive, int remove_every,
 			uint64_t *seed, int *removed)
 {
 	SchedTime	now;
@@ -1734,10 +1734,10 @@ typedef struct VisitedSet
 	bool		marked[16];
 	int			n;
 	int			looks;			/* how many times the hand asked */
-}			VisitedSet;
+} VisitedSet;
 
 static void
-visit_set(VisitedSet * v, const char *key)
+visit_set(VisitedSet *v, const char *key)
 {
 	int			i;
 
@@ -1777,7 +1777,7 @@ typedef struct SieveFixture
 	Sched	   *s;
 	VisitedSet	v;
 	char		buf[8];
-}			SieveFixture;
+} SieveFixture;
 
 static int
 sieve_setup(void **state)
@@ -1803,7 +1803,7 @@ sieve_teardown(void **state)
 
 /* Cache one complete key per letter of keys, oldest first. */
 static void
-cached(SieveFixture * f, const char *keys)
+cached(SieveFixture *f, const char *keys)
 {
 	for (; *keys; keys++)
 		assert_non_null(sched_restore_complete(f->s, keys, 1, 0, 1000000,
@@ -1812,14 +1812,14 @@ cached(SieveFixture * f, const char *keys)
 
 /* A reader reads the key: it is marked visited. */
 static void
-visit(SieveFixture * f, const char *key)
+visit(SieveFixture *f, const char *key)
 {
 	visit_set(&f->v, key);
 }
 
 /* Evict S3-FIFO's next victim as the worker does; its key, or NULL. */
 static const char *
-sieve_evict(SieveFixture * f)
+sieve_evict(SieveFixture *f)
 {
 	SchedEntry *e = sched_memory_victim(f->s, 0, test_and_clear, &f->v);
 
@@ -1833,7 +1833,7 @@ sieve_evict(SieveFixture * f)
 
 /* Is the (one-letter) key in the main FIFO? */
 static bool
-in_main(SieveFixture * f, const char *key)
+in_main(SieveFixture *f, const char *key)
 {
 	SchedEntry *e = sched_lookup(f->s, key, strlen(key));
 
@@ -1846,7 +1846,7 @@ in_main(SieveFixture * f, const char *key)
  * Says whether it went straight into the main FIFO (a ghost hit).
  */
 static bool
-asked_for(SieveFixture * f, const char *key)
+asked_for(SieveFixture *f, const char *key)
 {
 	SchedEntry *e = sched_try_begin_fetch(f->s, key, strlen(key), false, 0);
 
@@ -2096,7 +2096,7 @@ test_s3fifo_all_visited(void **state)
 
 /* Cache one complete key per letter of keys, each taking 'bytes'. */
 static void
-cached_bytes(SieveFixture * f, const char *keys, size_t bytes)
+cached_bytes(SieveFixture *f, const char *keys, size_t bytes)
 {
 	for (; *keys; keys++)
 	{
@@ -2296,7 +2296,7 @@ test_s3fifo_ghost_forgets(void **state)
 
 /* The small FIFO's share, in percent of the keys' weight. */
 static double
-share_percent(SieveFixture * f)
+share_percent(SieveFixture *f)
 {
 	return 100.0 * sched_small_share(f->s) / SCHED_SHARE_ONE;
 }
@@ -2306,7 +2306,7 @@ share_percent(SieveFixture * f)
  * main one as a dump's load restores them, each at the oldest end.
  */
 static void
-cached_many(SieveFixture * f, const char *prefix, int n, bool main)
+cached_many(SieveFixture *f, const char *prefix, int n, bool main)
 {
 	char		key[16];
 	int			i;
@@ -2360,7 +2360,7 @@ test_s3fifo_share_grows_on_small_ghost(void **state)
 
 /* Evict unread keys until one of the main FIFO's (named m<i>) goes. */
 static const char *
-evict_until_main(SieveFixture * f)
+evict_until_main(SieveFixture *f)
 {
 	const char *victim;
 
@@ -2446,7 +2446,7 @@ test_s3fifo_other_evictions(void **state)
 
 /* The keys of the next batch (up to n), in order, as one string of letters. */
 static const char *
-next_batch(SieveFixture * f, int n, SchedTime now)
+next_batch(SieveFixture *f, int n, SchedTime now)
 {
 	SchedEntry **batch;
 	int			count = sched_ready_batch(f->s, now, n, 0, &batch);
@@ -2463,7 +2463,7 @@ next_batch(SieveFixture * f, int n, SchedTime now)
 
 /* Begin a fetch of each one-letter key, in order. */
 static void
-asked_for_all(SieveFixture * f, const char *keys, SchedTime now)
+asked_for_all(SieveFixture *f, const char *keys, SchedTime now)
 {
 	for (; *keys; keys++)
 		assert_non_null(sched_try_begin_fetch(f->s, keys, 1, false, now));
@@ -2507,7 +2507,7 @@ test_fair_fetch_order(void **state)
 
 /* Cache each one-letter key at 0, and ask for it once it is stale. */
 static void
-stale_and_asked(SieveFixture * f, const char *keys, SchedTime now)
+stale_and_asked(SieveFixture *f, const char *keys, SchedTime now)
 {
 	const char *k;
 
@@ -2728,7 +2728,7 @@ typedef struct TurnCase
 	int			batch_size;
 	bool		demanded;		/* their keys read twice, or once */
 	bool		legit_demanded; /* the other role's key, waited for */
-}			TurnCase;
+} TurnCase;
 
 /*
  * Several roles each ask for many new keys, then another role for one.
@@ -2761,7 +2761,7 @@ test_fair_turns_table(void **state)
 	(void) state;
 	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 	{
-		const		TurnCase *tc = &cases[c];
+		const TurnCase *tc = &cases[c];
 		Sched	   *s = sched_create(&config, malloc, free);
 		int		   *next = calloc(tc->roles, sizeof(int));
 		int			total = tc->roles * tc->flood + 1;
@@ -2954,7 +2954,7 @@ typedef struct OnceBoundCase
 	int			legit;			/* of another role, asked for first */
 	size_t		limit;
 	bool		memory_short;	/* else memory has room: nothing goes */
-}			OnceBoundCase;
+} OnceBoundCase;
 
 /*
  * While memory is short, past the bound of due keys read once, the role
@@ -2981,7 +2981,7 @@ test_fair_once_bound_table(void **state)
 	(void) state;
 	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 	{
-		const		OnceBoundCase *oc = &cases[c];
+		const OnceBoundCase *oc = &cases[c];
 		Sched	   *s = sched_create(&config, malloc, free);
 		char		key[KEY_MAX];
 		int			flood_left = oc->flood;
@@ -3220,7 +3220,7 @@ test_pools_bytes(void **state)
  * answer; what the last completion said.
  */
 static SchedCompletion
-complete_all(Store * st, int n, Answer answer, SchedTime now)
+complete_all(Store *st, int n, Answer answer, SchedTime now)
 {
 	SchedEntry **batch = NULL;
 	SchedEntry *taken[8];
@@ -3342,7 +3342,7 @@ test_expiry_change_moves_evictions(void **state)
 
 /* Fetch key and complete it with a value and these periods (-1: default). */
 static SchedEntry *
-fetch_with_periods(Store * st, const char *key, int64_t max_age_ms,
+fetch_with_periods(Store *st, const char *key, int64_t max_age_ms,
 				   int64_t stale_for_ms, SchedTime now)
 {
 	SchedPeriods periods = {max_age_ms, stale_for_ms};
