@@ -13,7 +13,7 @@
  * CI; 16 is written from its headers and release notes and is not tested.
  *
  * Included by projcache.h, so by every file of the extension except the
- * server-free scheduler core.
+ * server-free worker core.
  *
  *-------------------------------------------------------------------------
  */

@@ -64,7 +64,7 @@ typedef enum PcFetchState
  * key follows projcache.expiry or grace_period, else 0 to
  * PC_MAX_PERIOD_MS, the bound of those settings; the fetch function's
  * values outside it are refused (keycache_fetch.c).  The same encoding as
- * the scheduler's SCHED_PERIOD_DEFAULT.
+ * the worker's POLICY_PERIOD_DEFAULT.
  */
 #define PC_PERIOD_DEFAULT	(-1)
 #define PC_MAX_PERIOD_MS	(INT_MAX / 4)
@@ -147,8 +147,8 @@ typedef struct PcEntry
  * 2^15: set by readers of an existing entry, at most once per unit, and
  * never cleared.  A value read within projcache.admission_window is not
  * evicted to make room for a key that has none (keycache_worker.c,
- * "Admission"; sched_value_in_use() says which keys are).  The modulus is
- * SCHED_STAMP_MODULUS (keycache_policy.h): about 9 hours.
+ * "Admission"; policy_value_in_use() says which keys are).  The modulus is
+ * POLICY_STAMP_MODULUS (keycache_policy.h): about 9 hours.
  */
 #define PC_MARK_STAMP_SHIFT	16
 #define PC_MARK_STAMP_MASK	0x7FFF0000U
@@ -423,7 +423,7 @@ typedef enum PcDumpFifo
 typedef const char *(*PcDumpNextKey) (void *arg, uint32 *len,
 									  PcDumpFifo *fifo);
 
-/* A key loaded from the dump, for the scheduler's state. */
+/* A key loaded from the dump, for the worker's state. */
 typedef void (*PcDumpRestoreFn) (const char *key, uint32 len,
 								 int64 fetched_at, int64 expires_at,
 								 int32 max_age_ms, int32 stale_for_ms,

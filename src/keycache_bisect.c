@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(USE_ASSERT_CHECKING) || defined(SCHED_UNIT_TEST)
+#if defined(USE_ASSERT_CHECKING) || defined(POLICY_UNIT_TEST)
 #define BISECT_ASSERT(cond) assert(cond)
 #else
 #define BISECT_ASSERT(cond) ((void) 0)
@@ -44,8 +44,8 @@ typedef struct BisectRange
 
 struct BisectPlan
 {
-	SchedAllocFn alloc_fn;
-	SchedFreeFn free_fn;
+	PolicyAllocFn alloc_fn;
+	PolicyFreeFn free_fn;
 	BisectSettings settings;
 
 	int			n;
@@ -63,11 +63,11 @@ struct BisectPlan
 	int			next_suspect;	/* in order[], from nclean */
 	bool		probe_done;		/* the suspects were asked together */
 	bool		slice_begun;
-	SchedTime	slice_start;
-	SchedTime	suspect_resume;
+	PolicyTime	slice_start;
+	PolicyTime	suspect_resume;
 
 	bool		any_clean_call; /* the first clean call was made */
-	SchedTime	first_call;
+	PolicyTime	first_call;
 	int			calls;
 
 	bool		in_call;
@@ -77,7 +77,7 @@ struct BisectPlan
 };
 
 static void *
-alloc0(SchedAllocFn alloc_fn, size_t size)
+alloc0(PolicyAllocFn alloc_fn, size_t size)
 {
 	void	   *p = alloc_fn(size == 0 ? 1 : size);
 
@@ -107,9 +107,9 @@ queue_pop(BisectPlan *plan)
 }
 
 BisectPlan *
-bisect_begin(int n, const bool *suspect, SchedTime suspect_resume_at,
-			 const BisectSettings *settings, SchedAllocFn alloc_fn,
-			 SchedFreeFn free_fn)
+bisect_begin(int n, const bool *suspect, PolicyTime suspect_resume_at,
+			 const BisectSettings *settings, PolicyAllocFn alloc_fn,
+			 PolicyFreeFn free_fn)
 {
 	BisectPlan *plan = alloc0(alloc_fn, sizeof(BisectPlan));
 	int			i;
@@ -151,7 +151,7 @@ set_fate(BisectPlan *plan, BisectRange r, BisectFate fate)
 }
 
 bool
-bisect_next(BisectPlan *plan, SchedTime now, const int **keys, int *nkeys)
+bisect_next(BisectPlan *plan, PolicyTime now, const int **keys, int *nkeys)
 {
 	BISECT_ASSERT(!plan->in_call);
 
@@ -274,7 +274,7 @@ split(BisectPlan *plan, BisectRange r)
 }
 
 void
-bisect_done(BisectPlan *plan, SchedTime now, BisectCall result,
+bisect_done(BisectPlan *plan, PolicyTime now, BisectCall result,
 			const bool *unresolved)
 {
 	BisectRange r = plan->call;
@@ -359,7 +359,7 @@ bisect_calls(const BisectPlan *plan)
 	return plan->calls;
 }
 
-SchedTime
+PolicyTime
 bisect_suspect_resume(const BisectPlan *plan)
 {
 	return plan->suspect_resume;
@@ -390,7 +390,7 @@ typedef struct MatchKey
 
 struct BisectMatch
 {
-	SchedFreeFn free_fn;
+	PolicyFreeFn free_fn;
 	int			n;
 	MatchKey   *exact;			/* by length, then bytes */
 	MatchKey   *folded;			/* by length, then bytes in lower case */
@@ -455,7 +455,7 @@ qsort_folded(const void *a, const void *b)
 
 BisectMatch *
 bisect_match_begin(int n, const char *const *keys, const size_t *lens,
-				   SchedAllocFn alloc_fn, SchedFreeFn free_fn)
+				   PolicyAllocFn alloc_fn, PolicyFreeFn free_fn)
 {
 	BisectMatch *match = alloc0(alloc_fn, sizeof(BisectMatch));
 	int			i;

@@ -26,7 +26,7 @@
  *	 (the caller passes projcache.fetch_timeout, the longest one call may
  *	 take): the keys not isolated by then fail together;
  * - a key that failed alone is a suspect until it is answered (the caller
- *	 keeps the mark, SchedEntry.suspect).  A suspect is never in a call
+ *	 keeps the mark, PolicyEntry.suspect).  A suspect is never in a call
  *	 with keys that are not suspects.  After the clean keys, the batch's
  *	 suspects are asked in one call of their own (a source that failed for
  *	 every key with an error a key could cause, then came back, answers
@@ -95,16 +95,16 @@ typedef struct BisectPlan BisectPlan;
  * bisect_suspect_resume()).  alloc_fn must not return NULL.
  */
 extern BisectPlan *bisect_begin(int n, const bool *suspect,
-								SchedTime suspect_resume_at,
+								PolicyTime suspect_resume_at,
 								const BisectSettings *settings,
-								SchedAllocFn alloc_fn, SchedFreeFn free_fn);
+								PolicyAllocFn alloc_fn, PolicyFreeFn free_fn);
 
 /*
  * The next call to make, at time now: *keys points at its *nkeys key
  * indices.  False when the plan is done: every key then has a fate other
  * than BISECT_WAITING.
  */
-extern bool bisect_next(BisectPlan *plan, SchedTime now, const int **keys,
+extern bool bisect_next(BisectPlan *plan, PolicyTime now, const int **keys,
 						int *nkeys);
 
 /*
@@ -113,7 +113,7 @@ extern bool bisect_next(BisectPlan *plan, SchedTime now, const int **keys,
  * order bisect_next() gave) has no answer.  Afterwards, *keys of that call
  * holds the same keys, maybe in another order.
  */
-extern void bisect_done(BisectPlan *plan, SchedTime now, BisectCall result,
+extern void bisect_done(BisectPlan *plan, PolicyTime now, BisectCall result,
 						const bool *unresolved);
 
 extern BisectFate bisect_fate(const BisectPlan *plan, int key);
@@ -136,7 +136,7 @@ extern int	bisect_calls(const BisectPlan *plan);
  * bisect_begin(), or, after this batch's suspects were called, as long
  * after their slice as the slice took.
  */
-extern SchedTime bisect_suspect_resume(const BisectPlan *plan);
+extern PolicyTime bisect_suspect_resume(const BisectPlan *plan);
 
 extern void bisect_end(BisectPlan *plan);
 
@@ -183,8 +183,8 @@ typedef struct BisectMatch BisectMatch;
 /* The n keys asked for (distinct), keys[i] of lens[i] bytes. */
 extern BisectMatch *bisect_match_begin(int n, const char *const *keys,
 									   const size_t *lens,
-									   SchedAllocFn alloc_fn,
-									   SchedFreeFn free_fn);
+									   PolicyAllocFn alloc_fn,
+									   PolicyFreeFn free_fn);
 
 /*
  * One row, with its key (NULL for a NULL key).  Sets *index to the key

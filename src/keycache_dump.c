@@ -3,7 +3,7 @@
  * keycache_dump.c
  *	  The key map's dump, so that the key cache comes back warm.
  *
- * The scheduler worker writes every key that holds a value (its state,
+ * The worker writes every key that holds a value (its state,
  * revision, config and age) to PC_KEYS_DUMP_FILE under the data directory,
  * every projcache.dump_interval and when it exits, and reads it back when
  * it starts for the first time after the server did (after a crash too:
@@ -20,14 +20,14 @@
  * and written after the lock is released: no lock is held across I/O.
  *
  * Readers of the restarted server are not served less than the dump
- * holds.  Connections are accepted before the scheduler has loaded it, so
+ * holds.  Connections are accepted before the worker has loaded it, so
  * from the server's start (pc_keys_restore_begin, in the postmaster) until
  * the load has ended (pc_keys_restore_end), a read of a key that is not
  * in the map with a value waits for it, on the key's condition variable,
  * which the load broadcasts as it stores each key and, for all, at its
  * end.  projcache.restore_wait bounds that wait for every read together:
  * it counts from the first read that found the load not ended, so that a
- * scheduler that never comes (its database missing, say) costs readers
+ * worker that never comes (its database missing, say) costs readers
  * that much once, not on every read of a key the dump does not hold.
  *
  * Named caches.  A named cache's key is dumped with its cache's creation
@@ -178,7 +178,7 @@ note_dump(uint64 keys)
 
 /*
  * At the server's start, in the postmaster, before any reader: is there a
- * key dump for the scheduler to load?
+ * key dump for the worker to load?
  */
 void
 pc_keys_restore_begin(void)
@@ -480,7 +480,7 @@ pc_keys_tombstones_sync(void)
 }
 
 /*
- * A scheduler started again while the server ran (the map is warm, no dump
+ * A worker started again while the server ran (the map is warm, no dump
  * is loaded): go on with the tombstones its predecessor kept.  Which keys
  * the dump on disk holds is not known here, so any key may be.
  */
@@ -881,7 +881,7 @@ static uint64 load_dump(PcDumpRestoreFn restore);
 /*
  * Load the dump into the key map, once per server start, before the
  * worker's first fetch.  Each key loaded is stored stale (invalidated)
- * with its age, and handed to restore() for the scheduler's state.
+ * with its age, and handed to restore() for the worker's state.
  * Returns the number of keys loaded; stops when memory nears its bound.
  * However it ends (an ERROR, or the worker's termination meanwhile),
  * readers waiting for the load read on.
@@ -1086,8 +1086,8 @@ load_record(const char *payload, uint32 len, const TombList *tombs,
 	}
 	age = rec.age_ms + since_dump_ms;
 	/* past the end of its own periods, under the settings now */
-	lifetime = sched_period(rec.max_age_ms, pc_expiry_ms) +
-		sched_period(rec.stale_for_ms, pc_grace_period_ms);
+	lifetime = policy_period(rec.max_age_ms, pc_expiry_ms) +
+		policy_period(rec.stale_for_ms, pc_grace_period_ms);
 	if (age > lifetime)
 	{
 		counts->too_old++;

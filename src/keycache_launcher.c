@@ -2,21 +2,21 @@
  *
  * keycache_launcher.c
  *	  The key cache's "projcache launcher" background worker: starts the
- *	  key cache's scheduler (keycache_worker.c) once projcache.database
+ *	  key cache's worker (keycache_worker.c) once projcache.database
  *	  exists, and again whenever it exits.
  *
  * A background worker connects to one database, once, and ends with FATAL
  * if it does not exist.  Registered directly with a restart time, the
- * scheduler would then fail every few seconds, flooding the log, until
+ * worker would then fail every few seconds, flooding the log, until
  * somebody created the database.  So the launcher, connected to no
  * database (it can read the shared catalog pg_database, as the logical
  * replication launcher reads pg_subscription), waits for the database,
- * logging once that it is missing, and only then starts the scheduler as a
- * dynamic worker.  When the scheduler exits (an ERROR, a signal, the
- * database dropped), the launcher waits PC_SCHEDULER_RESTART_MS and starts
+ * logging once that it is missing, and only then starts the worker as a
+ * dynamic worker.  When the worker exits (an ERROR, a signal, the
+ * database dropped), the launcher waits PC_WORKER_RESTART_MS and starts
  * it again; a crash of any process makes the postmaster restart all of
  * them, the launcher included.  If the launcher itself is terminated, the
- * postmaster starts it again; while the old scheduler lives on, the new
+ * postmaster starts it again; while the old worker lives on, the new
  * launcher starts none beside it.
  *
  * Copyright (c) 2026, projcache developers
@@ -44,8 +44,8 @@
 #include "shmem.h"
 #include "user_switch.h"
 
-/* How long after the scheduler exited it is started again. */
-#define PC_SCHEDULER_RESTART_MS		2000
+/* How long after the worker exited it is started again. */
+#define PC_WORKER_RESTART_MS		2000
 
 /* How often a missing database is looked for. */
 #define PC_DATABASE_POLL_MS			1000
@@ -60,7 +60,7 @@ pc_register_launcher(void)
 		BGWORKER_BACKEND_DATABASE_CONNECTION;
 	/* Consistent state: a hot standby serves its cache too. */
 	worker.bgw_start_time = BgWorkerStart_ConsistentState;
-	worker.bgw_restart_time = PC_SCHEDULER_RESTART_MS / 1000;
+	worker.bgw_restart_time = PC_WORKER_RESTART_MS / 1000;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "projcache");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "pc_launcher_main");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "projcache launcher");
@@ -69,7 +69,7 @@ pc_register_launcher(void)
 }
 
 /*
- * Sleep for ms, whatever sets the latch meanwhile (the scheduler's exit
+ * Sleep for ms, whatever sets the latch meanwhile (the worker's exit
  * does); handles reloads and SIGTERM.
  */
 static void
@@ -151,9 +151,9 @@ wait_for_database(void)
 				 errdetail("The database exists now.")));
 }
 
-/* Is a scheduler running (one a previous launcher started, say)? */
+/* Is a worker running (one a previous launcher started, say)? */
 static bool
-scheduler_running(void)
+worker_running(void)
 {
 	int			pid;
 
@@ -163,9 +163,9 @@ scheduler_running(void)
 	return pid != 0;
 }
 
-/* Start the scheduler and wait until it exits. */
+/* Start the worker and wait until it exits. */
 static void
-run_scheduler(void)
+run_worker(void)
 {
 	static bool no_slot_reported = false;
 	BackgroundWorker worker;
@@ -173,10 +173,10 @@ run_scheduler(void)
 	pid_t		pid;
 
 	/*
-	 * This launcher may have been started again while the scheduler of the
+	 * This launcher may have been started again while the worker of the
 	 * previous one lives on: never start a second one beside it.
 	 */
-	if (scheduler_running())
+	if (worker_running())
 		return;
 
 	memset(&worker, 0, sizeof(worker));
@@ -223,7 +223,7 @@ pc_launcher_main(Datum main_arg)
 	for (;;)
 	{
 		wait_for_database();
-		run_scheduler();
-		launcher_sleep(PC_SCHEDULER_RESTART_MS);
+		run_worker();
+		launcher_sleep(PC_WORKER_RESTART_MS);
 	}
 }

@@ -835,7 +835,7 @@ role_reserve(Oid role, Size bytes)
 	/* Reserve first, so that concurrent creations cannot all pass. */
 	keys = pg_atomic_add_fetch_u32(&slot->keys, 1);
 	held = pg_atomic_add_fetch_u64(&slot->bytes, (int64) bytes);
-	if (!sched_role_fits(keys - 1, held - bytes, bytes, bound, byte_bound))
+	if (!policy_role_fits(keys - 1, held - bytes, bytes, bound, byte_bound))
 	{
 		pg_atomic_fetch_sub_u32(&slot->keys, 1);
 		pg_atomic_fetch_sub_u64(&slot->bytes, (int64) bytes);

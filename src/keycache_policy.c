@@ -6,7 +6,7 @@
  *
  * See keycache_policy.h for the state machine.  The data structures:
  *
- * - a chained hash table of SchedEntry, keyed by the key's bytes;
+ * - a chained hash table of PolicyEntry, keyed by the key's bytes;
  * - five binary min-heaps of entry pointers (evictions, refreshes, and the
  *	 three queues of fetches waiting for their due time, see "Fair
  *	 fetching" in keycache_policy.h).  Every entry records its index in
@@ -19,7 +19,7 @@
  * - the open batch: fetches that are due and are being gathered before one
  *	 call of the fetch function;
  * - S3-FIFO's two FIFOs of keys (doubly linked through the entries) and
- *	 its ghost FIFO of hashes (see sched_memory_victim).
+ *	 its ghost FIFO of hashes (see policy_memory_victim).
  *
  * This file must compile without PostgreSQL headers: it is unit-tested on
  * its own (test/unit/test_keycache_policy.c).
@@ -39,18 +39,18 @@
  * and server builds with USE_ASSERT_CHECKING (PROJCACHE_ASSERTS=1).  The
  * server's Assert() needs its headers, which this file does without.
  */
-#if defined(USE_ASSERT_CHECKING) || defined(SCHED_UNIT_TEST)
-#define SCHED_ASSERT(cond) assert(cond)
+#if defined(USE_ASSERT_CHECKING) || defined(POLICY_UNIT_TEST)
+#define POLICY_ASSERT(cond) assert(cond)
 #else
-#define SCHED_ASSERT(cond) ((void) 0)
+#define POLICY_ASSERT(cond) ((void) 0)
 #endif
 
-typedef struct SchedHeap
+typedef struct PolicyHeap
 {
-	SchedEntry **items;
+	PolicyEntry **items;
 	int			count;
 	int			capacity;
-} SchedHeap;
+} PolicyHeap;
 
 /*
  * A role's fetches of new keys that are due and wait for its turn (see
@@ -58,67 +58,67 @@ typedef struct SchedHeap
  * once, each in due-time order.  It exists while it has any, and is then
  * in the ring of turns.
  */
-typedef struct SchedFlow
+typedef struct PolicyFlow
 {
 	uint32_t	id;
-	struct SchedFlow *hash_next;
-	struct SchedFlow *turn_prev;
-	struct SchedFlow *turn_next;
-	SchedHeap	heaps[2];		/* SCHED_QUEUE_TURN_NEW, _ONCE */
-} SchedFlow;
+	struct PolicyFlow *hash_next;
+	struct PolicyFlow *turn_prev;
+	struct PolicyFlow *turn_next;
+	PolicyHeap	heaps[2];		/* POLICY_QUEUE_TURN_NEW, _ONCE */
+} PolicyFlow;
 
 /* An owner's keys, the order they were given to it: oldest first out. */
-typedef struct SchedOwner
+typedef struct PolicyOwner
 {
 	uint32_t	id;
-	struct SchedOwner *hash_next;
-	SchedEntry *newest;
-	SchedEntry *oldest;
+	struct PolicyOwner *hash_next;
+	PolicyEntry *newest;
+	PolicyEntry *oldest;
 	size_t		count;
-} SchedOwner;
+} PolicyOwner;
 
 /* Buckets of the tables of flows and of owners: few roles ask for keys. */
-#define SCHED_ROLE_BUCKETS 256
+#define POLICY_ROLE_BUCKETS 256
 
-/* One pool's FIFOs: [0] small, [1] main (see sched_memory_victim) */
-typedef struct SchedPool
+/* One pool's FIFOs: [0] small, [1] main (see policy_memory_victim) */
+typedef struct PolicyPool
 {
-	SchedEntry *fifo_head[2];	/* newest */
-	SchedEntry *fifo_tail[2];	/* oldest */
+	PolicyEntry *fifo_head[2];	/* newest */
+	PolicyEntry *fifo_tail[2];	/* oldest */
 	size_t		fifo_count[2];
-	size_t		fifo_bytes[2];	/* what their keys weigh (SchedEntry.bytes) */
+	size_t		fifo_bytes[2];	/* what their keys weigh (PolicyEntry.bytes) */
 	uint32_t	small_share;	/* the small FIFO's share of those, in parts
-								 * of SCHED_SHARE_ONE (see adapt_small_share) */
-	/* its own settings (sched_set_pool_config), or -1: the config's */
+								 * of POLICY_SHARE_ONE (see adapt_small_share) */
+	/* its own settings (policy_set_pool_config), or -1: the config's */
 	int64_t		max_retry_backoff_ms;
 	int64_t		refresh_interval_ms;
-} SchedPool;
+} PolicyPool;
 
-struct Sched
+struct Policy
 {
-	SchedConfig config;
-	SchedAllocFn alloc_fn;
-	SchedFreeFn free_fn;
+	PolicyConfig config;
+	PolicyAllocFn alloc_fn;
+	PolicyFreeFn free_fn;
 
-	SchedEntry **buckets;
+	PolicyEntry **buckets;
 	size_t		nbuckets;		/* power of two */
 	size_t		nentries;
 
-	SchedHeap	heaps[SCHED_NUM_QUEUES];
+	PolicyHeap	heaps[POLICY_NUM_QUEUES];
 	uint64_t	heap_seq;		/* schedulings so far, for ties */
 
 	/* the open batch */
-	SchedEntry **batch;
+	PolicyEntry **batch;
 	int			batch_count;
 	int			batch_capacity;
-	SchedTime	batch_opened;
-	/* the batch handed out by the last sched_ready_batch() call */
-	SchedEntry **dispatched;
+	PolicyTime	batch_opened;
+	/* the batch handed out by the last policy_ready_batch() call */
+	PolicyEntry **dispatched;
 	int			dispatched_capacity;
 
-	/* S3-FIFO's FIFOs of each pool (see sched_memory_victim) */
-	SchedPool	pools[SCHED_MAX_POOLS];
-	SchedPoolFn pool_of;		/* a new key's pool; NULL: all in pool 0 */
+	/* S3-FIFO's FIFOs of each pool (see policy_memory_victim) */
+	PolicyPool	pools[POLICY_MAX_POOLS];
+	PolicyPoolFn pool_of;		/* a new key's pool; NULL: all in pool 0 */
 	void	   *pool_arg;
 
 	/*
@@ -130,7 +130,7 @@ struct Sched
 	 * pool: a key's pool is known again when it comes back.)  A newer hash
 	 * may overwrite an older one: the ghost forgets.
 	 */
-	struct SchedGhost
+	struct PolicyGhost
 	{
 		uint32_t	hash;
 		uint8_t		fifo;		/* 0 small, 1 main */
@@ -140,20 +140,20 @@ struct Sched
 	uint64_t	ghost_seq[2];	/* evictions from each FIFO so far */
 
 	/* Fair fetching: the flows by id, and whose turn is next (or NULL) */
-	SchedFlow  *flows[SCHED_ROLE_BUCKETS];
+	PolicyFlow *flows[POLICY_ROLE_BUCKETS];
 	size_t		nflows;
-	SchedFlow  *turn;
+	PolicyFlow *turn;
 	size_t		turn_count[2];	/* fetches waiting for a turn, by heap */
 	int			cached_run;		/* cached keys batched in a row while new keys
-								 * waited (SCHED_CACHED_RUN) */
+								 * waited (POLICY_CACHED_RUN) */
 
 	/* Keys per owner */
-	SchedOwner *owners[SCHED_ROLE_BUCKETS];
+	PolicyOwner *owners[POLICY_ROLE_BUCKETS];
 };
 
-#define SCHED_MIN_GHOST_SLOTS 1024
+#define POLICY_MIN_GHOST_SLOTS 1024
 
-#define SCHED_INITIAL_BUCKETS 1024
+#define POLICY_INITIAL_BUCKETS 1024
 
 /* ----------------------------------------------------------------
  * Pure helpers
@@ -166,8 +166,8 @@ struct Sched
  * first).
  */
 bool
-sched_refresh_interval_valid(int64_t expiry_ms, int64_t grace_ms,
-							 int64_t refresh_ms)
+policy_refresh_interval_valid(int64_t expiry_ms, int64_t grace_ms,
+							  int64_t refresh_ms)
 {
 	return refresh_ms > expiry_ms && refresh_ms < expiry_ms + grace_ms;
 }
@@ -177,7 +177,7 @@ sched_refresh_interval_valid(int64_t expiry_ms, int64_t grace_ms,
  * immediate, then 1 s, growing by a factor of 1.5, capped at max_backoff_ms.
  */
 int64_t
-sched_backoff_delay(int attempt, int64_t max_backoff_ms)
+policy_backoff_delay(int attempt, int64_t max_backoff_ms)
 {
 	double		delay = 1000.0;
 	int			i;
@@ -197,42 +197,42 @@ sched_backoff_delay(int attempt, int64_t max_backoff_ms)
 
 /* A key's own period, or the configuration's when it has none. */
 int64_t
-sched_period(int64_t own_ms, int64_t config_ms)
+policy_period(int64_t own_ms, int64_t config_ms)
 {
-	SCHED_ASSERT(own_ms >= 0 || own_ms == SCHED_PERIOD_DEFAULT);
+	POLICY_ASSERT(own_ms >= 0 || own_ms == POLICY_PERIOD_DEFAULT);
 	return own_ms >= 0 ? own_ms : config_ms;
 }
 
 int64_t
-sched_max_age(const Sched *s, const SchedEntry *e)
+policy_max_age(const Policy *s, const PolicyEntry *e)
 {
-	return sched_period(e->max_age_ms, s->config.expiry_ms);
+	return policy_period(e->max_age_ms, s->config.expiry_ms);
 }
 
 int64_t
-sched_stale_for(const Sched *s, const SchedEntry *e)
+policy_stale_for(const Policy *s, const PolicyEntry *e)
 {
-	return sched_period(e->stale_for_ms, s->config.grace_period_ms);
+	return policy_period(e->stale_for_ms, s->config.grace_period_ms);
 }
 
 /* Fresh, stale and expired periods of a key together: its lifetime. */
 static int64_t
-entry_lifetime(const Sched *s, const SchedEntry *e)
+entry_lifetime(const Policy *s, const PolicyEntry *e)
 {
-	return sched_max_age(s, e) + sched_stale_for(s, e);
+	return policy_max_age(s, e) + policy_stale_for(s, e);
 }
 
-SchedFreshness
-sched_freshness(SchedTime last_fetch, SchedTime now,
-				int64_t expiry_ms, int64_t grace_ms)
+PolicyFreshness
+policy_freshness(PolicyTime last_fetch, PolicyTime now,
+				 int64_t expiry_ms, int64_t grace_ms)
 {
 	int64_t		elapsed = now > last_fetch ? now - last_fetch : 0;
 
 	if (elapsed >= expiry_ms + grace_ms)
-		return SCHED_EXPIRED;
+		return POLICY_EXPIRED;
 	if (elapsed >= expiry_ms)
-		return SCHED_STALE;
-	return SCHED_FRESH;
+		return POLICY_STALE;
+	return POLICY_FRESH;
 }
 
 /* ----------------------------------------------------------------
@@ -241,7 +241,7 @@ sched_freshness(SchedTime last_fetch, SchedTime now,
  */
 
 static void *
-sched_alloc0(Sched *s, size_t size)
+policy_alloc0(Policy *s, size_t size)
 {
 	void	   *p = s->alloc_fn(size);
 
@@ -250,7 +250,7 @@ sched_alloc0(Sched *s, size_t size)
 }
 
 static uint32_t
-sched_hash(const char *key, size_t keylen)
+policy_hash(const char *key, size_t keylen)
 {
 	/* FNV-1a: keys are short and the table is private, this is plenty. */
 	uint32_t	h = 2166136261u;
@@ -265,19 +265,19 @@ sched_hash(const char *key, size_t keylen)
 }
 
 static void
-sched_grow_buckets(Sched *s)
+policy_grow_buckets(Policy *s)
 {
 	size_t		newn = s->nbuckets * 2;
-	SchedEntry **newb = sched_alloc0(s, newn * sizeof(SchedEntry *));
+	PolicyEntry **newb = policy_alloc0(s, newn * sizeof(PolicyEntry *));
 	size_t		i;
 
 	for (i = 0; i < s->nbuckets; i++)
 	{
-		SchedEntry *e = s->buckets[i];
+		PolicyEntry *e = s->buckets[i];
 
 		while (e)
 		{
-			SchedEntry *next = e->next;
+			PolicyEntry *next = e->next;
 			size_t		b = e->hash & (newn - 1);
 
 			e->next = newb[b];
@@ -290,11 +290,11 @@ sched_grow_buckets(Sched *s)
 	s->nbuckets = newn;
 }
 
-SchedEntry *
-sched_lookup(Sched *s, const char *key, size_t keylen)
+PolicyEntry *
+policy_lookup(Policy *s, const char *key, size_t keylen)
 {
-	uint32_t	h = sched_hash(key, keylen);
-	SchedEntry *e;
+	uint32_t	h = policy_hash(key, keylen);
+	PolicyEntry *e;
 
 	for (e = s->buckets[h & (s->nbuckets - 1)]; e; e = e->next)
 	{
@@ -306,7 +306,7 @@ sched_lookup(Sched *s, const char *key, size_t keylen)
 }
 
 size_t
-sched_count(const Sched *s)
+policy_count(const Policy *s)
 {
 	return s->nentries;
 }
@@ -316,12 +316,12 @@ sched_count(const Sched *s)
  * at its tail (oldest end) for a key restored from the dump in its order.
  */
 static void
-fifo_push(Sched *s, SchedEntry *e, bool main, bool at_head)
+fifo_push(Policy *s, PolicyEntry *e, bool main, bool at_head)
 {
-	SchedPool  *p = &s->pools[e->pool];
+	PolicyPool *p = &s->pools[e->pool];
 	int			f = main ? 1 : 0;
-	SchedEntry **end = at_head ? &p->fifo_head[f] : &p->fifo_tail[f];
-	SchedEntry **other = at_head ? &p->fifo_tail[f] : &p->fifo_head[f];
+	PolicyEntry **end = at_head ? &p->fifo_head[f] : &p->fifo_tail[f];
+	PolicyEntry **other = at_head ? &p->fifo_tail[f] : &p->fifo_head[f];
 
 	e->in_main = main;
 	e->fifo_older = at_head ? *end : NULL;
@@ -342,12 +342,12 @@ fifo_push(Sched *s, SchedEntry *e, bool main, bool at_head)
 
 /* Take e out of its FIFO. */
 static void
-fifo_remove(Sched *s, SchedEntry *e)
+fifo_remove(Policy *s, PolicyEntry *e)
 {
-	SchedPool  *p = &s->pools[e->pool];
+	PolicyPool *p = &s->pools[e->pool];
 	int			f = e->in_main ? 1 : 0;
 
-	SCHED_ASSERT(p->fifo_count[f] > 0);
+	POLICY_ASSERT(p->fifo_count[f] > 0);
 	if (e->fifo_newer != NULL)
 		e->fifo_newer->fifo_older = e->fifo_older;
 	else
@@ -358,7 +358,7 @@ fifo_remove(Sched *s, SchedEntry *e)
 		p->fifo_tail[f] = e->fifo_newer;
 	e->fifo_newer = e->fifo_older = NULL;
 	p->fifo_count[f]--;
-	SCHED_ASSERT(p->fifo_bytes[f] >= e->bytes);
+	POLICY_ASSERT(p->fifo_bytes[f] >= e->bytes);
 	p->fifo_bytes[f] -= e->bytes;
 }
 
@@ -367,9 +367,9 @@ fifo_remove(Sched *s, SchedEntry *e)
  * 0 the small one, 1 the main one; -1 if it does not remember it.
  */
 static int
-ghost_origin(const Sched *s, uint32_t hash, int pool)
+ghost_origin(const Policy *s, uint32_t hash, int pool)
 {
-	const struct SchedGhost *g;
+	const struct PolicyGhost *g;
 	size_t		main_count = s->pools[pool].fifo_count[1];
 	size_t		span = main_count > 0 ? main_count : 1;
 
@@ -384,21 +384,21 @@ ghost_origin(const Sched *s, uint32_t hash, int pool)
 /*
  * The small FIFO's share follows which FIFO lets go of keys that are read
  * again (keycache_policy.h): a key back from the small FIFO's ghost grows
- * it by SCHED_SMALL_GROW_KEYS keys' worth of the keys held, one back from
- * the main FIFO's shrinks it by SCHED_SMALL_SHRINK_KEYS keys' worth, within
- * SCHED_SMALL_MIN_PERCENT and SCHED_SMALL_MAX_PERCENT.
+ * it by POLICY_SMALL_GROW_KEYS keys' worth of the keys held, one back from
+ * the main FIFO's shrinks it by POLICY_SMALL_SHRINK_KEYS keys' worth, within
+ * POLICY_SMALL_MIN_PERCENT and POLICY_SMALL_MAX_PERCENT.
  */
 static void
-adapt_small_share(SchedPool *p, size_t nkeys, bool grow)
+adapt_small_share(PolicyPool *p, size_t nkeys, bool grow)
 {
-	const uint64_t min = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100;
-	const uint64_t max = (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MAX_PERCENT / 100;
+	const uint64_t min = (uint64_t) POLICY_SHARE_ONE * POLICY_SMALL_MIN_PERCENT / 100;
+	const uint64_t max = (uint64_t) POLICY_SHARE_ONE * POLICY_SMALL_MAX_PERCENT / 100;
 	uint64_t	keys = nkeys > 0 ? nkeys : 1;
 	uint64_t	share = p->small_share;
 	uint64_t	step;
 
-	step = (uint64_t) SCHED_SHARE_ONE *
-		(grow ? SCHED_SMALL_GROW_KEYS : SCHED_SMALL_SHRINK_KEYS) / keys;
+	step = (uint64_t) POLICY_SHARE_ONE *
+		(grow ? POLICY_SMALL_GROW_KEYS : POLICY_SMALL_SHRINK_KEYS) / keys;
 	if (step == 0)
 		step = 1;
 	if (grow)
@@ -414,10 +414,10 @@ adapt_small_share(SchedPool *p, size_t nkeys, bool grow)
  * let it go lately (the ghost FIFO still remembers it), which adapts the
  * small FIFO's share.  The caller has checked that the key is absent.
  */
-static SchedEntry *
-sched_insert_new(Sched *s, const char *key, size_t keylen)
+static PolicyEntry *
+policy_insert_new(Policy *s, const char *key, size_t keylen)
 {
-	SchedEntry *e = sched_alloc0(s, sizeof(SchedEntry));
+	PolicyEntry *e = policy_alloc0(s, sizeof(PolicyEntry));
 	size_t		b;
 	int			q;
 	int			origin;
@@ -425,16 +425,16 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	e->key = s->alloc_fn(keylen > 0 ? keylen : 1);
 	memcpy(e->key, key, keylen);
 	e->keylen = keylen;
-	e->hash = sched_hash(key, keylen);
-	e->state = SCHED_PENDING;
+	e->hash = policy_hash(key, keylen);
+	e->state = POLICY_PENDING;
 	e->bytes = 1;
-	e->max_age_ms = SCHED_PERIOD_DEFAULT;
-	e->stale_for_ms = SCHED_PERIOD_DEFAULT;
-	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+	e->max_age_ms = POLICY_PERIOD_DEFAULT;
+	e->stale_for_ms = POLICY_PERIOD_DEFAULT;
+	for (q = 0; q < POLICY_NUM_QUEUES; q++)
 		e->heap_pos[q] = -1;
 
 	if (s->nentries >= s->nbuckets)
-		sched_grow_buckets(s);
+		policy_grow_buckets(s);
 	b = e->hash & (s->nbuckets - 1);
 	e->next = s->buckets[b];
 	s->buckets[b] = e;
@@ -445,14 +445,14 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	{
 		int			pool = s->pool_of(key, keylen, s->pool_arg);
 
-		e->pool = (uint8_t) (pool > 0 && pool < SCHED_MAX_POOLS ? pool : 0);
+		e->pool = (uint8_t) (pool > 0 && pool < POLICY_MAX_POOLS ? pool : 0);
 	}
 
 	/* Back soon after a FIFO let it go?  Then it goes to main. */
 	origin = ghost_origin(s, e->hash, e->pool);
 	if (origin >= 0)
 	{
-		SchedPool  *p = &s->pools[e->pool];
+		PolicyPool *p = &s->pools[e->pool];
 
 		s->ghosts[e->hash & (s->nghosts - 1)].hash = 0;
 		adapt_small_share(p, p->fifo_count[0] + p->fifo_count[1] + 1,
@@ -462,12 +462,12 @@ sched_insert_new(Sched *s, const char *key, size_t keylen)
 	return e;
 }
 
-static void owner_remove(Sched *s, SchedEntry *e);
+static void owner_remove(Policy *s, PolicyEntry *e);
 
 static void
-sched_unlink(Sched *s, SchedEntry *entry)
+policy_unlink(Policy *s, PolicyEntry *entry)
 {
-	SchedEntry **link = &s->buckets[entry->hash & (s->nbuckets - 1)];
+	PolicyEntry **link = &s->buckets[entry->hash & (s->nbuckets - 1)];
 
 	while (*link != entry)
 		link = &(*link)->next;
@@ -484,9 +484,9 @@ sched_unlink(Sched *s, SchedEntry *entry)
  */
 
 static void
-heap_set(SchedHeap *h, SchedQueue q, int i, SchedEntry *e)
+heap_set(PolicyHeap *h, PolicyQueue q, int i, PolicyEntry *e)
 {
-	SCHED_ASSERT(i >= 0 && i < h->capacity);
+	POLICY_ASSERT(i >= 0 && i < h->capacity);
 	h->items[i] = e;
 	e->heap_pos[q] = i;
 }
@@ -495,7 +495,7 @@ heap_set(SchedHeap *h, SchedQueue q, int i, SchedEntry *e)
  * Does a go before b in queue q?  Earlier time first; at the same time, FIFO.
  */
 static inline bool
-heap_before(const SchedEntry *a, const SchedEntry *b, SchedQueue q)
+heap_before(const PolicyEntry *a, const PolicyEntry *b, PolicyQueue q)
 {
 	if (a->heap_time[q] != b->heap_time[q])
 		return a->heap_time[q] < b->heap_time[q];
@@ -503,9 +503,9 @@ heap_before(const SchedEntry *a, const SchedEntry *b, SchedQueue q)
 }
 
 static void
-heap_sift_up(SchedHeap *h, SchedQueue q, int i)
+heap_sift_up(PolicyHeap *h, PolicyQueue q, int i)
 {
-	SchedEntry *e = h->items[i];
+	PolicyEntry *e = h->items[i];
 
 	while (i > 0)
 	{
@@ -520,9 +520,9 @@ heap_sift_up(SchedHeap *h, SchedQueue q, int i)
 }
 
 static void
-heap_sift_down(SchedHeap *h, SchedQueue q, int i)
+heap_sift_down(PolicyHeap *h, PolicyQueue q, int i)
 {
-	SchedEntry *e = h->items[i];
+	PolicyEntry *e = h->items[i];
 
 	for (;;)
 	{
@@ -543,12 +543,12 @@ heap_sift_down(SchedHeap *h, SchedQueue q, int i)
 
 /* Take e, which is in it, out of heap h (of queue q). */
 static void
-heap_delete(SchedHeap *h, SchedQueue q, SchedEntry *e)
+heap_delete(PolicyHeap *h, PolicyQueue q, PolicyEntry *e)
 {
 	int			i = e->heap_pos[q];
-	SchedEntry *last;
+	PolicyEntry *last;
 
-	SCHED_ASSERT(i >= 0 && i < h->count && h->items[i] == e);
+	POLICY_ASSERT(i >= 0 && i < h->count && h->items[i] == e);
 	e->heap_pos[q] = -1;
 	last = h->items[--h->count];
 	if (i == h->count)
@@ -560,22 +560,22 @@ heap_delete(SchedHeap *h, SchedQueue q, SchedEntry *e)
 
 /* Put e, which is in no heap of queue q, in heap h at 'when'. */
 static void
-heap_insert(Sched *s, SchedHeap *h, SchedQueue q, SchedEntry *e,
-			SchedTime when)
+heap_insert(Policy *s, PolicyHeap *h, PolicyQueue q, PolicyEntry *e,
+			PolicyTime when)
 {
 	if (h->count == h->capacity)
 	{
 		int			newcap = h->capacity ? h->capacity * 2 : 16;
-		SchedEntry **items = s->alloc_fn(newcap * sizeof(SchedEntry *));
+		PolicyEntry **items = s->alloc_fn(newcap * sizeof(PolicyEntry *));
 
 		if (h->count > 0)
-			memcpy(items, h->items, h->count * sizeof(SchedEntry *));
+			memcpy(items, h->items, h->count * sizeof(PolicyEntry *));
 		if (h->items)
 			s->free_fn(h->items);
 		h->items = items;
 		h->capacity = newcap;
 	}
-	SCHED_ASSERT(e->heap_pos[q] == -1 && h->count < h->capacity);
+	POLICY_ASSERT(e->heap_pos[q] == -1 && h->count < h->capacity);
 	e->heap_time[q] = when;
 	e->heap_seq[q] = s->heap_seq++;
 	heap_set(h, q, h->count, e);
@@ -584,28 +584,28 @@ heap_insert(Sched *s, SchedHeap *h, SchedQueue q, SchedEntry *e,
 }
 
 static bool
-is_turn_queue(SchedQueue q)
+is_turn_queue(PolicyQueue q)
 {
-	return q == SCHED_QUEUE_TURN_NEW || q == SCHED_QUEUE_TURN_ONCE;
+	return q == POLICY_QUEUE_TURN_NEW || q == POLICY_QUEUE_TURN_ONCE;
 }
 
 /* The heap of queue q that e is in, or would be in. */
-static SchedHeap *
-heap_of(Sched *s, SchedQueue q, const SchedEntry *e)
+static PolicyHeap *
+heap_of(Policy *s, PolicyQueue q, const PolicyEntry *e)
 {
 	if (is_turn_queue(q))
 	{
-		SCHED_ASSERT(e->turn_flow != NULL);
-		return &e->turn_flow->heaps[q - SCHED_QUEUE_TURN_NEW];
+		POLICY_ASSERT(e->turn_flow != NULL);
+		return &e->turn_flow->heaps[q - POLICY_QUEUE_TURN_NEW];
 	}
 	return &s->heaps[q];
 }
 
-static void turn_remove(Sched *s, SchedQueue q, SchedEntry *e);
+static void turn_remove(Policy *s, PolicyQueue q, PolicyEntry *e);
 
 /* Take e out of queue q, if it is there. */
 static void
-queue_remove(Sched *s, SchedQueue q, SchedEntry *e)
+queue_remove(Policy *s, PolicyQueue q, PolicyEntry *e)
 {
 	if (e->heap_pos[q] < 0)
 		return;
@@ -620,17 +620,17 @@ queue_remove(Sched *s, SchedQueue q, SchedEntry *e)
  * turn), replacing any earlier schedule.
  */
 static void
-queue_schedule(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
+queue_schedule(Policy *s, PolicyQueue q, PolicyEntry *e, PolicyTime when)
 {
-	SCHED_ASSERT(!is_turn_queue(q));
+	POLICY_ASSERT(!is_turn_queue(q));
 	queue_remove(s, q, e);
 	heap_insert(s, &s->heaps[q], q, e, when);
 }
 
 bool
-sched_peek(const Sched *s, SchedQueue queue, SchedTime *when)
+policy_peek(const Policy *s, PolicyQueue queue, PolicyTime *when)
 {
-	const SchedHeap *h = &s->heaps[queue];
+	const PolicyHeap *h = &s->heaps[queue];
 
 	if (h->count == 0)
 		return false;
@@ -638,17 +638,17 @@ sched_peek(const Sched *s, SchedQueue queue, SchedTime *when)
 	return true;
 }
 
-static SchedEntry *
-queue_pop_due(Sched *s, SchedQueue q, SchedTime now)
+static PolicyEntry *
+queue_pop_due(Policy *s, PolicyQueue q, PolicyTime now)
 {
-	SchedHeap  *h = &s->heaps[q];
-	SchedEntry *e;
+	PolicyHeap *h = &s->heaps[q];
+	PolicyEntry *e;
 
-	SCHED_ASSERT(!is_turn_queue(q));
+	POLICY_ASSERT(!is_turn_queue(q));
 	if (h->count == 0 || h->items[0]->heap_time[q] > now)
 		return NULL;
 	e = h->items[0];
-	SCHED_ASSERT(e->heap_pos[q] == 0);
+	POLICY_ASSERT(e->heap_pos[q] == 0);
 	queue_remove(s, q, e);
 	return e;
 }
@@ -662,22 +662,22 @@ static size_t
 role_bucket(uint32_t id)
 {
 	return (size_t) ((id * UINT32_C(2654435761)) >> 24) %
-		SCHED_ROLE_BUCKETS;
+		POLICY_ROLE_BUCKETS;
 }
 
 /* The flow of that id; created (out of the ring) if asked to. */
-static SchedFlow *
-flow_get(Sched *s, uint32_t id, bool create)
+static PolicyFlow *
+flow_get(Policy *s, uint32_t id, bool create)
 {
-	SchedFlow **bucket = &s->flows[role_bucket(id)];
-	SchedFlow  *f;
+	PolicyFlow **bucket = &s->flows[role_bucket(id)];
+	PolicyFlow *f;
 
 	for (f = *bucket; f != NULL; f = f->hash_next)
 		if (f->id == id)
 			return f;
 	if (!create)
 		return NULL;
-	f = sched_alloc0(s, sizeof(SchedFlow));
+	f = policy_alloc0(s, sizeof(PolicyFlow));
 	f->id = id;
 	f->hash_next = *bucket;
 	*bucket = f;
@@ -686,19 +686,19 @@ flow_get(Sched *s, uint32_t id, bool create)
 }
 
 static size_t
-flow_waiting(const SchedFlow *f)
+flow_waiting(const PolicyFlow *f)
 {
 	return (size_t) (f->heaps[0].count + f->heaps[1].count);
 }
 
 /* Forget an empty flow: out of the ring and the table. */
 static void
-flow_free(Sched *s, SchedFlow *f)
+flow_free(Policy *s, PolicyFlow *f)
 {
-	SchedFlow **link = &s->flows[role_bucket(f->id)];
+	PolicyFlow **link = &s->flows[role_bucket(f->id)];
 	int			i;
 
-	SCHED_ASSERT(flow_waiting(f) == 0);
+	POLICY_ASSERT(flow_waiting(f) == 0);
 	if (f->turn_next == f)
 		s->turn = NULL;
 	else
@@ -724,11 +724,11 @@ flow_free(Sched *s, SchedFlow *f)
  * of the round under way.
  */
 static void
-turn_insert(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
+turn_insert(Policy *s, PolicyQueue q, PolicyEntry *e, PolicyTime when)
 {
-	SchedFlow  *f = flow_get(s, e->flow, true);
+	PolicyFlow *f = flow_get(s, e->flow, true);
 
-	SCHED_ASSERT(is_turn_queue(q) && e->turn_flow == NULL);
+	POLICY_ASSERT(is_turn_queue(q) && e->turn_flow == NULL);
 	if (flow_waiting(f) == 0)
 	{
 		if (s->turn == NULL)
@@ -745,20 +745,20 @@ turn_insert(Sched *s, SchedQueue q, SchedEntry *e, SchedTime when)
 		}
 	}
 	e->turn_flow = f;
-	heap_insert(s, &f->heaps[q - SCHED_QUEUE_TURN_NEW], q, e, when);
-	s->turn_count[q - SCHED_QUEUE_TURN_NEW]++;
+	heap_insert(s, &f->heaps[q - POLICY_QUEUE_TURN_NEW], q, e, when);
+	s->turn_count[q - POLICY_QUEUE_TURN_NEW]++;
 }
 
 /* Take e out of turn queue q of its flow; a flow left empty goes. */
 static void
-turn_remove(Sched *s, SchedQueue q, SchedEntry *e)
+turn_remove(Policy *s, PolicyQueue q, PolicyEntry *e)
 {
-	SchedFlow  *f = e->turn_flow;
+	PolicyFlow *f = e->turn_flow;
 
-	SCHED_ASSERT(f != NULL && f->id == e->flow);
-	heap_delete(&f->heaps[q - SCHED_QUEUE_TURN_NEW], q, e);
-	SCHED_ASSERT(s->turn_count[q - SCHED_QUEUE_TURN_NEW] > 0);
-	s->turn_count[q - SCHED_QUEUE_TURN_NEW]--;
+	POLICY_ASSERT(f != NULL && f->id == e->flow);
+	heap_delete(&f->heaps[q - POLICY_QUEUE_TURN_NEW], q, e);
+	POLICY_ASSERT(s->turn_count[q - POLICY_QUEUE_TURN_NEW] > 0);
+	s->turn_count[q - POLICY_QUEUE_TURN_NEW]--;
 	e->turn_flow = NULL;
 	if (flow_waiting(f) == 0)
 		flow_free(s, f);
@@ -768,35 +768,35 @@ turn_remove(Sched *s, SchedQueue q, SchedEntry *e)
  * The next fetch by turns: the first demanded key of the role whose turn
  * it is, else its first key read once; the next role's turn follows.
  */
-static SchedEntry *
-turn_pop(Sched *s)
+static PolicyEntry *
+turn_pop(Policy *s)
 {
-	SchedFlow  *f = s->turn;
-	SchedQueue	q;
-	SchedEntry *e;
+	PolicyFlow *f = s->turn;
+	PolicyQueue q;
+	PolicyEntry *e;
 
 	if (f == NULL)
 		return NULL;
-	q = f->heaps[0].count > 0 ? SCHED_QUEUE_TURN_NEW : SCHED_QUEUE_TURN_ONCE;
-	e = f->heaps[q - SCHED_QUEUE_TURN_NEW].items[0];
+	q = f->heaps[0].count > 0 ? POLICY_QUEUE_TURN_NEW : POLICY_QUEUE_TURN_ONCE;
+	e = f->heaps[q - POLICY_QUEUE_TURN_NEW].items[0];
 	s->turn = f->turn_next;
 	turn_remove(s, q, e);
 	return e;
 }
 
 /* The owner of that id; created if asked to. */
-static SchedOwner *
-owner_get(Sched *s, uint32_t id, bool create)
+static PolicyOwner *
+owner_get(Policy *s, uint32_t id, bool create)
 {
-	SchedOwner **bucket = &s->owners[role_bucket(id)];
-	SchedOwner *o;
+	PolicyOwner **bucket = &s->owners[role_bucket(id)];
+	PolicyOwner *o;
 
 	for (o = *bucket; o != NULL; o = o->hash_next)
 		if (o->id == id)
 			return o;
 	if (!create)
 		return NULL;
-	o = sched_alloc0(s, sizeof(SchedOwner));
+	o = policy_alloc0(s, sizeof(PolicyOwner));
 	o->id = id;
 	o->hash_next = *bucket;
 	*bucket = o;
@@ -805,7 +805,7 @@ owner_get(Sched *s, uint32_t id, bool create)
 
 /* Put e, of owner o, at the newest end of o's FIFO. */
 static void
-owner_push_newest(SchedOwner *o, SchedEntry *e)
+owner_push_newest(PolicyOwner *o, PolicyEntry *e)
 {
 	e->owner_older = o->newest;
 	e->owner_newer = NULL;
@@ -818,9 +818,9 @@ owner_push_newest(SchedOwner *o, SchedEntry *e)
 }
 
 static void
-owner_unlink(SchedOwner *o, SchedEntry *e)
+owner_unlink(PolicyOwner *o, PolicyEntry *e)
 {
-	SCHED_ASSERT(o->count > 0);
+	POLICY_ASSERT(o->count > 0);
 	if (e->owner_newer != NULL)
 		e->owner_newer->owner_older = e->owner_older;
 	else
@@ -835,15 +835,15 @@ owner_unlink(SchedOwner *o, SchedEntry *e)
 
 /* Take e out of its owner's FIFO; an owner left with no key goes. */
 static void
-owner_remove(Sched *s, SchedEntry *e)
+owner_remove(Policy *s, PolicyEntry *e)
 {
-	SchedOwner **link;
-	SchedOwner *o;
+	PolicyOwner **link;
+	PolicyOwner *o;
 
 	if (e->owner == 0)
 		return;
 	o = owner_get(s, e->owner, false);
-	SCHED_ASSERT(o != NULL);
+	POLICY_ASSERT(o != NULL);
 	owner_unlink(o, e);
 	e->owner = 0;
 	if (o->count > 0)
@@ -860,22 +860,22 @@ owner_remove(Sched *s, SchedEntry *e)
  * ----------------------------------------------------------------
  */
 
-Sched *
-sched_create(const SchedConfig *config, SchedAllocFn alloc_fn,
-			 SchedFreeFn free_fn)
+Policy *
+policy_create(const PolicyConfig *config, PolicyAllocFn alloc_fn,
+			  PolicyFreeFn free_fn)
 {
-	Sched	   *s = alloc_fn(sizeof(Sched));
+	Policy	   *s = alloc_fn(sizeof(Policy));
 
-	memset(s, 0, sizeof(Sched));
+	memset(s, 0, sizeof(Policy));
 	s->alloc_fn = alloc_fn;
 	s->free_fn = free_fn;
 	s->config = *config;
-	s->nbuckets = SCHED_INITIAL_BUCKETS;
-	s->buckets = sched_alloc0(s, s->nbuckets * sizeof(SchedEntry *));
-	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	s->nbuckets = POLICY_INITIAL_BUCKETS;
+	s->buckets = policy_alloc0(s, s->nbuckets * sizeof(PolicyEntry *));
+	for (int p = 0; p < POLICY_MAX_POOLS; p++)
 	{
-		s->pools[p].small_share = (uint32_t) ((uint64_t) SCHED_SHARE_ONE *
-											  SCHED_SMALL_MIN_PERCENT / 100);
+		s->pools[p].small_share = (uint32_t) ((uint64_t) POLICY_SHARE_ONE *
+											  POLICY_SMALL_MIN_PERCENT / 100);
 		s->pools[p].max_retry_backoff_ms = -1;
 		s->pools[p].refresh_interval_ms = -1;
 	}
@@ -883,41 +883,41 @@ sched_create(const SchedConfig *config, SchedAllocFn alloc_fn,
 }
 
 static void
-sched_free_entry(Sched *s, SchedEntry *e)
+policy_free_entry(Policy *s, PolicyEntry *e)
 {
 	s->free_fn(e->key);
 	s->free_fn(e);
 }
 
 void
-sched_destroy(Sched *s)
+policy_destroy(Policy *s)
 {
 	size_t		i;
 	int			q;
 
 	for (i = 0; i < s->nbuckets; i++)
 	{
-		SchedEntry *e = s->buckets[i];
+		PolicyEntry *e = s->buckets[i];
 
 		while (e)
 		{
-			SchedEntry *next = e->next;
+			PolicyEntry *next = e->next;
 
-			sched_free_entry(s, e);
+			policy_free_entry(s, e);
 			e = next;
 		}
 	}
 	s->free_fn(s->buckets);
 	if (s->ghosts != NULL)
 		s->free_fn(s->ghosts);
-	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+	for (q = 0; q < POLICY_NUM_QUEUES; q++)
 		if (s->heaps[q].items)
 			s->free_fn(s->heaps[q].items);
-	for (i = 0; i < SCHED_ROLE_BUCKETS; i++)
+	for (i = 0; i < POLICY_ROLE_BUCKETS; i++)
 	{
 		while (s->flows[i] != NULL)
 		{
-			SchedFlow  *f = s->flows[i];
+			PolicyFlow *f = s->flows[i];
 
 			s->flows[i] = f->hash_next;
 			for (q = 0; q < 2; q++)
@@ -927,7 +927,7 @@ sched_destroy(Sched *s)
 		}
 		while (s->owners[i] != NULL)
 		{
-			SchedOwner *o = s->owners[i];
+			PolicyOwner *o = s->owners[i];
 
 			s->owners[i] = o->hash_next;
 			s->free_fn(o);
@@ -950,18 +950,18 @@ sched_destroy(Sched *s)
  * eviction moved.
  */
 size_t
-sched_set_config(Sched *s, const SchedConfig *config)
+policy_set_config(Policy *s, const PolicyConfig *config)
 {
-	SchedConfig old = s->config;
+	PolicyConfig old = s->config;
 	size_t		moved = 0;
-	SchedEntry *e;
+	PolicyEntry *e;
 	int			f;
 
 	s->config = *config;
 	if (old.expiry_ms == config->expiry_ms &&
 		old.grace_period_ms == config->grace_period_ms)
 		return 0;
-	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	for (int p = 0; p < POLICY_MAX_POOLS; p++)
 		for (f = 0; f < 2; f++)
 			for (e = s->pools[p].fifo_head[f]; e != NULL; e = e->fifo_older)
 			{
@@ -969,22 +969,22 @@ sched_set_config(Sched *s, const SchedConfig *config)
 
 				if (!e->has_expiry)
 					continue;
-				shift = (sched_period(e->max_age_ms, config->expiry_ms) -
-						 sched_period(e->max_age_ms, old.expiry_ms)) +
-					(sched_period(e->stale_for_ms, config->grace_period_ms) -
-					 sched_period(e->stale_for_ms, old.grace_period_ms));
+				shift = (policy_period(e->max_age_ms, config->expiry_ms) -
+						 policy_period(e->max_age_ms, old.expiry_ms)) +
+					(policy_period(e->stale_for_ms, config->grace_period_ms) -
+					 policy_period(e->stale_for_ms, old.grace_period_ms));
 				if (shift == 0)
 					continue;
 				e->expiry += shift;
 				moved++;
-				if (e->heap_pos[SCHED_QUEUE_EVICT] >= 0)
-					queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
+				if (e->heap_pos[POLICY_QUEUE_EVICT] >= 0)
+					queue_schedule(s, POLICY_QUEUE_EVICT, e, e->expiry);
 			}
 	return moved;
 }
 
-const SchedConfig *
-sched_config(const Sched *s)
+const PolicyConfig *
+policy_config(const Policy *s)
 {
 	return &s->config;
 }
@@ -995,34 +995,34 @@ sched_config(const Sched *s)
  */
 
 static bool
-entry_is_fresh(const Sched *s, const SchedEntry *e, SchedTime now)
+entry_is_fresh(const Policy *s, const PolicyEntry *e, PolicyTime now)
 {
 	if (e->invalidated)
 		return false;
-	return sched_freshness(e->last_fetch, now, sched_max_age(s, e),
-						   sched_stale_for(s, e)) == SCHED_FRESH;
+	return policy_freshness(e->last_fetch, now, policy_max_age(s, e),
+							policy_stale_for(s, e)) == POLICY_FRESH;
 }
 
 /* The queues a fetch waits in, for its due time or its turn. */
-static const SchedQueue due_queues[] = {
-	SCHED_QUEUE_DUE, SCHED_QUEUE_DUE_NEW, SCHED_QUEUE_DUE_ONCE,
-	SCHED_QUEUE_TURN_NEW, SCHED_QUEUE_TURN_ONCE
+static const PolicyQueue due_queues[] = {
+	POLICY_QUEUE_DUE, POLICY_QUEUE_DUE_NEW, POLICY_QUEUE_DUE_ONCE,
+	POLICY_QUEUE_TURN_NEW, POLICY_QUEUE_TURN_ONCE
 };
 
 /* The queue a fetch of e waits in. */
-static SchedQueue
-due_queue_for(const SchedEntry *e)
+static PolicyQueue
+due_queue_for(const PolicyEntry *e)
 {
 	if (e->has_last_fetch || e->invalidated)
-		return SCHED_QUEUE_DUE;
+		return POLICY_QUEUE_DUE;
 	if (e->in_main || e->demanded)
-		return SCHED_QUEUE_DUE_NEW;
-	return SCHED_QUEUE_DUE_ONCE;
+		return POLICY_QUEUE_DUE_NEW;
+	return POLICY_QUEUE_DUE_ONCE;
 }
 
 /* The queue e waits in, or -1 if its fetch is not waiting in one. */
 static int
-waiting_queue(const SchedEntry *e)
+waiting_queue(const PolicyEntry *e)
 {
 	int			i;
 
@@ -1033,19 +1033,19 @@ waiting_queue(const SchedEntry *e)
 }
 
 /*
- * Queue e's fetch, due at 'when': a cached key's in SCHED_QUEUE_DUE; a new
+ * Queue e's fetch, due at 'when': a cached key's in POLICY_QUEUE_DUE; a new
  * key's for its due time, or if that has come, for its role's turn.
  */
 static void
-schedule_fetch(Sched *s, SchedEntry *e, SchedTime when, SchedTime now)
+schedule_fetch(Policy *s, PolicyEntry *e, PolicyTime when, PolicyTime now)
 {
-	SchedQueue	q = due_queue_for(e);
+	PolicyQueue q = due_queue_for(e);
 
-	if (q == SCHED_QUEUE_DUE || when > now)
+	if (q == POLICY_QUEUE_DUE || when > now)
 		queue_schedule(s, q, e, when);
 	else
-		turn_insert(s, q == SCHED_QUEUE_DUE_NEW ? SCHED_QUEUE_TURN_NEW :
-					SCHED_QUEUE_TURN_ONCE, e, when);
+		turn_insert(s, q == POLICY_QUEUE_DUE_NEW ? POLICY_QUEUE_TURN_NEW :
+					POLICY_QUEUE_TURN_ONCE, e, when);
 }
 
 /*
@@ -1054,26 +1054,26 @@ schedule_fetch(Sched *s, SchedEntry *e, SchedTime when, SchedTime now)
  * upgrades an in-progress refresh.  Returns e if the caller must put it in
  * a batch, else NULL.
  */
-static SchedEntry *
-entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
+static PolicyEntry *
+entry_try_begin_fetch(Policy *s, PolicyEntry *e, bool is_refresh, PolicyTime now)
 {
-	SchedTime	initiated;
+	PolicyTime	initiated;
 	bool		has_when = false;
-	SchedTime	when = 0;
+	PolicyTime	when = 0;
 
 	switch (e->state)
 	{
-		case SCHED_IN_PROGRESS:
+		case POLICY_IN_PROGRESS:
 			/* Nothing to do but upgrade a refresh to a normal fetch. */
 			e->is_refresh = e->is_refresh && is_refresh;
 			return NULL;
-		case SCHED_PENDING:
+		case POLICY_PENDING:
 			/* Even while backing off: the fetch just waits for its time. */
 			initiated = e->has_initiated ? e->initiated : now;
 			has_when = e->has_next_attempt;
 			when = e->next_attempt;
 			break;
-		case SCHED_COMPLETE:
+		case POLICY_COMPLETE:
 		default:
 			if (entry_is_fresh(s, e, now))
 				return NULL;
@@ -1081,7 +1081,7 @@ entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
 			break;
 	}
 
-	e->state = SCHED_IN_PROGRESS;
+	e->state = POLICY_IN_PROGRESS;
 	e->is_refresh = is_refresh;
 	e->dispatched = false;
 	e->gathered = false;
@@ -1093,24 +1093,24 @@ entry_try_begin_fetch(Sched *s, SchedEntry *e, bool is_refresh, SchedTime now)
 	e->refetch_after = false;
 
 	/* No eviction while a fetch is running; completion reschedules it. */
-	queue_remove(s, SCHED_QUEUE_EVICT, e);
+	queue_remove(s, POLICY_QUEUE_EVICT, e);
 	/* A refresh firing meanwhile finds the fetch running and does nothing. */
 	schedule_fetch(s, e, has_when && when > now ? when : now, now);
 	return e;
 }
 
-SchedEntry *
-sched_try_begin_fetch(Sched *s, const char *key, size_t keylen,
-					  bool is_refresh, SchedTime now)
+PolicyEntry *
+policy_try_begin_fetch(Policy *s, const char *key, size_t keylen,
+					   bool is_refresh, PolicyTime now)
 {
-	SchedEntry *e = sched_lookup(s, key, keylen);
+	PolicyEntry *e = policy_lookup(s, key, keylen);
 
 	if (e == NULL)
 	{
 		/* A rogue refresh (the key was evicted) must not re-create it. */
 		if (is_refresh)
 			return NULL;
-		e = sched_insert_new(s, key, keylen);
+		e = policy_insert_new(s, key, keylen);
 	}
 	return entry_try_begin_fetch(s, e, is_refresh, now);
 }
@@ -1121,16 +1121,16 @@ sched_try_begin_fetch(Sched *s, const char *key, size_t keylen,
  * due now; if one is already running, it may carry data older than the
  * invalidation, so another fetch follows it.
  */
-SchedEntry *
-sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
+PolicyEntry *
+policy_invalidate(Policy *s, const char *key, size_t keylen, PolicyTime now)
 {
-	SchedEntry *e = sched_lookup(s, key, keylen);
+	PolicyEntry *e = policy_lookup(s, key, keylen);
 
 	if (e == NULL)
-		return sched_try_begin_fetch(s, key, keylen, false, now);
+		return policy_try_begin_fetch(s, key, keylen, false, now);
 
 	e->invalidated = true;
-	if (e->state == SCHED_IN_PROGRESS)
+	if (e->state == POLICY_IN_PROGRESS)
 	{
 		e->is_refresh = false;
 		if (e->dispatched)
@@ -1140,12 +1140,12 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
 			/* Waiting for its turn or its backoff: due now, with priority. */
 			queue_remove(s, waiting_queue(e), e);
 			e->has_fetch_when = false;
-			queue_schedule(s, SCHED_QUEUE_DUE, e, now);
+			queue_schedule(s, POLICY_QUEUE_DUE, e, now);
 		}
 		/* else: gathered in the open batch, not sent yet: nothing to do */
 		return NULL;
 	}
-	if (e->state == SCHED_PENDING)
+	if (e->state == POLICY_PENDING)
 		e->has_next_attempt = false;
 	return entry_try_begin_fetch(s, e, false, now);
 }
@@ -1157,7 +1157,7 @@ sched_invalidate(Sched *s, const char *key, size_t keylen, SchedTime now)
  */
 /* The bound of e's backoff: its pool's own, else the config's. */
 static int64_t
-max_retry_backoff(const Sched *s, const SchedEntry *e)
+max_retry_backoff(const Policy *s, const PolicyEntry *e)
 {
 	int64_t		own = s->pools[e->pool].max_retry_backoff_ms;
 
@@ -1165,17 +1165,17 @@ max_retry_backoff(const Sched *s, const SchedEntry *e)
 }
 
 static void
-schedule_refresh(Sched *s, SchedEntry *e, SchedTime now)
+schedule_refresh(Policy *s, PolicyEntry *e, PolicyTime now)
 {
 	int64_t		own = s->pools[e->pool].refresh_interval_ms;
 	int64_t		refresh = own >= 0 ? own : s->config.refresh_interval_ms;
 
 	if (refresh > 0 &&
-		sched_refresh_interval_valid(sched_max_age(s, e),
-									 sched_stale_for(s, e), refresh))
-		queue_schedule(s, SCHED_QUEUE_REFRESH, e, now + refresh);
+		policy_refresh_interval_valid(policy_max_age(s, e),
+									  policy_stale_for(s, e), refresh))
+		queue_schedule(s, POLICY_QUEUE_REFRESH, e, now + refresh);
 	else
-		queue_remove(s, SCHED_QUEUE_REFRESH, e);
+		queue_remove(s, POLICY_QUEUE_REFRESH, e);
 }
 
 /*
@@ -1186,41 +1186,41 @@ schedule_refresh(Sched *s, SchedEntry *e, SchedTime now)
  * and its periods and retries after the backoff.  Says what the worker
  * must publish.
  */
-SchedCompletion
-sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result,
-					 const SchedPeriods *periods, SchedTime now)
+PolicyCompletion
+policy_complete_fetch(Policy *s, PolicyEntry *e, PolicyResult result,
+					  const PolicyPeriods *periods, PolicyTime now)
 {
 	bool		is_refresh = e->is_refresh;
 
 	/* Only a fetch that was begun completes; release builds retry. */
-	SCHED_ASSERT(e->state == SCHED_IN_PROGRESS);
-	if (e->state != SCHED_IN_PROGRESS)
+	POLICY_ASSERT(e->state == POLICY_IN_PROGRESS);
+	if (e->state != POLICY_IN_PROGRESS)
 	{
-		e->state = SCHED_PENDING;
+		e->state = POLICY_PENDING;
 		entry_try_begin_fetch(s, e, false, now);
-		return SCHED_RESCHEDULED;
+		return POLICY_RESCHEDULED;
 	}
 	e->dispatched = false;
 
 	if (e->evict_after)
 	{
-		sched_evict(s, e);
-		return SCHED_EVICTED;
+		policy_evict(s, e);
+		return POLICY_EVICTED;
 	}
 
-	if (result == SCHED_RESULT_PENDING)
+	if (result == POLICY_RESULT_PENDING)
 	{
 		int64_t		delay;
 
 		e->attempts++;
-		delay = sched_backoff_delay(e->attempts, max_retry_backoff(s, e));
-		e->state = SCHED_PENDING;
+		delay = policy_backoff_delay(e->attempts, max_retry_backoff(s, e));
+		e->state = POLICY_PENDING;
 		e->has_initiated = true;
 		e->initiated = e->fetch_initiated;
 		e->has_next_attempt = delay > 0;
 		e->next_attempt = now + delay;
 		entry_try_begin_fetch(s, e, is_refresh, now);
-		return SCHED_RESCHEDULED;
+		return POLICY_RESCHEDULED;
 	}
 
 	/* A value, or confirmation that the current one is still right. */
@@ -1230,19 +1230,19 @@ sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result,
 	e->has_last_fetch = true;
 	e->last_fetch = now;
 	e->invalidated = false;
-	e->max_age_ms = periods ? periods->max_age_ms : SCHED_PERIOD_DEFAULT;
-	e->stale_for_ms = periods ? periods->stale_for_ms : SCHED_PERIOD_DEFAULT;
-	SCHED_ASSERT(e->max_age_ms >= 0 || e->max_age_ms == SCHED_PERIOD_DEFAULT);
-	SCHED_ASSERT(e->stale_for_ms >= 0 ||
-				 e->stale_for_ms == SCHED_PERIOD_DEFAULT);
+	e->max_age_ms = periods ? periods->max_age_ms : POLICY_PERIOD_DEFAULT;
+	e->stale_for_ms = periods ? periods->stale_for_ms : POLICY_PERIOD_DEFAULT;
+	POLICY_ASSERT(e->max_age_ms >= 0 || e->max_age_ms == POLICY_PERIOD_DEFAULT);
+	POLICY_ASSERT(e->stale_for_ms >= 0 ||
+				  e->stale_for_ms == POLICY_PERIOD_DEFAULT);
 	/* A refresh does not push the eviction: refreshed keys still age out. */
 	if (!(is_refresh && e->has_expiry))
 	{
 		e->has_expiry = true;
 		e->expiry = now + entry_lifetime(s, e);
 	}
-	e->state = SCHED_COMPLETE;
-	queue_schedule(s, SCHED_QUEUE_EVICT, e, e->expiry);
+	e->state = POLICY_COMPLETE;
+	queue_schedule(s, POLICY_QUEUE_EVICT, e, e->expiry);
 	schedule_refresh(s, e, now);
 
 	if (e->refetch_after)
@@ -1250,31 +1250,31 @@ sched_complete_fetch(Sched *s, SchedEntry *e, SchedResult result,
 		e->refetch_after = false;
 		e->invalidated = true;
 		entry_try_begin_fetch(s, e, false, now);
-		return SCHED_RESCHEDULED;
+		return POLICY_RESCHEDULED;
 	}
-	return SCHED_DONE;
+	return POLICY_DONE;
 }
 
-SchedEntry *
-sched_pop_eviction(Sched *s, SchedTime now)
+PolicyEntry *
+policy_pop_eviction(Policy *s, PolicyTime now)
 {
-	return queue_pop_due(s, SCHED_QUEUE_EVICT, now);
+	return queue_pop_due(s, POLICY_QUEUE_EVICT, now);
 }
 
-SchedEntry *
-sched_pop_refresh(Sched *s, SchedTime now)
+PolicyEntry *
+policy_pop_refresh(Policy *s, PolicyTime now)
 {
-	return queue_pop_due(s, SCHED_QUEUE_REFRESH, now);
+	return queue_pop_due(s, POLICY_QUEUE_REFRESH, now);
 }
 
 /* Forget the key: its queued timers go with it. */
 void
-sched_evict(Sched *s, SchedEntry *e)
+policy_evict(Policy *s, PolicyEntry *e)
 {
 	int			q;
 	int			i;
 
-	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+	for (q = 0; q < POLICY_NUM_QUEUES; q++)
 		queue_remove(s, q, e);
 	for (i = 0; e->gathered && i < s->batch_count; i++)
 	{
@@ -1284,26 +1284,26 @@ sched_evict(Sched *s, SchedEntry *e)
 			break;
 		}
 	}
-	sched_unlink(s, e);
-	sched_free_entry(s, e);
+	policy_unlink(s, e);
+	policy_free_entry(s, e);
 }
 
 /* May the key be evicted under memory pressure?  Not while its fetch is out. */
 bool
-sched_evictable(const SchedEntry *e)
+policy_evictable(const PolicyEntry *e)
 {
-	return !(e->state == SCHED_IN_PROGRESS && (e->dispatched || e->gathered));
+	return !(e->state == POLICY_IN_PROGRESS && (e->dispatched || e->gathered));
 }
 
 /* Does the small FIFO hold its share of what the keys weigh? */
 static bool
-small_holds_share(const SchedPool *p)
+small_holds_share(const PolicyPool *p)
 {
 	uint64_t	small = p->fifo_bytes[0];
 	uint64_t	total = small + p->fifo_bytes[1];
 
 	/* keys weigh at most the memory they take: no product overflows */
-	return small * SCHED_SHARE_ONE >= total * p->small_share;
+	return small * POLICY_SHARE_ONE >= total * p->small_share;
 }
 
 /*
@@ -1312,17 +1312,17 @@ small_holds_share(const SchedPool *p)
  * looked at there once more), so a call ends even when every key was
  * visited or none can be evicted.
  */
-SchedEntry *
-sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
+PolicyEntry *
+policy_memory_victim(Policy *s, int pool, PolicyVisitedFn visited, void *arg)
 {
-	SchedPool  *p = &s->pools[pool];
+	PolicyPool *p = &s->pools[pool];
 	size_t		looks = 2 * (p->fifo_count[0] + p->fifo_count[1]) + 1;
 	size_t		small_looks = 0;
 	size_t		main_looks = 0;
 
 	while (looks-- > 0 && p->fifo_count[0] + p->fifo_count[1] > 0)
 	{
-		SchedEntry *e;
+		PolicyEntry *e;
 
 		/*
 		 * The small FIFO while it holds its share of the bytes, unless each
@@ -1336,7 +1336,7 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 			 main_looks >= 2 * p->fifo_count[1]))
 		{
 			e = p->fifo_tail[0];
-			if (!sched_evictable(e))
+			if (!policy_evictable(e))
 			{
 				/* being fetched: stays in the small FIFO, untouched */
 				small_looks++;
@@ -1348,8 +1348,8 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 				/* read again: promoted, mark cleared, its fetch demanded */
 				fifo_remove(s, e);
 				fifo_push(s, e, true, true);
-				if (e->state == SCHED_IN_PROGRESS)
-					sched_note_demand(s, e);
+				if (e->state == POLICY_IN_PROGRESS)
+					policy_note_demand(s, e);
 			}
 			else
 				return e;
@@ -1359,7 +1359,7 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 			break;
 		e = p->fifo_tail[1];
 		main_looks++;
-		if (sched_evictable(e) && !visited(e, arg))
+		if (policy_evictable(e) && !visited(e, arg))
 			return e;
 		/* read again since last looked at, or being fetched: reinserted */
 		fifo_remove(s, e);
@@ -1369,91 +1369,91 @@ sched_memory_victim(Sched *s, int pool, SchedVisitedFn visited, void *arg)
 }
 
 void
-sched_evict_victim(Sched *s, SchedEntry *victim)
+policy_evict_victim(Policy *s, PolicyEntry *victim)
 {
-	struct SchedGhost *g;
+	struct PolicyGhost *g;
 	int			f = victim->in_main ? 1 : 0;
 
 	/* Room for about twice as many hashes as keys; growing forgets them. */
 	if (s->nghosts < 2 * s->nentries || s->nghosts == 0)
 	{
-		size_t		n = SCHED_MIN_GHOST_SLOTS;
+		size_t		n = POLICY_MIN_GHOST_SLOTS;
 
 		while (n < 2 * s->nentries)
 			n *= 2;
 		if (s->ghosts != NULL)
 			s->free_fn(s->ghosts);
-		s->ghosts = sched_alloc0(s, n * sizeof(struct SchedGhost));
+		s->ghosts = policy_alloc0(s, n * sizeof(struct PolicyGhost));
 		s->nghosts = n;
 	}
 	g = &s->ghosts[victim->hash & (s->nghosts - 1)];
 	g->hash = victim->hash | 1;
 	g->fifo = (uint8_t) f;
 	g->seq = s->ghost_seq[f]++;
-	sched_evict(s, victim);
+	policy_evict(s, victim);
 }
 
 bool
-sched_in_ghost(const Sched *s, const char *key, size_t keylen)
+policy_in_ghost(const Policy *s, const char *key, size_t keylen)
 {
-	return ghost_origin(s, sched_hash(key, keylen), 0) >= 0;
+	return ghost_origin(s, policy_hash(key, keylen), 0) >= 0;
 }
 
 uint32_t
-sched_small_share(const Sched *s)
+policy_small_share(const Policy *s)
 {
 	return s->pools[0].small_share;
 }
 
 size_t
-sched_small_count(const Sched *s)
+policy_small_count(const Policy *s)
 {
 	return s->pools[0].fifo_count[0];
 }
 
 void
-sched_set_bytes(Sched *s, SchedEntry *e, size_t bytes)
+policy_set_bytes(Policy *s, PolicyEntry *e, size_t bytes)
 {
-	SchedPool  *p = &s->pools[e->pool];
+	PolicyPool *p = &s->pools[e->pool];
 	int			f = e->in_main ? 1 : 0;
 
 	if (bytes == 0)
 		bytes = 1;
-	SCHED_ASSERT(p->fifo_bytes[f] >= e->bytes);
+	POLICY_ASSERT(p->fifo_bytes[f] >= e->bytes);
 	p->fifo_bytes[f] -= e->bytes;
 	p->fifo_bytes[f] += bytes;
 	e->bytes = bytes;
 }
 
 size_t
-sched_fifo_bytes(const Sched *s, bool main)
+policy_fifo_bytes(const Policy *s, bool main)
 {
 	return s->pools[0].fifo_bytes[main ? 1 : 0];
 }
 
 void
-sched_set_pool_fn(Sched *s, SchedPoolFn pool_of, void *arg)
+policy_set_pool_fn(Policy *s, PolicyPoolFn pool_of, void *arg)
 {
 	s->pool_of = pool_of;
 	s->pool_arg = arg;
 }
 
 void
-sched_set_pool_config(Sched *s, int pool, int64_t max_retry_backoff_ms,
-					  int64_t refresh_interval_ms)
+policy_set_pool_config(Policy *s, int pool, int64_t max_retry_backoff_ms,
+					   int64_t refresh_interval_ms)
 {
 	s->pools[pool].max_retry_backoff_ms = max_retry_backoff_ms;
 	s->pools[pool].refresh_interval_ms = refresh_interval_ms;
 }
 
 size_t
-sched_pool_bytes(const Sched *s, int pool)
+policy_pool_bytes(const Policy *s, int pool)
 {
 	return s->pools[pool].fifo_bytes[0] + s->pools[pool].fifo_bytes[1];
 }
 
 size_t
-sched_pool_count(const Sched *s, int pool)
+policy_pool_count(const Policy *s, int pool)
 {
 	return s->pools[pool].fifo_count[0] + s->pools[pool].fifo_count[1];
 }
@@ -1463,7 +1463,7 @@ sched_pool_count(const Sched *s, int pool)
  * budget that can give a key, or -1.
  */
 static int
-largest_unbudgeted(const SchedPoolUse *pools, int npools)
+largest_unbudgeted(const PolicyPoolUse *pools, int npools)
 {
 	int			best = -1;
 
@@ -1476,7 +1476,7 @@ largest_unbudgeted(const SchedPoolUse *pools, int npools)
 
 /* The pool most over its budget that can give a key, or -1. */
 static int
-most_over_budget(const SchedPoolUse *pools, int npools)
+most_over_budget(const PolicyPoolUse *pools, int npools)
 {
 	int			best = -1;
 	size_t		most = 0;
@@ -1496,8 +1496,8 @@ most_over_budget(const SchedPoolUse *pools, int npools)
 }
 
 int
-sched_room_payer(const SchedPoolUse *pools, int npools, int writer,
-				 size_t need, size_t freed, size_t used, size_t target)
+policy_room_payer(const PolicyPoolUse *pools, int npools, int writer,
+				  size_t need, size_t freed, size_t used, size_t target)
 {
 	size_t		growth = need > freed ? need - freed : 0;
 	size_t		reserved = 0;
@@ -1509,7 +1509,7 @@ sched_room_payer(const SchedPoolUse *pools, int npools, int writer,
 	bool		past_share;
 	int			payer;
 
-	SCHED_ASSERT(writer >= SCHED_ROOM_NO_WRITER && writer < npools);
+	POLICY_ASSERT(writer >= POLICY_ROOM_NO_WRITER && writer < npools);
 	for (int p = 0; p < npools; p++)
 	{
 		reserved += pools[p].budget;
@@ -1523,44 +1523,44 @@ sched_room_payer(const SchedPoolUse *pools, int npools, int writer,
 
 	if (writer >= 0 && pools[writer].budget > 0)
 	{
-		const SchedPoolUse *w = &pools[writer];
+		const PolicyPoolUse *w = &pools[writer];
 
 		if (need > w->budget)
-			return SCHED_ROOM_TOO_LARGE;
+			return POLICY_ROOM_TOO_LARGE;
 		if (w->bytes + growth > w->budget)
-			return w->can_give ? writer : SCHED_ROOM_REFUSED;
+			return w->can_give ? writer : POLICY_ROOM_REFUSED;
 		if (!past_target)
-			return SCHED_ROOM_FITS;
+			return POLICY_ROOM_FITS;
 		/* Those holding more than their share give it back first. */
 		payer = past_share ? largest_unbudgeted(pools, npools) : -1;
 		if (payer < 0)
 			payer = most_over_budget(pools, npools);
 		if (payer < 0 && w->can_give)
 			payer = writer;
-		return payer >= 0 ? payer : SCHED_ROOM_REFUSED;
+		return payer >= 0 ? payer : POLICY_ROOM_REFUSED;
 	}
 
 	/* A writer without a budget, or none: the shared part pays. */
 	if (writer >= 0 && unbudgeted + growth > share)
 	{
 		payer = largest_unbudgeted(pools, npools);
-		return payer >= 0 ? payer : SCHED_ROOM_REFUSED;
+		return payer >= 0 ? payer : POLICY_ROOM_REFUSED;
 	}
 	if (!past_target)
-		return SCHED_ROOM_FITS;
+		return POLICY_ROOM_FITS;
 	payer = past_share ? -1 : most_over_budget(pools, npools);
 	if (payer < 0)
 		payer = largest_unbudgeted(pools, npools);
 	if (payer < 0)
 		payer = most_over_budget(pools, npools);
-	return payer >= 0 ? payer : SCHED_ROOM_REFUSED;
+	return payer >= 0 ? payer : POLICY_ROOM_REFUSED;
 }
 
 /* The first key of pool's FIFOs in keep order at or after pool: main, small. */
-static SchedEntry *
-keep_order_from(const Sched *s, int pool, bool main)
+static PolicyEntry *
+keep_order_from(const Policy *s, int pool, bool main)
 {
-	for (; pool < SCHED_MAX_POOLS; pool++, main = true)
+	for (; pool < POLICY_MAX_POOLS; pool++, main = true)
 	{
 		if (main && s->pools[pool].fifo_head[1] != NULL)
 			return s->pools[pool].fifo_head[1];
@@ -1570,8 +1570,8 @@ keep_order_from(const Sched *s, int pool, bool main)
 	return NULL;
 }
 
-SchedEntry *
-sched_keep_order_next(const Sched *s, const SchedEntry *prev)
+PolicyEntry *
+policy_keep_order_next(const Policy *s, const PolicyEntry *prev)
 {
 	if (prev == NULL)
 		return keep_order_from(s, 0, true);
@@ -1583,26 +1583,26 @@ sched_keep_order_next(const Sched *s, const SchedEntry *prev)
 }
 
 void
-sched_restore_fifo(Sched *s, SchedEntry *e, bool main)
+policy_restore_fifo(Policy *s, PolicyEntry *e, bool main)
 {
 	fifo_remove(s, e);
 	fifo_push(s, e, main, false);
 }
 
-SchedEvictReply
-sched_request_evict(Sched *s, const char *key, size_t keylen)
+PolicyEvictReply
+policy_request_evict(Policy *s, const char *key, size_t keylen)
 {
-	SchedEntry *e = sched_lookup(s, key, keylen);
+	PolicyEntry *e = policy_lookup(s, key, keylen);
 
 	if (e == NULL)
-		return SCHED_EVICT_NOW;
-	if (e->state == SCHED_IN_PROGRESS && e->dispatched)
+		return POLICY_EVICT_NOW;
+	if (e->state == POLICY_IN_PROGRESS && e->dispatched)
 	{
 		e->evict_after = true;
-		return SCHED_EVICT_DEFERRED;
+		return POLICY_EVICT_DEFERRED;
 	}
-	sched_evict(s, e);
-	return SCHED_EVICT_NOW;
+	policy_evict(s, e);
+	return POLICY_EVICT_NOW;
 }
 
 /* ----------------------------------------------------------------
@@ -1611,16 +1611,16 @@ sched_request_evict(Sched *s, const char *key, size_t keylen)
  */
 
 static void
-ensure_capacity(Sched *s, SchedEntry ***array, int *capacity, int needed)
+ensure_capacity(Policy *s, PolicyEntry ***array, int *capacity, int needed)
 {
-	SchedEntry **grown;
+	PolicyEntry **grown;
 
 	if (*capacity >= needed)
 		return;
-	grown = s->alloc_fn(needed * sizeof(SchedEntry *));
+	grown = s->alloc_fn(needed * sizeof(PolicyEntry *));
 	if (*array)
 	{
-		memcpy(grown, *array, *capacity * sizeof(SchedEntry *));
+		memcpy(grown, *array, *capacity * sizeof(PolicyEntry *));
 		s->free_fn(*array);
 	}
 	*array = grown;
@@ -1638,59 +1638,59 @@ ensure_capacity(Sched *s, SchedEntry ***array, int *capacity, int needed)
  * been there from the start.
  */
 static void
-requeue_in_place(Sched *s, SchedEntry *e, SchedQueue from, SchedQueue to)
+requeue_in_place(Policy *s, PolicyEntry *e, PolicyQueue from, PolicyQueue to)
 {
-	SchedTime	when = e->heap_time[from];
+	PolicyTime	when = e->heap_time[from];
 	uint64_t	seq = e->heap_seq[from];
-	SchedHeap  *h;
+	PolicyHeap *h;
 
-	SCHED_ASSERT(is_turn_queue(from) == is_turn_queue(to));
+	POLICY_ASSERT(is_turn_queue(from) == is_turn_queue(to));
 	h = heap_of(s, to, e);
 	heap_delete(heap_of(s, from, e), from, e);
 	heap_insert(s, h, to, e, when);
 	if (is_turn_queue(from))
 	{
 		/* same flow: it stays in the ring where it is */
-		s->turn_count[from - SCHED_QUEUE_TURN_NEW]--;
-		s->turn_count[to - SCHED_QUEUE_TURN_NEW]++;
+		s->turn_count[from - POLICY_QUEUE_TURN_NEW]--;
+		s->turn_count[to - POLICY_QUEUE_TURN_NEW]++;
 	}
 	e->heap_seq[to] = seq;
 	heap_sift_up(h, to, e->heap_pos[to]);
 }
 
 void
-sched_note_demand(Sched *s, SchedEntry *e)
+policy_note_demand(Policy *s, PolicyEntry *e)
 {
 	e->demanded = true;
-	if (e->heap_pos[SCHED_QUEUE_DUE_ONCE] >= 0)
-		requeue_in_place(s, e, SCHED_QUEUE_DUE_ONCE, SCHED_QUEUE_DUE_NEW);
-	else if (e->heap_pos[SCHED_QUEUE_TURN_ONCE] >= 0)
-		requeue_in_place(s, e, SCHED_QUEUE_TURN_ONCE, SCHED_QUEUE_TURN_NEW);
+	if (e->heap_pos[POLICY_QUEUE_DUE_ONCE] >= 0)
+		requeue_in_place(s, e, POLICY_QUEUE_DUE_ONCE, POLICY_QUEUE_DUE_NEW);
+	else if (e->heap_pos[POLICY_QUEUE_TURN_ONCE] >= 0)
+		requeue_in_place(s, e, POLICY_QUEUE_TURN_ONCE, POLICY_QUEUE_TURN_NEW);
 }
 
 size_t
-sched_flow_waiting(const Sched *s, uint32_t flow)
+policy_flow_waiting(const Policy *s, uint32_t flow)
 {
-	SchedFlow  *f = flow_get((Sched *) s, flow, false);
+	PolicyFlow *f = flow_get((Policy *) s, flow, false);
 
 	return f != NULL ? flow_waiting(f) : 0;
 }
 
 size_t
-sched_flow_count(const Sched *s)
+policy_flow_count(const Policy *s)
 {
 	return s->nflows;
 }
 
 void
-sched_set_flow(Sched *s, SchedEntry *e, uint32_t flow)
+policy_set_flow(Policy *s, PolicyEntry *e, uint32_t flow)
 {
 	int			q;
-	SchedTime	when;
+	PolicyTime	when;
 
 	if (e->has_flow &&
 		(e->flow == flow ||
-		 sched_flow_waiting(s, flow) + 2 > sched_flow_waiting(s, e->flow)))
+		 policy_flow_waiting(s, flow) + 2 > policy_flow_waiting(s, e->flow)))
 		return;
 	e->has_flow = true;
 	q = waiting_queue(e);
@@ -1707,7 +1707,7 @@ sched_set_flow(Sched *s, SchedEntry *e, uint32_t flow)
 }
 
 void
-sched_set_owner(Sched *s, SchedEntry *e, uint32_t owner)
+policy_set_owner(Policy *s, PolicyEntry *e, uint32_t owner)
 {
 	if (e->owner == owner)
 		return;
@@ -1718,27 +1718,27 @@ sched_set_owner(Sched *s, SchedEntry *e, uint32_t owner)
 }
 
 size_t
-sched_owner_count(const Sched *s, uint32_t owner)
+policy_owner_count(const Policy *s, uint32_t owner)
 {
-	SchedOwner *o = owner_get((Sched *) s, owner, false);
+	PolicyOwner *o = owner_get((Policy *) s, owner, false);
 
 	return o != NULL ? o->count : 0;
 }
 
-SchedEntry *
-sched_owner_victim(Sched *s, uint32_t owner, SchedVisitedFn visited,
-				   void *arg)
+PolicyEntry *
+policy_owner_victim(Policy *s, uint32_t owner, PolicyVisitedFn visited,
+					void *arg)
 {
-	SchedOwner *o = owner_get(s, owner, false);
+	PolicyOwner *o = owner_get(s, owner, false);
 	size_t		looks;
 
 	if (o == NULL || owner == 0)
 		return NULL;
 	for (looks = 2 * o->count; looks > 0; looks--)
 	{
-		SchedEntry *e = o->oldest;
+		PolicyEntry *e = o->oldest;
 
-		if (sched_evictable(e) && !visited(e, arg))
+		if (policy_evictable(e) && !visited(e, arg))
 			return e;
 		/* being fetched, or read since last looked at: a second chance */
 		owner_unlink(o, e);
@@ -1752,8 +1752,8 @@ sched_owner_victim(Sched *s, uint32_t owner, SchedVisitedFn visited,
  * bound of 0 is none.
  */
 bool
-sched_role_fits(uint64_t keys, uint64_t bytes, uint64_t add_bytes,
-				uint64_t key_bound, uint64_t byte_bound)
+policy_role_fits(uint64_t keys, uint64_t bytes, uint64_t add_bytes,
+				 uint64_t key_bound, uint64_t byte_bound)
 {
 	if (key_bound > 0 && keys + 1 > key_bound)
 		return false;
@@ -1763,8 +1763,8 @@ sched_role_fits(uint64_t keys, uint64_t bytes, uint64_t add_bytes,
 }
 
 bool
-sched_role_over_low(uint64_t keys, uint64_t bytes, uint64_t key_bound,
-					uint64_t byte_bound)
+policy_role_over_low(uint64_t keys, uint64_t bytes, uint64_t key_bound,
+					 uint64_t byte_bound)
 {
 	if (key_bound > 0 && keys > key_bound - (key_bound / 20 > 0 ? key_bound / 20 : 1))
 		return true;
@@ -1784,20 +1784,20 @@ sched_role_over_low(uint64_t keys, uint64_t bytes, uint64_t key_bound,
  * fetch of its own, while the older key costs nobody anything.
  */
 static bool
-once_behind_value(const Sched *s)
+once_behind_value(const Policy *s)
 {
-	const SchedEntry *oldest = s->pools[0].fifo_tail[0];
+	const PolicyEntry *oldest = s->pools[0].fifo_tail[0];
 
 	return oldest != NULL && oldest->has_last_fetch &&
-		sched_evictable(oldest);
+		policy_evictable(oldest);
 }
 
-SchedEntry *
-sched_once_excess(Sched *s, size_t limit, bool memory_short)
+PolicyEntry *
+policy_once_excess(Policy *s, size_t limit, bool memory_short)
 {
-	SchedFlow  *f = s->turn;
-	SchedFlow  *most = NULL;
-	SchedEntry *e;
+	PolicyFlow *f = s->turn;
+	PolicyFlow *most = NULL;
+	PolicyEntry *e;
 
 	/*
 	 * A dropped fetch saves only memory: with room, every key read once is
@@ -1815,32 +1815,32 @@ sched_once_excess(Sched *s, size_t limit, bool memory_short)
 			most = f;
 		f = f->turn_next;
 	} while (f != s->turn);
-	SCHED_ASSERT(most != NULL && most->heaps[1].count > 0);
+	POLICY_ASSERT(most != NULL && most->heaps[1].count > 0);
 	e = most->heaps[1].items[0];
 	/* Waiting, so neither gathered nor dispatched: it may go. */
-	SCHED_ASSERT(sched_evictable(e));
+	POLICY_ASSERT(policy_evictable(e));
 	return e;
 }
 
 size_t
-sched_once_count(const Sched *s)
+policy_once_count(const Policy *s)
 {
-	return (size_t) s->heaps[SCHED_QUEUE_DUE_ONCE].count + s->turn_count[1];
+	return (size_t) s->heaps[POLICY_QUEUE_DUE_ONCE].count + s->turn_count[1];
 }
 
 /*
  * The next fetch for the open batch: a cached key's, first due first, but
- * after SCHED_CACHED_RUN of them in a row while new keys wait, a new key's
+ * after POLICY_CACHED_RUN of them in a row while new keys wait, a new key's
  * by turns (see "Fair fetching" in keycache_policy.h); NULL if none is due.
  */
-static SchedEntry *
-next_fetch(Sched *s, SchedTime now)
+static PolicyEntry *
+next_fetch(Policy *s, PolicyTime now)
 {
-	SchedEntry *e = NULL;
+	PolicyEntry *e = NULL;
 
-	if (s->turn != NULL && s->cached_run >= SCHED_CACHED_RUN)
+	if (s->turn != NULL && s->cached_run >= POLICY_CACHED_RUN)
 		e = turn_pop(s);
-	else if ((e = queue_pop_due(s, SCHED_QUEUE_DUE, now)) != NULL)
+	else if ((e = queue_pop_due(s, POLICY_QUEUE_DUE, now)) != NULL)
 	{
 		if (s->turn != NULL)
 			s->cached_run++;
@@ -1859,10 +1859,10 @@ next_fetch(Sched *s, SchedTime now)
  * with *batch pointing at them (they count as dispatched from then on).
  */
 int
-sched_ready_batch(Sched *s, SchedTime now, int batch_size,
-				  int64_t batch_interval_ms, SchedEntry ***batch)
+policy_ready_batch(Policy *s, PolicyTime now, int batch_size,
+				   int64_t batch_interval_ms, PolicyEntry ***batch)
 {
-	SchedEntry *e;
+	PolicyEntry *e;
 	int			n;
 	int			i;
 
@@ -1871,12 +1871,12 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 	ensure_capacity(s, &s->batch, &s->batch_capacity, batch_size);
 
 	/* New keys whose backoff is over wait for their role's turn. */
-	while ((e = queue_pop_due(s, SCHED_QUEUE_DUE_NEW, now)) != NULL)
-		turn_insert(s, SCHED_QUEUE_TURN_NEW, e,
-					e->heap_time[SCHED_QUEUE_DUE_NEW]);
-	while ((e = queue_pop_due(s, SCHED_QUEUE_DUE_ONCE, now)) != NULL)
-		turn_insert(s, SCHED_QUEUE_TURN_ONCE, e,
-					e->heap_time[SCHED_QUEUE_DUE_ONCE]);
+	while ((e = queue_pop_due(s, POLICY_QUEUE_DUE_NEW, now)) != NULL)
+		turn_insert(s, POLICY_QUEUE_TURN_NEW, e,
+					e->heap_time[POLICY_QUEUE_DUE_NEW]);
+	while ((e = queue_pop_due(s, POLICY_QUEUE_DUE_ONCE, now)) != NULL)
+		turn_insert(s, POLICY_QUEUE_TURN_ONCE, e,
+					e->heap_time[POLICY_QUEUE_DUE_ONCE]);
 
 	while (s->batch_count < batch_size && (e = next_fetch(s, now)) != NULL)
 	{
@@ -1899,24 +1899,24 @@ sched_ready_batch(Sched *s, SchedTime now, int batch_size,
 		s->batch[i]->gathered = false;
 	}
 	ensure_capacity(s, &s->dispatched, &s->dispatched_capacity, n);
-	memcpy(s->dispatched, s->batch, n * sizeof(SchedEntry *));
+	memcpy(s->dispatched, s->batch, n * sizeof(PolicyEntry *));
 	s->batch_count = 0;
 	*batch = s->dispatched;
 	return n;
 }
 
 bool
-sched_next_wakeup(const Sched *s, int64_t batch_interval_ms, SchedTime *when)
+policy_next_wakeup(const Policy *s, int64_t batch_interval_ms, PolicyTime *when)
 {
 	bool		found = false;
-	SchedTime	best = 0;
+	PolicyTime	best = 0;
 	int			q;
 
-	for (q = 0; q < SCHED_NUM_QUEUES; q++)
+	for (q = 0; q < POLICY_NUM_QUEUES; q++)
 	{
-		SchedTime	t;
+		PolicyTime	t;
 
-		if (sched_peek(s, q, &t) && (!found || t < best))
+		if (policy_peek(s, q, &t) && (!found || t < best))
 		{
 			best = t;
 			found = true;
@@ -1925,10 +1925,10 @@ sched_next_wakeup(const Sched *s, int64_t batch_interval_ms, SchedTime *when)
 	if (s->turn != NULL)
 	{
 		/* Due already: the first waiting of the role whose turn is next. */
-		SchedQueue	tq = s->turn->heaps[0].count > 0 ?
-			SCHED_QUEUE_TURN_NEW : SCHED_QUEUE_TURN_ONCE;
-		const SchedHeap *h = &s->turn->heaps[tq - SCHED_QUEUE_TURN_NEW];
-		SchedTime	t = h->items[0]->heap_time[tq];
+		PolicyQueue tq = s->turn->heaps[0].count > 0 ?
+			POLICY_QUEUE_TURN_NEW : POLICY_QUEUE_TURN_ONCE;
+		const PolicyHeap *h = &s->turn->heaps[tq - POLICY_QUEUE_TURN_NEW];
+		PolicyTime	t = h->items[0]->heap_time[tq];
 
 		if (!found || t < best)
 			best = t;
@@ -1936,7 +1936,7 @@ sched_next_wakeup(const Sched *s, int64_t batch_interval_ms, SchedTime *when)
 	}
 	if (s->batch_count > 0)
 	{
-		SchedTime	t = s->batch_opened + batch_interval_ms;
+		PolicyTime	t = s->batch_opened + batch_interval_ms;
 
 		if (!found || t < best)
 			best = t;
@@ -1947,17 +1947,17 @@ sched_next_wakeup(const Sched *s, int64_t batch_interval_ms, SchedTime *when)
 	return found;
 }
 
-SchedEntry *
-sched_restore_complete(Sched *s, const char *key, size_t keylen,
-					   SchedTime last_fetch, SchedTime expiry,
-					   const SchedPeriods *periods,
-					   bool has_refresh, SchedTime refresh_at)
+PolicyEntry *
+policy_restore_complete(Policy *s, const char *key, size_t keylen,
+						PolicyTime last_fetch, PolicyTime expiry,
+						const PolicyPeriods *periods,
+						bool has_refresh, PolicyTime refresh_at)
 {
-	SchedEntry *e = sched_lookup(s, key, keylen);
+	PolicyEntry *e = policy_lookup(s, key, keylen);
 
 	if (e == NULL)
-		e = sched_insert_new(s, key, keylen);
-	else if (e->state == SCHED_IN_PROGRESS)
+		e = policy_insert_new(s, key, keylen);
+	else if (e->state == POLICY_IN_PROGRESS)
 	{
 		int			q = waiting_queue(e);
 
@@ -1966,24 +1966,24 @@ sched_restore_complete(Sched *s, const char *key, size_t keylen,
 		 * needed now.  Values are restored before the first batch, so it was
 		 * neither gathered nor sent.
 		 */
-		SCHED_ASSERT(!e->gathered && !e->dispatched);
+		POLICY_ASSERT(!e->gathered && !e->dispatched);
 		if (q >= 0)
-			queue_remove(s, (SchedQueue) q, e);
+			queue_remove(s, (PolicyQueue) q, e);
 		e->has_fetch_when = false;
 	}
-	e->max_age_ms = periods ? periods->max_age_ms : SCHED_PERIOD_DEFAULT;
-	e->stale_for_ms = periods ? periods->stale_for_ms : SCHED_PERIOD_DEFAULT;
-	SCHED_ASSERT(e->max_age_ms >= 0 || e->max_age_ms == SCHED_PERIOD_DEFAULT);
-	SCHED_ASSERT(e->stale_for_ms >= 0 ||
-				 e->stale_for_ms == SCHED_PERIOD_DEFAULT);
-	e->state = SCHED_COMPLETE;
+	e->max_age_ms = periods ? periods->max_age_ms : POLICY_PERIOD_DEFAULT;
+	e->stale_for_ms = periods ? periods->stale_for_ms : POLICY_PERIOD_DEFAULT;
+	POLICY_ASSERT(e->max_age_ms >= 0 || e->max_age_ms == POLICY_PERIOD_DEFAULT);
+	POLICY_ASSERT(e->stale_for_ms >= 0 ||
+				  e->stale_for_ms == POLICY_PERIOD_DEFAULT);
+	e->state = POLICY_COMPLETE;
 	e->has_last_fetch = true;
 	e->last_fetch = last_fetch;
 	e->has_expiry = true;
 	e->expiry = expiry;
-	queue_schedule(s, SCHED_QUEUE_EVICT, e, expiry);
+	queue_schedule(s, POLICY_QUEUE_EVICT, e, expiry);
 	if (has_refresh)
-		queue_schedule(s, SCHED_QUEUE_REFRESH, e, refresh_at);
+		queue_schedule(s, POLICY_QUEUE_REFRESH, e, refresh_at);
 	return e;
 }
 
@@ -1993,16 +1993,16 @@ sched_restore_complete(Sched *s, const char *key, size_t keylen,
  * at once (a worker that keeps crashing must not hammer the upstream).
  */
 void
-sched_resume_backoff(Sched *s, SchedEntry *e, int attempts, SchedTime now)
+policy_resume_backoff(Policy *s, PolicyEntry *e, int attempts, PolicyTime now)
 {
 	int64_t		delay;
 
 	int			q = waiting_queue(e);
 
 	e->attempts = attempts;
-	if (e->state != SCHED_IN_PROGRESS || q < 0)
+	if (e->state != POLICY_IN_PROGRESS || q < 0)
 		return;
-	delay = sched_backoff_delay(attempts, max_retry_backoff(s, e));
+	delay = policy_backoff_delay(attempts, max_retry_backoff(s, e));
 	if (delay <= 0)
 		return;
 	e->has_fetch_when = true;
@@ -2017,15 +2017,15 @@ sched_resume_backoff(Sched *s, SchedEntry *e, int attempts, SchedTime now)
  */
 
 void
-sched_set_suspect(SchedEntry *e, bool suspect)
+policy_set_suspect(PolicyEntry *e, bool suspect)
 {
 	e->suspect = suspect;
 }
 
 void
-sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when)
+policy_defer_fetch(Policy *s, PolicyEntry *e, PolicyTime when)
 {
-	SCHED_ASSERT(e->state == SCHED_IN_PROGRESS && e->dispatched);
+	POLICY_ASSERT(e->state == POLICY_IN_PROGRESS && e->dispatched);
 	e->dispatched = false;
 	/* the fetch an invalidation during the dispatch asked for is this one */
 	e->refetch_after = false;
@@ -2040,44 +2040,44 @@ sched_defer_fetch(Sched *s, SchedEntry *e, SchedTime when)
  */
 
 bool
-sched_value_in_use(bool has_value, uint32_t stamp, uint32_t stamp_now,
-				   uint32_t window)
+policy_value_in_use(bool has_value, uint32_t stamp, uint32_t stamp_now,
+					uint32_t window)
 {
-	uint32_t	age = (stamp_now - stamp) % SCHED_STAMP_MODULUS;
+	uint32_t	age = (stamp_now - stamp) % POLICY_STAMP_MODULUS;
 
 	if (!has_value || window == 0)
 		return false;
-	if (age >= SCHED_STAMP_MODULUS - SCHED_STAMP_AHEAD_MAX)
+	if (age >= POLICY_STAMP_MODULUS - POLICY_STAMP_AHEAD_MAX)
 		age = 0;				/* stamped after stamp_now was read */
 	return age < window;
 }
 
 void
-sched_scan_pace_init(SchedScanPace *pace)
+policy_scan_pace_init(PolicyScanPace *pace)
 {
 	pace->next_ok = INT64_MIN;
 }
 
 bool
-sched_scan_due(const SchedScanPace *pace, SchedTime now)
+policy_scan_due(const PolicyScanPace *pace, PolicyTime now)
 {
 	return now >= pace->next_ok;
 }
 
 /* How long until a scan is due: 0 if it is. */
 int64_t
-sched_scan_wait(const SchedScanPace *pace, SchedTime now)
+policy_scan_wait(const PolicyScanPace *pace, PolicyTime now)
 {
-	return sched_scan_due(pace, now) ? 0 : pace->next_ok - now;
+	return policy_scan_due(pace, now) ? 0 : pace->next_ok - now;
 }
 
 void
-sched_scan_done(SchedScanPace *pace, SchedTime start, SchedTime end)
+policy_scan_done(PolicyScanPace *pace, PolicyTime start, PolicyTime end)
 {
 	int64_t		took = end > start ? end - start : 0;
-	int64_t		gap = took * SCHED_SCAN_GAP_FACTOR;
+	int64_t		gap = took * POLICY_SCAN_GAP_FACTOR;
 
-	if (gap < SCHED_SCAN_MIN_GAP_MS)
-		gap = SCHED_SCAN_MIN_GAP_MS;
+	if (gap < POLICY_SCAN_MIN_GAP_MS)
+		gap = POLICY_SCAN_MIN_GAP_MS;
 	pace->next_ok = end + gap;
 }

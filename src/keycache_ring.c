@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * keycache_ring.c
- *	  Bounded ring of keys that readers want the scheduler worker to look at.
+ *	  Bounded ring of keys that readers want the worker to look at.
  *
  * A reader that needs something from the worker (fetch, invalidate, evict)
  * first sets a request bit in the key's PcEntry, then pushes the key here

@@ -135,23 +135,23 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 static int64
 read_max_age(const PcRead *r)
 {
-	return sched_period(r->max_age_ms, pc_expiry_ms);
+	return policy_period(r->max_age_ms, pc_expiry_ms);
 }
 
 static int64
 read_stale_for(const PcRead *r)
 {
-	return sched_period(r->stale_for_ms, pc_grace_period_ms);
+	return policy_period(r->stale_for_ms, pc_grace_period_ms);
 }
 
-static SchedFreshness
+static PolicyFreshness
 read_freshness(const PcRead *r, int64 now)
 {
-	SchedFreshness f = sched_freshness(r->fetched_at, now, read_max_age(r),
-									   read_stale_for(r));
+	PolicyFreshness f = policy_freshness(r->fetched_at, now, read_max_age(r),
+										 read_stale_for(r));
 
-	if (r->invalidated && f == SCHED_FRESH)
-		f = SCHED_STALE;
+	if (r->invalidated && f == POLICY_FRESH)
+		f = POLICY_STALE;
 	return f;
 }
 
@@ -261,7 +261,7 @@ read_key(const char *key, uint32 len, bool details, bool waiting, PcRead *r)
 	/* A standby waiting for an invalidation's commit refetches it then. */
 	if (r->fetch_state != PC_FETCH_IN_PROGRESS && !r->awaiting_commit &&
 		(r->state == PC_STATE_PENDING ||
-		 read_freshness(r, now) != SCHED_FRESH))
+		 read_freshness(r, now) != POLICY_FRESH))
 		send = pc_request_mark(entry, PC_REQ_FETCH);
 	else if (first_visit && r->state == PC_STATE_PENDING)
 	{
@@ -465,7 +465,7 @@ key_restored(const char *key, uint32 len, void *arg)
 }
 
 /*
- * Right after a start, until the scheduler has loaded the key dump, a key
+ * Right after a start, until the worker has loaded the key dump, a key
  * the dump holds may not be in the map yet: wait for it (at most
  * projcache.restore_wait, counted for all reads from the first), rather
  * than read it as unknown.  The key is neither created nor asked for
@@ -625,13 +625,13 @@ fetch_state_name(uint8 fetch_state)
 }
 
 static const char *
-freshness_name(SchedFreshness f)
+freshness_name(PolicyFreshness f)
 {
 	switch (f)
 	{
-		case SCHED_FRESH:
+		case POLICY_FRESH:
 			return "fresh";
-		case SCHED_STALE:
+		case POLICY_STALE:
 			return "stale";
 		default:
 			return "expired";

@@ -8,7 +8,7 @@
  * fetch state, backoff, eviction and refresh times.  Its loop:
  *
  *	 1. take readers' requests (request ring, or a scan of request bits when
- *		the ring overflowed, at most at the pace sched_scan_due() allows)
+ *		the ring overflowed, at most at the pace policy_scan_due() allows)
  *		and begin fetches, invalidations, evictions;
  *	 2. run due evictions, then due refreshes;
  *	 3. when a batch of due fetches is ready, call the fetch function once
@@ -106,10 +106,10 @@
  */
 #define PC_MAX_VALUE_DIVISOR	8
 
-StaticAssertDecl(PC_PERIOD_DEFAULT == SCHED_PERIOD_DEFAULT,
+StaticAssertDecl(PC_PERIOD_DEFAULT == POLICY_PERIOD_DEFAULT,
 				 "the shared map and the scheduler encode periods alike");
 
-static Sched *sched = NULL;
+static Policy *policy = NULL;
 static MemoryContext policy_cxt = NULL; /* the key policy's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
 static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
@@ -117,8 +117,8 @@ static int64 next_dump_ms = 0;	/* on pc_real_now_ms() */
 static int64 dump_resume_ms = 0;	/* the dump's next slice, not before */
 static char *ring_buf = NULL;
 static Size ring_len = 0;		/* drained into ring_buf, not yet acted on */
-static SchedScanPace scan_pace; /* of the scans for request bits, on
-								 * pc_real_now_ms() */
+static PolicyScanPace scan_pace;	/* of the scans for request bits, on
+									 * pc_real_now_ms() */
 static bool scan_wanted = false;	/* the ring overflowed since the last */
 static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
 									 * pc_real_now_ms() (keycache_bisect.h) */
@@ -131,22 +131,22 @@ static int	key_pool(const char *key, size_t keylen, void *arg);
  */
 
 static void *
-sched_cxt_alloc(size_t size)
+policy_cxt_alloc(size_t size)
 {
 	return MemoryContextAllocHuge(policy_cxt, size);
 }
 
 static void
-sched_cxt_free(void *ptr)
+policy_cxt_free(void *ptr)
 {
 	pfree(ptr);
 }
 
-/* Read the settings into the scheduler; warn about an unusable refresh. */
+/* Read the settings into the worker; warn about an unusable refresh. */
 static void
 load_settings(void)
 {
-	SchedConfig config;
+	PolicyConfig config;
 
 	config.expiry_ms = pc_expiry_ms;
 	config.grace_period_ms = pc_grace_period_ms;
@@ -160,8 +160,8 @@ load_settings(void)
 	 * WARNING.
 	 */
 	if (config.refresh_interval_ms > 0 &&
-		!sched_refresh_interval_valid(config.expiry_ms, config.grace_period_ms,
-									  config.refresh_interval_ms))
+		!policy_refresh_interval_valid(config.expiry_ms, config.grace_period_ms,
+									   config.refresh_interval_ms))
 		ereport(WARNING,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("projcache.refresh_interval = %d ms is ignored",
@@ -170,12 +170,12 @@ load_settings(void)
 						   pc_expiry_ms, pc_expiry_ms + pc_grace_period_ms),
 				 errhint("Keys whose fetch function gives them their own max_age and stale_for are refreshed if it lies strictly between those.")));
 
-	if (sched == NULL)
+	if (policy == NULL)
 	{
-		sched = sched_create(&config, sched_cxt_alloc, sched_cxt_free);
-		sched_set_pool_fn(sched, key_pool, NULL);
+		policy = policy_create(&config, policy_cxt_alloc, policy_cxt_free);
+		policy_set_pool_fn(policy, key_pool, NULL);
 	}
-	else if (sched_set_config(sched, &config) > 0)
+	else if (policy_set_config(policy, &config) > 0)
 	{
 		PcEntryScan scan;
 		PcEntry    *entry;
@@ -184,11 +184,11 @@ load_settings(void)
 		pc_entry_scan_begin(&scan, true);
 		while ((entry = pc_entry_scan_next(&scan)) != NULL)
 		{
-			SchedEntry *e;
+			PolicyEntry *e;
 
 			if (pc_entry_expires_at(entry) == 0)
 				continue;
-			e = sched_lookup(sched, pc_entry_key(entry), entry->keylen);
+			e = policy_lookup(policy, pc_entry_key(entry), entry->keylen);
 			if (e != NULL && e->has_expiry)
 				pc_entry_set_expires_at(entry, e->expiry);
 		}
@@ -213,17 +213,17 @@ worker_detach_latch(int code, Datum arg)
 static bool
 mirror_header(PcEntry *entry, void *arg)
 {
-	SchedEntry *e = arg;
+	PolicyEntry *e = arg;
 
 	switch (e->state)
 	{
-		case SCHED_PENDING:
+		case POLICY_PENDING:
 			entry->fetch_state = PC_FETCH_PENDING;
 			break;
-		case SCHED_IN_PROGRESS:
+		case POLICY_IN_PROGRESS:
 			entry->fetch_state = PC_FETCH_IN_PROGRESS;
 			break;
-		case SCHED_COMPLETE:
+		case POLICY_COMPLETE:
 			entry->fetch_state = PC_FETCH_COMPLETE;
 			break;
 	}
@@ -231,18 +231,18 @@ mirror_header(PcEntry *entry, void *arg)
 	if (e->has_expiry)
 		pc_entry_set_expires_at(entry, e->expiry);
 	entry->has_refresh = false;
-	if (e->heap_pos[SCHED_QUEUE_REFRESH] >= 0)
-		pc_entry_set_refresh_at(entry, e->heap_time[SCHED_QUEUE_REFRESH]);
+	if (e->heap_pos[POLICY_QUEUE_REFRESH] >= 0)
+		pc_entry_set_refresh_at(entry, e->heap_time[POLICY_QUEUE_REFRESH]);
 	return true;
 }
 
 /*
  * Mirror the private times of one key into its shared entry, and tell the
- * scheduler the memory the key takes now.  (Its periods are written with
+ * worker the memory the key takes now.  (Its periods are written with
  * its value, by store_answer().)
  */
 static void
-mirror_entry(SchedEntry *e)
+mirror_entry(PolicyEntry *e)
 {
 	PcKey		search = pc_search_key(e->key, e->keylen);
 	PcEntryWrite w = {0};
@@ -252,9 +252,9 @@ mirror_entry(SchedEntry *e)
 	/* Waiting out a backoff is shown as such (entries.fetch_state). */
 	w.set_retry = true;
 	w.retry_at = 0;
-	if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when && !e->dispatched)
+	if (e->state == POLICY_IN_PROGRESS && e->has_fetch_when && !e->dispatched)
 		w.retry_at = e->fetch_when;
-	else if (e->state == SCHED_PENDING && e->has_next_attempt)
+	else if (e->state == POLICY_PENDING && e->has_next_attempt)
 		w.retry_at = e->next_attempt;
 	if (!pc_entry_write(e->key, e->keylen, &w, mirror_header, e, &applied))
 	{
@@ -270,7 +270,7 @@ mirror_entry(SchedEntry *e)
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
-		sched_set_bytes(sched, e, pc_entry_footprint(entry));
+		policy_set_bytes(policy, e, pc_entry_footprint(entry));
 		pc_entry_release(entry);
 	}
 }
@@ -343,7 +343,7 @@ admission_window_units(void)
 {
 	if (pc_admission_window_ms <= 0)
 		return 0;
-	StaticAssertStmt(PC_STAMP_MODULUS == SCHED_STAMP_MODULUS,
+	StaticAssertStmt(PC_STAMP_MODULUS == POLICY_STAMP_MODULUS,
 					 "read stamps wrap where the policy expects");
 	return (uint32) Min((pc_admission_window_ms + PC_STAMP_MS - 1) /
 						PC_STAMP_MS, PC_STAMP_MODULUS / 2);
@@ -355,7 +355,7 @@ admission_window_units(void)
  * look protects them, counts as read: S3-FIFO keeps it.
  */
 static bool
-take_visited(SchedEntry *e, void *arg)
+take_visited(PolicyEntry *e, void *arg)
 {
 	const VictimLook *look = arg;
 	PcKey		search = pc_search_key(e->key, e->keylen);
@@ -370,9 +370,9 @@ take_visited(SchedEntry *e, void *arg)
 		marks = pg_atomic_fetch_and_u32(&entry->marks, ~PC_MARK_VISITED);
 		visited = (marks & PC_MARK_VISITED) != 0;
 		if (look != NULL && look->protect &&
-			sched_value_in_use(entry->state != PC_STATE_PENDING,
-							   pc_marks_stamp(marks), look->stamp_now,
-							   look->window))
+			policy_value_in_use(entry->state != PC_STATE_PENDING,
+								pc_marks_stamp(marks), look->stamp_now,
+								look->window))
 			visited = true;
 		pc_entry_release(entry);
 	}
@@ -425,7 +425,7 @@ pool_budget(int pool)
  * pool is bounded by the memory's target, which counts them.)
  */
 static void
-weigh_new_key(SchedEntry *e)
+weigh_new_key(PolicyEntry *e)
 {
 	PcKey		search;
 	PcEntry    *entry;
@@ -436,28 +436,28 @@ weigh_new_key(SchedEntry *e)
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
-		sched_set_bytes(sched, e, pc_entry_footprint(entry));
+		policy_set_bytes(policy, e, pc_entry_footprint(entry));
 		pc_entry_release(entry);
 	}
 }
 
 /*
  * Each named cache's own max_retry_backoff and refresh_interval, for its
- * pool's keys (PC_CACHE_SETTING_UNSET is the scheduler's "the server's").
+ * pool's keys (PC_CACHE_SETTING_UNSET is the worker's "the server's").
  * After each reload of the registry.
  */
 static void
 apply_cache_settings(void)
 {
-	for (int p = 1; p < SCHED_MAX_POOLS; p++)
+	for (int p = 1; p < POLICY_MAX_POOLS; p++)
 	{
 		const PcCacheSlot *slot = &pc_shared->caches.slots[p - 1];
 
 		if (slot->in_use)
-			sched_set_pool_config(sched, p, slot->reg.max_retry_backoff_ms,
-								  slot->reg.refresh_interval_ms);
+			policy_set_pool_config(policy, p, slot->reg.max_retry_backoff_ms,
+								   slot->reg.refresh_interval_ms);
 		else
-			sched_set_pool_config(sched, p, -1, -1);
+			policy_set_pool_config(policy, p, -1, -1);
 	}
 }
 
@@ -469,19 +469,19 @@ static bool
 evict_one_for_memory(int pool, bool protect)
 {
 	VictimLook	look;
-	SchedEntry *victim;
+	PolicyEntry *victim;
 
 	look.window = admission_window_units();
 	look.protect = protect && look.window > 0;
 	look.stamp_now = pc_read_stamp(pc_now_ms());
-	victim = sched_memory_victim(sched, pool, take_visited, &look);
+	victim = policy_memory_victim(policy, pool, take_visited, &look);
 
 	if (victim == NULL)
 		return false;
 	if (pool > 0)
 		pc_cache_count(pool - 1, PC_CACHE_EVICTIONS, 1);
 	delete_shared(victim->key, victim->keylen, PC_CTR_MEMORY_EVICTIONS);
-	sched_evict_victim(sched, victim);
+	policy_evict_victim(policy, victim);
 	return true;
 }
 
@@ -493,16 +493,16 @@ evict_one_for_memory(int pool, bool protect)
 static int
 room_payer(int writer, Size need, Size freed, Size used, const bool *tried)
 {
-	SchedPoolUse pools[SCHED_MAX_POOLS];
+	PolicyPoolUse pools[POLICY_MAX_POOLS];
 
-	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	for (int p = 0; p < POLICY_MAX_POOLS; p++)
 	{
-		pools[p].bytes = sched_pool_bytes(sched, p);
+		pools[p].bytes = policy_pool_bytes(policy, p);
 		pools[p].budget = pool_budget(p);
-		pools[p].can_give = !tried[p] && sched_pool_count(sched, p) > 0;
+		pools[p].can_give = !tried[p] && policy_pool_count(policy, p) > 0;
 	}
-	return sched_room_payer(pools, SCHED_MAX_POOLS, writer, need, freed,
-							used, pc_key_memory_target());
+	return policy_room_payer(pools, POLICY_MAX_POOLS, writer, need, freed,
+							 used, pc_key_memory_target());
 }
 
 /* The prefix evict_cache_keys() looks for, while it scans the map. */
@@ -534,8 +534,8 @@ evict_cache_keys(const char *prefix, uint32 len)
 		pc_report_oom("the keys of a named cache");
 	for (int i = 0; i < list.count; i++)
 	{
-		if (sched_request_evict(sched, list.keys[i], list.lens[i]) ==
-			SCHED_EVICT_NOW)
+		if (policy_request_evict(policy, list.keys[i], list.lens[i]) ==
+			POLICY_EVICT_NOW)
 			delete_shared(list.keys[i], list.lens[i],
 						  PC_CTR_REQUESTED_EVICTIONS);
 	}
@@ -543,10 +543,10 @@ evict_cache_keys(const char *prefix, uint32 len)
 
 /*
  * Evict until a write of 'need' bytes into pool writer, whose key weighs
- * 'freed' now, fits (SCHED_ROOM_FITS), or say why it cannot:
- * SCHED_ROOM_REFUSED (no key that could pay is left) or
- * SCHED_ROOM_TOO_LARGE (larger than the writer's whole budget).  With
- * SCHED_ROOM_NO_WRITER, until the keys are back below the target.  Only
+ * 'freed' now, fits (POLICY_ROOM_FITS), or say why it cannot:
+ * POLICY_ROOM_REFUSED (no key that could pay is left) or
+ * POLICY_ROOM_TOO_LARGE (larger than the writer's whole budget).  With
+ * POLICY_ROOM_NO_WRITER, until the keys are back below the target.  Only
  * the pools the policy names pay: a cache with a budget pays for its own
  * writes.  With full, the memory is short whatever the counts say (an
  * allocation failed).  With admit, the room is for a key without a value:
@@ -555,8 +555,8 @@ evict_cache_keys(const char *prefix, uint32 len)
 static int
 make_room(int writer, Size need, Size freed, bool full, bool admit)
 {
-	bool		tried[SCHED_MAX_POOLS] = {false};
-	bool		in_use_left[SCHED_MAX_POOLS] = {false};
+	bool		tried[POLICY_MAX_POOLS] = {false};
+	bool		in_use_left[POLICY_MAX_POOLS] = {false};
 
 	for (;;)
 	{
@@ -585,11 +585,11 @@ unbudgeted_bytes(int *largest)
 	Size		most = 0;
 
 	*largest = -1;
-	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	for (int p = 0; p < POLICY_MAX_POOLS; p++)
 	{
-		Size		bytes = sched_pool_bytes(sched, p);
+		Size		bytes = policy_pool_bytes(policy, p);
 
-		if (pool_budget(p) > 0 || sched_pool_count(sched, p) == 0)
+		if (pool_budget(p) > 0 || policy_pool_count(policy, p) == 0)
 			continue;
 		total += bytes;
 		if (*largest < 0 || bytes > most)
@@ -636,19 +636,19 @@ evict_for_budgets(void)
 	Size		headroom = pc_key_memory_bound() - target;
 	Size		excess;
 	int			largest;
-	bool		in_use_only[SCHED_MAX_POOLS] = {false};
+	bool		in_use_only[POLICY_MAX_POOLS] = {false};
 
-	for (int p = 0; p < SCHED_MAX_POOLS; p++)
+	for (int p = 0; p < POLICY_MAX_POOLS; p++)
 	{
 		Size		budget = pool_budget(p);
 
-		while (budget > 0 && sched_pool_bytes(sched, p) > budget &&
+		while (budget > 0 && policy_pool_bytes(policy, p) > budget &&
 			   evict_one_for_bound(p, &in_use_only[p],
-								   sched_pool_bytes(sched, p) - budget >
+								   policy_pool_bytes(policy, p) - budget >
 								   headroom))
 			;
 		reserved += budget;
-		pooled += sched_pool_bytes(sched, p);
+		pooled += policy_pool_bytes(policy, p);
 	}
 
 	/* The map's own structures count against the target too. */
@@ -660,16 +660,16 @@ evict_for_budgets(void)
 							   excess - limit > headroom))
 		;
 
-	for (int p = 1; p < SCHED_MAX_POOLS; p++)
+	for (int p = 1; p < POLICY_MAX_POOLS; p++)
 	{
 		PcCacheSlot *slot = &pc_shared->caches.slots[p - 1];
 
 		if (!slot->in_use)
 			continue;
 		pg_atomic_write_u64(&slot->counters[PC_CACHE_MEMORY_USED],
-							(uint64) sched_pool_bytes(sched, p));
+							(uint64) policy_pool_bytes(policy, p));
 		pg_atomic_write_u64(&slot->counters[PC_CACHE_ENTRIES],
-							(uint64) sched_pool_count(sched, p));
+							(uint64) policy_pool_count(policy, p));
 	}
 }
 
@@ -708,7 +708,7 @@ static void
 evict_for_memory(void)
 {
 	(void) pg_atomic_exchange_u32(&pc_shared->room_wanted, 0);
-	if (make_room(SCHED_ROOM_NO_WRITER, 0, 0, false, true) != SCHED_ROOM_FITS)
+	if (make_room(POLICY_ROOM_NO_WRITER, 0, 0, false, true) != POLICY_ROOM_FITS)
 		close_admission();
 	evict_for_budgets();
 }
@@ -718,7 +718,7 @@ evict_for_memory(void)
  * or whose keys take more than their bytes' bound (values the worker
  * wrote took them past it), loses its oldest keys, down to 95 % of each
  * bound, so that its next keys find room at once and not one at a time;
- * the keys it reads again are passed over once (sched_owner_victim).
+ * the keys it reads again are passed over once (policy_owner_victim).
  * Counted as evictions for memory, and a named cache's as its cache's:
  * they make room, in the role's share.
  */
@@ -738,12 +738,12 @@ evict_for_roles(void)
 		if (!wanted && (byte_bound == 0 ||
 						pg_atomic_read_u64(&slot->bytes) <= byte_bound))
 			continue;
-		while (sched_role_over_low(pg_atomic_read_u32(&slot->keys),
-								   pg_atomic_read_u64(&slot->bytes),
-								   bound, byte_bound))
+		while (policy_role_over_low(pg_atomic_read_u32(&slot->keys),
+									pg_atomic_read_u64(&slot->bytes),
+									bound, byte_bound))
 		{
-			SchedEntry *victim = sched_owner_victim(sched, (uint32) n,
-													take_visited, NULL);
+			PolicyEntry *victim = policy_owner_victim(policy, (uint32) n,
+													  take_visited, NULL);
 
 			if (victim == NULL)
 				break;
@@ -751,7 +751,7 @@ evict_for_roles(void)
 				pc_cache_count(victim->pool - 1, PC_CACHE_EVICTIONS, 1);
 			delete_shared(victim->key, victim->keylen,
 						  PC_CTR_MEMORY_EVICTIONS);
-			sched_evict_victim(sched, victim);
+			policy_evict_victim(policy, victim);
 		}
 	}
 }
@@ -777,7 +777,7 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 	bool		invalidated;
 	bool		visited;
 	int			owner;
-	SchedEntry *e = NULL;
+	PolicyEntry *e = NULL;
 
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
@@ -799,8 +799,8 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 	 * while a fetch is under way: that would skip its backoff.
 	 */
 	if ((bits & PC_REQ_FETCH) && invalidated &&
-		(e = sched_lookup(sched, key, len)) != NULL &&
-		e->state == SCHED_COMPLETE)
+		(e = policy_lookup(policy, key, len)) != NULL &&
+		e->state == POLICY_COMPLETE)
 		bits |= PC_REQ_INVALIDATE;
 
 	if (bits & PC_REQ_EVICT)
@@ -809,36 +809,36 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 		 * Requests are taken only between batches, so no fetch of the key is
 		 * running now: the eviction is never deferred here.
 		 */
-		if (sched_request_evict(sched, key, len) == SCHED_EVICT_NOW)
+		if (policy_request_evict(policy, key, len) == POLICY_EVICT_NOW)
 			delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
 		return;
 	}
 	if (bits & PC_REQ_INVALIDATE)
-		sched_invalidate(sched, key, len, now);
+		policy_invalidate(policy, key, len, now);
 	else if (bits & (PC_REQ_FETCH | PC_REQ_DEMAND))
-		sched_try_begin_fetch(sched, key, len, false, now);
+		policy_try_begin_fetch(policy, key, len, false, now);
 
 	/*
 	 * With no bits left (another request of the key took them), the record
 	 * still says that this role asked for it, and waits: its turn may come
 	 * first.
 	 */
-	e = sched_lookup(sched, key, len);
+	e = policy_lookup(policy, key, len);
 	if (e == NULL)
 		return;
 	weigh_new_key(e);
-	sched_set_owner(sched, e, (uint32) owner);
-	sched_set_flow(sched, e, role);
-	if (e->state == SCHED_IN_PROGRESS &&
+	policy_set_owner(policy, e, (uint32) owner);
+	policy_set_flow(policy, e, role);
+	if (e->state == POLICY_IN_PROGRESS &&
 		((bits & PC_REQ_DEMAND) || visited))
-		sched_note_demand(sched, e);
+		policy_note_demand(policy, e);
 	if (bits != 0)
 		mirror_entry(e);
 }
 
 /*
  * Fair fetching: while the keys' memory is short (within a headroom of the
- * level eviction keeps it at, or a reader found no room), past SCHED_ONCE_BATCHES
+ * level eviction keeps it at, or a reader found no room), past POLICY_ONCE_BATCHES
  * batches of keys read only once waiting for a fetch, drop the oldest (a
  * scan's, most likely), unless a reader read it again meanwhile.  Its
  * entry goes from the map, so its next read asks again, as a key of its
@@ -848,15 +848,15 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 static void
 drop_fetches_for_nobody(void)
 {
-	size_t		limit = (size_t) SCHED_ONCE_BATCHES * pc_batch_size;
+	size_t		limit = (size_t) POLICY_ONCE_BATCHES * pc_batch_size;
 	Size		target = pc_key_memory_target();
 	Size		headroom = pc_key_memory_bound() - target;
 	bool		memory_short;
-	SchedEntry *e;
+	PolicyEntry *e;
 
 	memory_short = pg_atomic_read_u32(&pc_shared->room_wanted) != 0 ||
 		pc_key_memory_used() + headroom > target;
-	while ((e = sched_once_excess(sched, limit, memory_short)) != NULL)
+	while ((e = policy_once_excess(policy, limit, memory_short)) != NULL)
 	{
 		PcKey		search = pc_search_key(e->key, e->keylen);
 		PcEntry    *entry;
@@ -871,9 +871,9 @@ drop_fetches_for_nobody(void)
 		else if (entry != NULL)
 			pc_entry_release(entry);
 		if (entry == NULL || dropped)
-			sched_evict_victim(sched, e);
+			policy_evict_victim(policy, e);
 		else
-			sched_note_demand(sched, e);	/* read again meanwhile */
+			policy_note_demand(policy, e);	/* read again meanwhile */
 	}
 }
 
@@ -884,12 +884,12 @@ drop_fetches_for_nobody(void)
 static void
 refetch_replayed(const char *key, uint32 len)
 {
-	SchedEntry *e;
+	PolicyEntry *e;
 
-	if (sched_lookup(sched, key, len) == NULL)
+	if (policy_lookup(policy, key, len) == NULL)
 		return;					/* not cached here */
-	sched_invalidate(sched, key, len, pc_now_ms());
-	e = sched_lookup(sched, key, len);
+	policy_invalidate(policy, key, len, pc_now_ms());
+	e = policy_lookup(policy, key, len);
 	if (e != NULL)
 		mirror_entry(e);
 }
@@ -914,7 +914,7 @@ scan_requests(int64 now)
 	int			i;
 	int64		start = pc_real_now_ms();
 
-	if (!sched_scan_due(&scan_pace, start))
+	if (!policy_scan_due(&scan_pace, start))
 		return;
 	scan_wanted = false;
 
@@ -925,7 +925,7 @@ scan_requests(int64 now)
 
 	for (i = 0; i < list.count; i++)
 		handle_request(list.keys[i], list.lens[i], InvalidOid, now);
-	sched_scan_done(&scan_pace, start, pc_real_now_ms());
+	policy_scan_done(&scan_pace, start, pc_real_now_ms());
 }
 
 /*
@@ -1028,7 +1028,7 @@ create_refused_keys(int64 now)
 
 /* An eviction is due. */
 static void
-evict_due(SchedEntry *e, int64 now)
+evict_due(PolicyEntry *e, int64 now)
 {
 	PcKey		search = pc_search_key(e->key, e->keylen);
 	PcEntry    *entry;
@@ -1039,7 +1039,7 @@ evict_due(SchedEntry *e, int64 now)
 	{
 		/* Read (and asked for) since it expired: fetch it instead. */
 		pc_entry_release(entry);
-		if (sched_try_begin_fetch(sched, e->key, e->keylen, false, now))
+		if (policy_try_begin_fetch(policy, e->key, e->keylen, false, now))
 		{
 			mirror_entry(e);
 			return;
@@ -1049,7 +1049,7 @@ evict_due(SchedEntry *e, int64 now)
 	}
 	if (entry != NULL)
 		delete_locked(entry, e->key, e->keylen, PC_CTR_EXPIRY_EVICTIONS);
-	sched_evict(sched, e);
+	policy_evict(policy, e);
 }
 
 /* ----------------------------------------------------------------
@@ -1061,21 +1061,21 @@ evict_due(SchedEntry *e, int64 now)
 static void
 process_timers(int64 now)
 {
-	SchedEntry *e;
+	PolicyEntry *e;
 
 	/* Evictions first: refreshing what is about to go is wasted work. */
-	while ((e = sched_pop_eviction(sched, now)) != NULL)
+	while ((e = policy_pop_eviction(policy, now)) != NULL)
 		evict_due(e, now);
-	while ((e = sched_pop_refresh(sched, now)) != NULL)
+	while ((e = policy_pop_refresh(policy, now)) != NULL)
 	{
-		if (sched_try_begin_fetch(sched, e->key, e->keylen, true, now) != NULL)
+		if (policy_try_begin_fetch(policy, e->key, e->keylen, true, now) != NULL)
 			pc_count(PC_CTR_REFRESHES, 1);
 		mirror_entry(e);
 	}
 }
 
 static void
-count_delay(SchedEntry *e)
+count_delay(PolicyEntry *e)
 {
 	static const int bounds_s[] = {15, 30, 60, 120, 300, 600, 1800, 3600};
 	int64		delay_s;
@@ -1103,7 +1103,7 @@ count_delay(SchedEntry *e)
 /*
  * Make room for a write of the key of pool 'pool' (whose entry weighs
  * 'freed' now) and prepare it: evict S3-FIFO's victims of the pools that
- * pay (make_room) until its new chunk fits.  SCHED_ROOM_FITS once
+ * pay (make_room) until its new chunk fits.  POLICY_ROOM_FITS once
  * prepared; else why not (a key in its fetch, as the one written is, is
  * never a victim).
  */
@@ -1116,16 +1116,16 @@ prepare_with_room(const char *key, uint32 len, int pool, Size freed,
 
 	/* A write in place needs no room (and no victim). */
 	if (need > 0 && (room = make_room(pool, need, freed, false, admit)) !=
-		SCHED_ROOM_FITS)
+		POLICY_ROOM_FITS)
 		return room;
 	/* Readers may have taken the room meanwhile: one more key at a time. */
 	while (!pc_entry_prepare(key, len, w, prep))
 	{
 		room = make_room(pool, need, freed, true, admit);
-		if (room != SCHED_ROOM_FITS)
+		if (room != POLICY_ROOM_FITS)
 			return room;
 	}
-	return SCHED_ROOM_FITS;
+	return POLICY_ROOM_FITS;
 }
 
 /*
@@ -1154,7 +1154,7 @@ shared_has_value(const char *key, uint32 len, bool *waited)
  * What an answer writes into the key's body: a value, with its periods
  * and the message saying why a period was refused; for not_modified, the
  * periods and that message; for an error, its message; for pending, a
- * message written once the scheduler has counted the attempt.
+ * message written once the worker has counted the attempt.
  */
 static void
 answer_write(const PcFetchItem *item, PcEntryWrite *w)
@@ -1182,7 +1182,7 @@ answer_write(const PcFetchItem *item, PcEntryWrite *w)
 				w->error = pc_store_message(item->period_error, &size);
 			break;
 		case PC_ANSWER_PENDING:
-			break;				/* its message is made after the scheduler
+			break;				/* its message is made after the worker
 								 * counted the attempt (apply_answer) */
 		case PC_ANSWER_ERROR:
 			w->error = item->error == NULL ? InvalidDsaPointer :
@@ -1210,7 +1210,7 @@ count_unstored(int pool)
  * contract.
  */
 static bool
-prepare_answer(const SchedEntry *e, const char *key, uint32 len,
+prepare_answer(const PolicyEntry *e, const char *key, uint32 len,
 			   PcFetchItem *item, PcEntryWrite *w, PcEntryPrepared *prep)
 {
 	Size		bound = pc_key_memory_bound() / PC_MAX_VALUE_DIVISOR;
@@ -1246,7 +1246,7 @@ prepare_answer(const SchedEntry *e, const char *key, uint32 len,
 
 	answer_write(item, w);
 	room = prepare_with_room(key, len, e->pool, e->bytes, admit, w, prep);
-	if (room == SCHED_ROOM_TOO_LARGE)
+	if (room == POLICY_ROOM_TOO_LARGE)
 	{
 		/*
 		 * Larger than its cache's whole budget: it would never stay.  Stored
@@ -1263,7 +1263,7 @@ prepare_answer(const SchedEntry *e, const char *key, uint32 len,
 		answer_write(item, w);
 		room = prepare_with_room(key, len, e->pool, e->bytes, admit, w, prep);
 	}
-	if (room == SCHED_ROOM_FITS)
+	if (room == POLICY_ROOM_FITS)
 		return breach;
 
 	/*
@@ -1305,36 +1305,36 @@ prepare_answer(const SchedEntry *e, const char *key, uint32 len,
 	return breach;
 }
 
-/* What the scheduler makes of an answer; counts not_modified and pending. */
-static SchedResult
-sched_result_of(const PcFetchItem *item)
+/* What the worker makes of an answer; counts not_modified and pending. */
+static PolicyResult
+policy_result_of(const PcFetchItem *item)
 {
 	switch (item->answer)
 	{
 		case PC_ANSWER_ENABLED:
 		case PC_ANSWER_DISABLED:
-			return SCHED_RESULT_VALUE;
+			return POLICY_RESULT_VALUE;
 		case PC_ANSWER_NOT_MODIFIED:
 			pc_count(PC_CTR_NOT_MODIFIED, 1);
-			return SCHED_RESULT_NOT_MODIFIED;
+			return POLICY_RESULT_NOT_MODIFIED;
 		case PC_ANSWER_PENDING:
 			pc_count(PC_CTR_PENDING_RESULTS, 1);
-			return SCHED_RESULT_PENDING;
+			return POLICY_RESULT_PENDING;
 		case PC_ANSWER_ERROR:
 		default:
-			return SCHED_RESULT_PENDING;
+			return POLICY_RESULT_PENDING;
 	}
 }
 
 /* Why a key stays pending, and when it is asked for again. */
 static char *
-pending_message(const SchedEntry *e, int64 now)
+pending_message(const PolicyEntry *e, int64 now)
 {
 	int64		next = 0;
 
-	if (e->state == SCHED_IN_PROGRESS && e->has_fetch_when)
+	if (e->state == POLICY_IN_PROGRESS && e->has_fetch_when)
 		next = e->fetch_when;
-	else if (e->state == SCHED_PENDING && e->has_next_attempt)
+	else if (e->state == POLICY_PENDING && e->has_next_attempt)
 		next = e->next_attempt;
 	if (next > now)
 		return psprintf("upstream answered \"pending\" (attempt %d); next attempt in %.1f s",
@@ -1346,9 +1346,9 @@ pending_message(const SchedEntry *e, int64 now)
 /* What an answer writes into the entry's header (a PcEntryApplyFn). */
 typedef struct AnswerHeader
 {
-	const SchedEntry *e;
+	const PolicyEntry *e;
 	const PcFetchItem *item;
-	SchedResult result;
+	PolicyResult result;
 	bool		waiting;		/* an invalidation replayed from WAL waits */
 	bool		error_unstored;
 	int64		now;
@@ -1359,9 +1359,9 @@ answer_header(PcEntry *entry, void *arg)
 {
 	AnswerHeader *h = arg;
 
-	if (h->result != SCHED_RESULT_PENDING)
+	if (h->result != POLICY_RESULT_PENDING)
 	{
-		if (h->result == SCHED_RESULT_VALUE)
+		if (h->result == POLICY_RESULT_VALUE)
 			entry->state = h->item->answer == PC_ANSWER_ENABLED ?
 				PC_STATE_ENABLED : PC_STATE_DISABLED;
 		pc_entry_set_fetched_at(entry, h->now);
@@ -1382,14 +1382,14 @@ answer_header(PcEntry *entry, void *arg)
 
 /*
  * Write an answer into the key's shared entry, under its lock: what w
- * holds (the new value for SCHED_RESULT_VALUE, the periods for any result
+ * holds (the new value for POLICY_RESULT_VALUE, the periods for any result
  * but pending, the message or none), the fetch time, and, if an
  * invalidation replayed from WAL waits (waiting), the mark that keeps it
  * stale.
  */
 static void
-store_answer(const char *key, uint32 len, const SchedEntry *e,
-			 const PcFetchItem *item, SchedResult result, PcEntryWrite *w,
+store_answer(const char *key, uint32 len, const PolicyEntry *e,
+			 const PcFetchItem *item, PolicyResult result, PcEntryWrite *w,
 			 PcEntryPrepared *prep, bool waiting, int64 now)
 {
 	AnswerHeader h;
@@ -1417,29 +1417,29 @@ store_answer(const char *key, uint32 len, const SchedEntry *e,
  * only this can see.
  */
 static bool
-apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
+apply_answer(PolicyEntry *e, PcFetchItem *item, int64 now)
 {
 	char	   *key = pnstrdup(e->key, e->keylen);
 	uint32		len = e->keylen;
-	SchedResult result;
-	SchedCompletion completion;
+	PolicyResult result;
+	PolicyCompletion completion;
 	PcEntryWrite w;
 	PcEntryPrepared prep;
 	bool		breach;
 	bool		waiting;
-	SchedPeriods periods = {SCHED_PERIOD_DEFAULT, SCHED_PERIOD_DEFAULT};
+	PolicyPeriods periods = {POLICY_PERIOD_DEFAULT, POLICY_PERIOD_DEFAULT};
 
 	breach = prepare_answer(e, key, len, item, &w, &prep);
-	result = sched_result_of(item);
-	if (result != SCHED_RESULT_PENDING)
+	result = policy_result_of(item);
+	if (result != POLICY_RESULT_PENDING)
 	{
 		count_delay(e);
 		periods.max_age_ms = item->max_age_ms;
 		periods.stale_for_ms = item->stale_for_ms;
 	}
 
-	completion = sched_complete_fetch(sched, e, result, &periods, now);
-	if (completion == SCHED_EVICTED)
+	completion = policy_complete_fetch(policy, e, result, &periods, now);
+	if (completion == POLICY_EVICTED)
 	{
 		pc_entry_abandon(&prep);
 		pc_free_message(w.error);
@@ -1459,7 +1459,7 @@ apply_answer(SchedEntry *e, PcFetchItem *item, int64 now)
 		tombstone_unless_disabled(key, len);
 	store_answer(key, len, e, item, result, &w, &prep, waiting, now);
 
-	if (completion == SCHED_DONE || completion == SCHED_RESCHEDULED)
+	if (completion == POLICY_DONE || completion == POLICY_RESCHEDULED)
 		mirror_entry(e);
 	ConditionVariableBroadcast(pc_key_cv(key, len));
 	return breach;
@@ -1495,7 +1495,7 @@ value_changed(PcFetchItem *item, uint8 old_state)
  * cache's key names are for the roles it is granted to.
  */
 static void
-notify_changes(SchedEntry **batch, PcFetchItem *items, uint8 *old_states,
+notify_changes(PolicyEntry **batch, PcFetchItem *items, uint8 *old_states,
 			   const bool *applied, int n)
 {
 	MemoryContext cxt = CurrentMemoryContext;
@@ -1574,13 +1574,13 @@ bisect_call_of(PcFetchOutcome outcome)
  * broke the contract in a way only apply_answer() can see.
  */
 static bool
-finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
+finish_key(BisectPlan *plan, int i, PolicyEntry *e, PcFetchItem *item,
 		   int64 now)
 {
 	Assert(bisect_fate(plan, i) == BISECT_ANSWERED ||
 		   item->answer == PC_ANSWER_ERROR);
-	sched_set_suspect(e, bisect_suspect(plan, i,
-										item->answer == PC_ANSWER_ERROR));
+	policy_set_suspect(e, bisect_suspect(plan, i,
+										 item->answer == PC_ANSWER_ERROR));
 	return apply_answer(e, item, now);
 }
 
@@ -1588,7 +1588,7 @@ finish_key(BisectPlan *plan, int i, SchedEntry *e, PcFetchItem *item,
 typedef struct BatchRun
 {
 	const PcFetchTarget *target;	/* the keys' cache, and how to ask it */
-	SchedEntry **batch;
+	PolicyEntry **batch;
 	int			n;
 	PcFetchItem *items;			/* each key's question, then its answer */
 	PcFetchItem *call_items;	/* one call's keys */
@@ -1600,7 +1600,7 @@ typedef struct BatchRun
 
 /* The batch's questions: each key with its current revision. */
 static void
-prepare_batch(BatchRun *run, SchedEntry **batch, int n,
+prepare_batch(BatchRun *run, PolicyEntry **batch, int n,
 			  const PcFetchTarget *target)
 {
 	int			i;
@@ -1703,7 +1703,7 @@ settle_unasked(BatchRun *run, BisectPlan *plan)
 	rest = Max(suspect_resume_ms - pc_real_now_ms(), 0);
 	for (i = 0; i < run->n; i++)
 	{
-		SchedEntry *e = run->batch[i];
+		PolicyEntry *e = run->batch[i];
 		BisectFate	fate = bisect_fate(plan, i);
 
 		if (run->applied[i])
@@ -1711,10 +1711,10 @@ settle_unasked(BatchRun *run, BisectPlan *plan)
 		if (fate == BISECT_POSTPONED)
 		{
 			/* by one more step of its backoff, and until suspects may go */
-			int64		step = sched_backoff_delay(e->attempts + 1,
-												   pc_max_retry_backoff_ms);
+			int64		step = policy_backoff_delay(e->attempts + 1,
+													pc_max_retry_backoff_ms);
 
-			sched_defer_fetch(sched, e, now + Max(rest, step));
+			policy_defer_fetch(policy, e, now + Max(rest, step));
 			mirror_entry(e);
 			continue;
 		}
@@ -1737,7 +1737,7 @@ settle_unasked(BatchRun *run, BisectPlan *plan)
 /*
  * Fetch one batch: hand the fetch function each key with the revision the
  * map holds (so it may answer not_modified), then apply every answer to
- * the scheduler and the shared map.
+ * the worker and the shared map.
  *
  * A bad key fails alone (keycache_bisect.h): the batch is a plan of calls.
  * Its clean keys go in one call, split in halves as long as a call fails
@@ -1752,7 +1752,7 @@ settle_unasked(BatchRun *run, BisectPlan *plan)
  * more, in apply_answer().
  */
 static void
-run_batch(SchedEntry **batch, int n, const PcFetchTarget *target)
+run_batch(PolicyEntry **batch, int n, const PcFetchTarget *target)
 {
 	BatchRun	run;
 	BisectSettings settings;
@@ -1833,13 +1833,13 @@ cache_target(const PcCacheReg *reg, int slot, PcFetchTarget *t)
  * for: its cache's change evicts it.
  */
 static void
-run_batches(SchedEntry **batch, int n)
+run_batches(PolicyEntry **batch, int n)
 {
 	/* Not in batch_cxt: each run_batch() resets it. */
 	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
 	int		   *cache = palloc(n * sizeof(int));
 	PcCacheReg *regs = palloc(n * sizeof(PcCacheReg));
-	SchedEntry **group = palloc(n * sizeof(SchedEntry *));
+	PolicyEntry **group = palloc(n * sizeof(PolicyEntry *));
 	bool	   *done = palloc0(n * sizeof(bool));
 
 	MemoryContextSwitchTo(oldcxt);
@@ -1867,8 +1867,8 @@ run_batches(SchedEntry **batch, int n)
 			/* Put back unasked: the cache's change evicts them meanwhile. */
 			for (int j = 0; j < k; j++)
 			{
-				sched_defer_fetch(sched, group[j],
-								  pc_now_ms() + PC_CACHES_RETRY_MS);
+				policy_defer_fetch(policy, group[j],
+								   pc_now_ms() + PC_CACHES_RETRY_MS);
 				mirror_entry(group[j]);
 			}
 			continue;
@@ -1879,7 +1879,7 @@ run_batches(SchedEntry **batch, int n)
 			/* Its function overran its timeout lately: later. */
 			for (int j = 0; j < k; j++)
 			{
-				sched_defer_fetch(sched, group[j], pc_now_ms() + paused_ms);
+				policy_defer_fetch(policy, group[j], pc_now_ms() + paused_ms);
 				mirror_entry(group[j]);
 			}
 			continue;
@@ -1916,8 +1916,8 @@ run_batches(SchedEntry **batch, int n)
 			{
 				for (int j = from; j < k; j++)
 				{
-					sched_defer_fetch(sched, group[j],
-									  pc_now_ms() + PC_CACHES_RETRY_MS);
+					policy_defer_fetch(policy, group[j],
+									   pc_now_ms() + PC_CACHES_RETRY_MS);
 					mirror_entry(group[j]);
 				}
 				break;
@@ -1944,7 +1944,7 @@ typedef struct SavedEntry
 	bool		invalidated;
 	bool		has_refresh;
 	int32		attempts;
-	SchedPeriods periods;
+	PolicyPeriods periods;
 	int64		fetched_at;
 	int64		expires_at;
 	int64		refresh_at;
@@ -1976,12 +1976,12 @@ save_entry(PcEntry *entry, void *payload)
 	return true;
 }
 
-/* Give the scheduler one key as the shared map holds it. */
+/* Give the worker one key as the shared map holds it. */
 static void
 restore_saved_key(const char *key, uint32 len, const SavedEntry *s,
 				  int64 now)
 {
-	SchedEntry *e;
+	PolicyEntry *e;
 
 	if (s->state != PC_STATE_PENDING)
 	{
@@ -1989,28 +1989,28 @@ restore_saved_key(const char *key, uint32 len, const SavedEntry *s,
 
 		if (expires_at == 0)
 			expires_at = s->fetched_at +
-				sched_period(s->periods.max_age_ms, pc_expiry_ms) +
-				sched_period(s->periods.stale_for_ms, pc_grace_period_ms);
-		sched_restore_complete(sched, key, len, s->fetched_at, expires_at,
-							   &s->periods, s->has_refresh, s->refresh_at);
+				policy_period(s->periods.max_age_ms, pc_expiry_ms) +
+				policy_period(s->periods.stale_for_ms, pc_grace_period_ms);
+		policy_restore_complete(policy, key, len, s->fetched_at, expires_at,
+								&s->periods, s->has_refresh, s->refresh_at);
 		if (s->invalidated)
-			sched_invalidate(sched, key, len, now);
+			policy_invalidate(policy, key, len, now);
 		else if (s->fetch_state != PC_FETCH_COMPLETE)
-			sched_try_begin_fetch(sched, key, len, false, now);
+			policy_try_begin_fetch(policy, key, len, false, now);
 	}
 	else
-		sched_try_begin_fetch(sched, key, len, false, now);
-	e = sched_lookup(sched, key, len);
+		policy_try_begin_fetch(policy, key, len, false, now);
+	e = policy_lookup(policy, key, len);
 	if (e == NULL)
 		return;
 	if (s->attempts > 0 && !s->invalidated)
-		sched_resume_backoff(sched, e, s->attempts, now);
+		policy_resume_backoff(policy, e, s->attempts, now);
 	weigh_new_key(e);
 	/* Its fetch, if any, waits for its creator's turn. */
-	sched_set_owner(sched, e, (uint32) s->owner);
-	sched_set_flow(sched, e, pc_role_of_slot(s->owner));
-	if (s->visited && e->state == SCHED_IN_PROGRESS)
-		sched_note_demand(sched, e);
+	policy_set_owner(policy, e, (uint32) s->owner);
+	policy_set_flow(policy, e, pc_role_of_slot(s->owner));
+	if (s->visited && e->state == POLICY_IN_PROGRESS)
+		policy_note_demand(policy, e);
 	mirror_entry(e);
 }
 
@@ -2064,12 +2064,12 @@ restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
 				   int64 expires_at, int32 max_age_ms, int32 stale_for_ms,
 				   PcDumpFifo fifo)
 {
-	SchedPeriods periods = {max_age_ms, stale_for_ms};
-	SchedEntry *e = sched_restore_complete(sched, key, len, fetched_at,
-										   expires_at, &periods, false, 0);
+	PolicyPeriods periods = {max_age_ms, stale_for_ms};
+	PolicyEntry *e = policy_restore_complete(policy, key, len, fetched_at,
+											 expires_at, &periods, false, 0);
 
 	if (fifo != PC_DUMP_FIFO_UNKNOWN)
-		sched_restore_fifo(sched, e, fifo == PC_DUMP_FIFO_MAIN);
+		policy_restore_fifo(policy, e, fifo == PC_DUMP_FIFO_MAIN);
 	weigh_new_key(e);
 	mirror_entry(e);
 }
@@ -2082,9 +2082,9 @@ restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
 static const char *
 next_key_to_dump(void *arg, uint32 *len, PcDumpFifo *fifo)
 {
-	SchedEntry **last = (SchedEntry **) arg;
+	PolicyEntry **last = (PolicyEntry **) arg;
 
-	*last = sched_keep_order_next(sched, *last);
+	*last = policy_keep_order_next(policy, *last);
 	if (*last == NULL)
 		return NULL;
 	*len = (uint32) (*last)->keylen;
@@ -2092,13 +2092,13 @@ next_key_to_dump(void *arg, uint32 *len, PcDumpFifo *fifo)
 	return (*last)->key;
 }
 
-/* Begin a dump of the keys, in the scheduler's order once it has one. */
+/* Begin a dump of the keys, in the worker's order once it has one. */
 static PcKeyDump *
 begin_key_dump(void)
 {
-	SchedEntry *last = NULL;
+	PolicyEntry *last = NULL;
 
-	if (sched == NULL)
+	if (policy == NULL)
 		return pc_keys_dump_begin(NULL, NULL);
 	return pc_keys_dump_begin(next_key_to_dump, &last);
 }
@@ -2129,7 +2129,7 @@ publish_registry_before_load(void)
 }
 
 /*
- * Load the dump, once per server start: the first scheduler does, before
+ * Load the dump, once per server start: the first worker does, before
  * its first fetch; one restarted later finds the map warm already.  (The
  * snapshots' dump was adopted at the server's start, in shmem.c.)
  */
@@ -2235,8 +2235,8 @@ dump_at_exit(int code, Datum arg)
  */
 
 /*
- * One scheduler at a time: it alone deletes keys and frees their chunks.
- * A launcher started again while its scheduler lived on waits for it
+ * One worker at a time: it alone deletes keys and frees their chunks.
+ * A launcher started again while its worker lived on waits for it
  * (keycache_launcher.c); this is the last word, under the mutex.
  */
 static void
@@ -2272,7 +2272,7 @@ worker_start(void)
 									  ALLOCSET_DEFAULT_SIZES);
 	ring_buf = MemoryContextAlloc(TopMemoryContext, pc_ring_size());
 	load_settings();
-	sched_scan_pace_init(&scan_pace);
+	policy_scan_pace_init(&scan_pace);
 
 	MemoryContextSwitchTo(batch_cxt);
 	rebuild_private_state(pc_now_ms());
@@ -2309,17 +2309,17 @@ reload_settings(void)
 static void
 sleep_until_due(int64 now, long poll_ms, bool dumping)
 {
-	SchedTime	wake;
+	PolicyTime	wake;
 	long		timeout = PC_MAX_SLEEP_MS;
 
-	if (sched_next_wakeup(sched, pc_batch_interval_ms, &wake))
+	if (policy_next_wakeup(policy, pc_batch_interval_ms, &wake))
 		timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
 	if (poll_ms >= 0)
 		timeout = Min(timeout, poll_ms);
 	/* A scan for request bits that its pace put off. */
 	if (scan_wanted)
-		timeout = Min(timeout, (long) sched_scan_wait(&scan_pace,
-													  pc_real_now_ms()));
+		timeout = Min(timeout, (long) policy_scan_wait(&scan_pace,
+													   pc_real_now_ms()));
 	/* Admission closed opens at the next stamp unit. */
 	if (pg_atomic_read_u32(&pc_shared->admission_closed) != 0)
 		timeout = Min(timeout, PC_STAMP_MS - now % PC_STAMP_MS);
@@ -2361,7 +2361,7 @@ pc_worker_main(Datum main_arg)
 	for (;;)
 	{
 		int64		now;
-		SchedEntry **batch;
+		PolicyEntry **batch;
 		int			n;
 		long		replay_poll;
 		long		caches_poll;
@@ -2398,8 +2398,8 @@ pc_worker_main(Datum main_arg)
 		evict_for_roles();
 		create_refused_keys(now);
 		dumping = dump_step();
-		n = sched_ready_batch(sched, now, pc_batch_size, pc_batch_interval_ms,
-							  &batch);
+		n = policy_ready_batch(policy, now, pc_batch_size, pc_batch_interval_ms,
+							   &batch);
 		if (n > 0)
 		{
 			run_batches(batch, n);

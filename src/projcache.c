@@ -4,7 +4,7 @@
  *	  Module entry point: settings, shared memory hooks, worker registration.
  *
  * projcache must be loaded through shared_preload_libraries: its caches live
- * in shared memory reserved at postmaster start, and its scheduler is a
+ * in shared memory reserved at postmaster start, and its worker is a
  * background worker registered here.
  *
  * Copyright (c) 2026, projcache developers
@@ -387,8 +387,8 @@ _PG_init(void)
 	/*
 	 * pg_upgrade runs its servers in binary-upgrade mode: no worker then. It
 	 * drops and creates databases in the new cluster, which a connected
-	 * scheduler makes fail, and no fetch function should run during an
-	 * upgrade; the key cache starts empty after one anyway.
+	 * worker makes fail, and no fetch function should run during an upgrade;
+	 * the key cache starts empty after one anyway.
 	 */
 	if (!IsBinaryUpgrade)
 		pc_register_launcher();

@@ -225,9 +225,9 @@ pc_shmem_startup(void)
 
 	/*
 	 * At a start (after a crash too), before any process can read: say
-	 * whether the scheduler has a key dump to load, so that reads wait for
-	 * it, and make the snapshots' last dump the file their reads restore
-	 * from, so that no read finds the file of an earlier start instead.
+	 * whether the worker has a key dump to load, so that reads wait for it,
+	 * and make the snapshots' last dump the file their reads restore from, so
+	 * that no read finds the file of an earlier start instead.
 	 */
 	if (!found)
 	{

@@ -68,7 +68,7 @@ typedef enum PcCounter
  *	 for their transaction's commit (wal.h).
  * - snap_tomb_lock (LWLock): the snapshot tombstone file on disk
  *	 (snapshot_dump.c): held exclusively while a backend appends to it and
- *	 while the scheduler rewrites it, so that no tombstone appended
+ *	 while the worker rewrites it, so that no tombstone appended
  *	 meanwhile is lost.  Held across that file's I/O (both are rare);
  *	 taken alone, never with another lock of ours.
  * - role_lock (LWLock): which role each of role_slots counts keys for
@@ -204,7 +204,7 @@ typedef struct PcShared
 	PcCaches	caches;
 
 	/* The dumps (keycache_dump.c, snapshot_dump.c); under mutex */
-	bool		keys_dump_read; /* a scheduler read the key dump (or tried) */
+	bool		keys_dump_read; /* a worker read the key dump (or tried) */
 	uint64		loaded_keys;	/* keys it loaded */
 	uint64		loaded_snapshots;	/* snapshots given their dumped rows */
 	int64		loaded_dump_age_ms; /* how old the dump was then */

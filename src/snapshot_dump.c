@@ -4,7 +4,7 @@
  *	  The snapshots' last good rows, kept across a restart, and the
  *	  tombstones of rows dropped for lost rights.
  *
- * Whenever the scheduler dumps the key map (keycache_dump.c), it writes
+ * Whenever the worker dumps the key map (keycache_dump.c), it writes
  * every loaded snapshot's rows, key index included, with the registration
  * they belong to (database, name, registry id and creation stamp) and
  * their age, to PC_SNAPSHOTS_DUMP_FILE.
@@ -14,7 +14,7 @@
  * registration, once per slot, in PC_SNAPSHOTS_RESTORE_FILE, the dump
  * found when the server started (pc_snapshots_adopt_dump, run as shared
  * memory is set up, before any reader can look: a read that came before
- * the scheduler had adopted it would have found the file of an earlier
+ * the worker had adopted it would have found the file of an earlier
  * start, or none, and started cold).  So
  * rows are found only for registrations that still exist with the same
  * identity, by a reader that passed the checks of any read, in its own
@@ -50,7 +50,7 @@
  * a dump or restore file written before the tombstone are neither restored
  * nor carried, so the periodic dump that a crash leaves behind does not
  * bring them back either.  A tombstone is needed until a dump written after
- * it is on disk: the scheduler prunes the file after each dump, and at
+ * it is on disk: the worker prunes the file after each dump, and at
  * start keeps only what is newer than the restore file.  A slot writes a
  * tombstone only if its rows may be on disk since its last one (dumped
  * since, or from an earlier server lifetime), so a role that loses and
@@ -128,7 +128,7 @@ typedef struct SnapTombstone
 
 #define PC_TOMBSTONE_MAGIC		0x50435442	/* "PCTB" */
 
-/* More than this is not read (the scheduler prunes the file at start). */
+/* More than this is not read (the worker prunes the file at start). */
 #define PC_TOMBSTONES_MAX_BYTES	((Size) 16 * 1024 * 1024)
 
 /* Does the record name the same registration? */
@@ -181,7 +181,7 @@ pc_snapshot_bury(SnapReg *reg)
 	strlcpy(t.name, reg->name, NAMEDATALEN);
 	t.crc = tombstone_crc(&t);
 
-	/* Not while the scheduler rewrites the file: it would lose this one. */
+	/* Not while the worker rewrites the file: it would lose this one. */
 	pc_lock_alone(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
 	existed = stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) == 0;
 	fd = OpenTransientFilePerm(PC_SNAPSHOTS_TOMBSTONE_FILE,
@@ -501,7 +501,7 @@ pc_snapshots_adopt_dump(void)
 		(void) durable_unlink(PC_SNAPSHOTS_RESTORE_FILE, LOG);
 
 	/*
-	 * Tombstones older than the restore file were known to the scheduler that
+	 * Tombstones older than the restore file were known to the worker that
 	 * wrote it; with no restore file, none is needed.
 	 */
 	prune_tombstones(r != NULL ? written_at : DT_NOEND);

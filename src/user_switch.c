@@ -30,7 +30,7 @@
  *	 the check of the owner's rights after a failed load (snapshot_load.c).
  *
  *	 PC_AS_FETCH_ROLE: projcache.fetch_role, or the fetch function's owner,
- *	 with SECURITY_LOCAL_USERID_CHANGE (no SET ROLE), in the scheduler: the
+ *	 with SECURITY_LOCAL_USERID_CHANGE (no SET ROLE), in the worker: the
  *	 fetch function's call (keycache_fetch.c).  It stays current until the
  *	 call's transaction has committed, so that nothing queued for commit
  *	 runs as the worker's superuser.
@@ -47,7 +47,7 @@
  *	 pc_become().  A load worker keeps its database's settings, as every
  *	 session of that database does.
  *
- *	 pc_keycache_worker_connect(): the scheduler connects to projcache.database
+ *	 pc_keycache_worker_connect(): the worker connects to projcache.database
  *	 the same way, and then puts back the server's value of every setting
  *	 that database or its role had set (pg_db_role_setting: ALTER DATABASE
  *	 ... SET, ALTER ROLE ... [IN DATABASE] SET).  The fetch function feeds
@@ -196,7 +196,7 @@ set_by_database_or_role(GucSource source)
  * the database or the role had set.  The values are forced (as the
  * connection forces session_authorization), so that RESET and the end of a
  * SET LOCAL come back to them too; a reload does not change them, so a
- * change of such a setting in postgresql.conf reaches the scheduler when it
+ * change of such a setting in postgresql.conf reaches the worker when it
  * next starts.  A custom setting that only the database or role knew has no
  * server value: it is emptied.
  */
@@ -253,7 +253,7 @@ restore_server_settings(const char *dbname, ServerSetting *saved, int nsaved)
 }
 
 /*
- * Connect the scheduler to dbname, as pc_worker_connect() does, and then
+ * Connect the worker to dbname, as pc_worker_connect() does, and then
  * run with the server's settings, not the database's or its role's: see
  * the file header.  PostgreSQL 15 has no connection flag that skips
  * pg_db_role_setting, so the values the server gave this process are

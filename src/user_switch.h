@@ -29,8 +29,8 @@ typedef enum PcIdentity
 	PC_AS_SNAPSHOT_OWNER,
 
 	/*
-	 * The fetch role: calling the fetch function in the scheduler (for a
-	 * named cache's keys, its fetch role or owner, see keycache_fetch.c).
+	 * The fetch role: calling the fetch function in the worker (for a named
+	 * cache's keys, its fetch role or owner, see keycache_fetch.c).
 	 */
 	PC_AS_FETCH_ROLE,
 

@@ -2,7 +2,7 @@
  *
  * test_bisect.c
  *	  cmocka unit tests of "a bad key fails alone" (src/keycache_bisect.c),
- *	  and of the scheduler's part in it (sched_defer_fetch, the suspect
+ *	  and of the policy's part in it (policy_defer_fetch, the suspect
  *	  mark).
  *
  * A plan is driven here as the worker drives it, against a fake fetch
@@ -85,13 +85,13 @@ typedef struct PlanRun
 	int			call_first[3 * MAX_KEYS];
 	bool		mixed_suspect;	/* a suspect shared a call with a clean key */
 	bool		suspect_before_clean;	/* a clean call after a suspect's */
-	SchedTime	now;
+	PolicyTime	now;
 } PlanRun;
 
 /* Run a whole plan; returns it, settled, for its fates. */
 static BisectPlan *
-run_plan(const FakeSource *o, const bool *suspect, SchedTime start,
-		 SchedTime resume, const BisectSettings *settings, PlanRun *run)
+run_plan(const FakeSource *o, const bool *suspect, PolicyTime start,
+		 PolicyTime resume, const BisectSettings *settings, PlanRun *run)
 {
 	BisectPlan *plan = bisect_begin(o->n, suspect, resume, settings,
 									unit_alloc, unit_free);
@@ -513,7 +513,7 @@ test_suspect_slice(void **state)
 	bool		suspect[MAX_KEYS] = {false};
 	BisectSettings settings = {0, 10};
 	BisectPlan *plan;
-	SchedTime	resume;
+	PolicyTime	resume;
 	int			i;
 
 	(void) state;
@@ -740,16 +740,16 @@ test_match_empty(void **state)
 }
 
 /* ----------------------------------------------------------------
- * The scheduler's part
+ * The policy's part
  * ----------------------------------------------------------------
  */
 
-static Sched *
-new_sched(void)
+static Policy *
+new_policy(void)
 {
-	SchedConfig config = {300000, 120000, 0, 60000};
+	PolicyConfig config = {300000, 120000, 0, 60000};
 
-	return sched_create(&config, unit_alloc, unit_free);
+	return policy_create(&config, unit_alloc, unit_free);
 }
 
 /*
@@ -759,63 +759,63 @@ new_sched(void)
 static void
 test_defer_fetch(void **state)
 {
-	Sched	   *s = new_sched();
-	SchedEntry *e;
-	SchedEntry **batch;
+	Policy	   *s = new_policy();
+	PolicyEntry *e;
+	PolicyEntry **batch;
 	int			n;
 
 	(void) state;
-	e = sched_try_begin_fetch(s, "k", 1, false, 0);
+	e = policy_try_begin_fetch(s, "k", 1, false, 0);
 	assert_non_null(e);
-	assert_int_equal(sched_ready_batch(s, 0, 10, 0, &batch), 1);
+	assert_int_equal(policy_ready_batch(s, 0, 10, 0, &batch), 1);
 	assert_ptr_equal(batch[0], e);
 	/* it failed alone */
-	sched_set_suspect(e, true);
-	assert_int_equal(sched_complete_fetch(s, e, SCHED_RESULT_PENDING, NULL, 0),
-					 SCHED_RESCHEDULED);
+	policy_set_suspect(e, true);
+	assert_int_equal(policy_complete_fetch(s, e, POLICY_RESULT_PENDING, NULL, 0),
+					 POLICY_RESCHEDULED);
 	assert_int_equal(e->attempts, 1);
 	assert_true(e->suspect);
 	/* first retry now; then put back by 1 s */
-	assert_int_equal(sched_ready_batch(s, 0, 10, 0, &batch), 1);
+	assert_int_equal(policy_ready_batch(s, 0, 10, 0, &batch), 1);
 	assert_true(e->dispatched);
-	sched_invalidate(s, "k", 1, 0); /* asks for another fetch after it */
+	policy_invalidate(s, "k", 1, 0);	/* asks for another fetch after it */
 	assert_true(e->refetch_after);
-	sched_defer_fetch(s, e, 1000);
+	policy_defer_fetch(s, e, 1000);
 	assert_false(e->dispatched);
 	assert_false(e->refetch_after);
-	assert_int_equal(e->state, SCHED_IN_PROGRESS);
+	assert_int_equal(e->state, POLICY_IN_PROGRESS);
 	assert_int_equal(e->attempts, 1);
 	assert_true(e->suspect);
-	assert_int_equal(sched_ready_batch(s, 999, 10, 0, &batch), 0);
-	n = sched_ready_batch(s, 1000, 10, 0, &batch);
+	assert_int_equal(policy_ready_batch(s, 999, 10, 0, &batch), 0);
+	n = policy_ready_batch(s, 1000, 10, 0, &batch);
 	assert_int_equal(n, 1);
 	assert_ptr_equal(batch[0], e);
 	/* answered at last */
-	sched_set_suspect(e, false);
-	assert_int_equal(sched_complete_fetch(s, e, SCHED_RESULT_VALUE, NULL, 1000),
-					 SCHED_DONE);
+	policy_set_suspect(e, false);
+	assert_int_equal(policy_complete_fetch(s, e, POLICY_RESULT_VALUE, NULL, 1000),
+					 POLICY_DONE);
 	assert_int_equal(e->attempts, 0);
 	assert_false(e->suspect);
-	sched_destroy(s);
+	policy_destroy(s);
 }
 
 /* Put back, it can still be evicted, as any fetch waiting for its turn. */
 static void
 test_defer_then_evict(void **state)
 {
-	Sched	   *s = new_sched();
-	SchedEntry *e;
-	SchedEntry **batch;
+	Policy	   *s = new_policy();
+	PolicyEntry *e;
+	PolicyEntry **batch;
 
 	(void) state;
-	e = sched_try_begin_fetch(s, "k", 1, false, 0);
-	assert_int_equal(sched_ready_batch(s, 0, 10, 0, &batch), 1);
-	sched_defer_fetch(s, e, 500);
-	assert_true(sched_evictable(e));
-	assert_int_equal(sched_request_evict(s, "k", 1), SCHED_EVICT_NOW);
-	assert_null(sched_lookup(s, "k", 1));
-	assert_int_equal(sched_ready_batch(s, 500, 10, 0, &batch), 0);
-	sched_destroy(s);
+	e = policy_try_begin_fetch(s, "k", 1, false, 0);
+	assert_int_equal(policy_ready_batch(s, 0, 10, 0, &batch), 1);
+	policy_defer_fetch(s, e, 500);
+	assert_true(policy_evictable(e));
+	assert_int_equal(policy_request_evict(s, "k", 1), POLICY_EVICT_NOW);
+	assert_null(policy_lookup(s, "k", 1));
+	assert_int_equal(policy_ready_batch(s, 500, 10, 0, &batch), 0);
+	policy_destroy(s);
 }
 
 int

@@ -3,25 +3,25 @@
  * test_keycache_policy.c
  *	  cmocka unit tests of the key cache's policy (src/keycache_policy.c).
  *
- * The scheduler is plain C and reads no clock, so it is tested here without
- * a server, on a fake clock: every test keeps a SchedTime "now" and moves it
+ * The policy is plain C and reads no clock, so it is tested here without
+ * a server, on a fake clock: every test keeps a PolicyTime "now" and moves it
  * forward by hand.
  *
  * The test_store_* tests and test_ready_state check the key cache's rules
  * scenario by scenario: fetch, eviction, refresh and their interplay, each
  * on its own configuration and time steps.  The key cache keeps the shared
- * map (what readers see) apart from the private fetch state; the scheduler
+ * map (what readers see) apart from the private fetch state; the policy
  * is only the private half, so a "Store" below pairs it with a tiny fake of
  * the shared map and applies the worker's protocol to both:
  *
  *	- a completion that brings a value publishes it to the shared map; a
  *	  pending result leaves the old state in place;
- *	- an eviction removes the key from the scheduler and the shared map;
- *	- a fetch must be dispatched (taken into a batch by sched_ready_batch)
+ *	- an eviction removes the key from the policy and the shared map;
+ *	- a fetch must be dispatched (taken into a batch by policy_ready_batch)
  *	  before it can be completed, as the worker does.
  *
  * The remaining tests cover the pure helpers (refresh interval validation,
- * retry backoff, freshness) and what the scheduler adds to those rules:
+ * retry backoff, freshness) and what the policy adds to those rules:
  * batching, invalidation, requested evictions, restoring after a worker
  * restart, and the timer heaps under load.
  *
@@ -148,13 +148,13 @@ fake_remove(FakeShared *shared, const char *key)
 }
 
 /* ----------------------------------------------------------------
- * The store: scheduler plus shared map, driven as the worker drives them
+ * The store: policy plus shared map, driven as the worker drives them
  * ----------------------------------------------------------------
  */
 
 typedef struct Store
 {
-	Sched	   *sched;
+	Policy	   *policy;
 	FakeShared *shared;
 } Store;
 
@@ -175,17 +175,17 @@ static void
 store_init_full(Store *st, int64_t expiry_ms, int64_t grace_ms,
 				int64_t refresh_ms, int64_t max_backoff_ms)
 {
-	SchedConfig config;
+	PolicyConfig config;
 
 	config.expiry_ms = expiry_ms;
 	config.grace_period_ms = grace_ms;
 	config.refresh_interval_ms =
-		sched_refresh_interval_valid(expiry_ms, grace_ms, refresh_ms) ?
+		policy_refresh_interval_valid(expiry_ms, grace_ms, refresh_ms) ?
 		refresh_ms : 0;
 	config.max_retry_backoff_ms = max_backoff_ms;
 
-	st->sched = sched_create(&config, malloc, free);
-	assert_non_null(st->sched);
+	st->policy = policy_create(&config, malloc, free);
+	assert_non_null(st->policy);
 	st->shared = calloc(1, sizeof(FakeShared));
 	assert_non_null(st->shared);
 }
@@ -200,28 +200,28 @@ store_init(Store *st, int64_t expiry_ms, int64_t grace_ms, int64_t refresh_ms)
 static void
 store_free(Store *st)
 {
-	sched_destroy(st->sched);
+	policy_destroy(st->policy);
 	free(st->shared);
 }
 
 static bool
-entry_is_key(const SchedEntry *e, const char *key)
+entry_is_key(const PolicyEntry *e, const char *key)
 {
 	return e->keylen == strlen(key) && memcmp(e->key, key, e->keylen) == 0;
 }
 
 static void
-copy_key(char *dst, const SchedEntry *e)
+copy_key(char *dst, const PolicyEntry *e)
 {
 	assert_true(e->keylen < KEY_MAX);
 	memcpy(dst, e->key, e->keylen);
 	dst[e->keylen] = '\0';
 }
 
-static SchedEntry *
+static PolicyEntry *
 lookup(Store *st, const char *key)
 {
-	return sched_lookup(st->sched, key, strlen(key));
+	return policy_lookup(st->policy, key, strlen(key));
 }
 
 /* Check what a reader of the shared map sees. */
@@ -230,33 +230,33 @@ lookup(Store *st, const char *key)
 
 /*
  * store.try_begin_fetch(key): a reader's request creates the key in the
- * shared map (pending) and asks the scheduler for a fetch.
+ * shared map (pending) and asks the policy for a fetch.
  */
-static SchedEntry *
-begin_fetch(Store *st, const char *key, SchedTime now)
+static PolicyEntry *
+begin_fetch(Store *st, const char *key, PolicyTime now)
 {
 	(void) fake_get_or_create_ref(st->shared, key);
-	return sched_try_begin_fetch(st->sched, key, strlen(key), false, now);
+	return policy_try_begin_fetch(st->policy, key, strlen(key), false, now);
 }
 
 /* store.refresh(refresh): never re-creates an evicted key. */
-static SchedEntry *
-refresh_key(Store *st, const char *key, SchedTime now)
+static PolicyEntry *
+refresh_key(Store *st, const char *key, PolicyTime now)
 {
-	return sched_try_begin_fetch(st->sched, key, strlen(key), true, now);
+	return policy_try_begin_fetch(st->policy, key, strlen(key), true, now);
 }
 
 /*
  * The returned Fetch of a completion that must be retried: the same entry,
  * in progress again.
  */
-static SchedEntry *
+static PolicyEntry *
 in_progress(Store *st, const char *key)
 {
-	SchedEntry *e = lookup(st, key);
+	PolicyEntry *e = lookup(st, key);
 
 	assert_non_null(e);
-	assert_int_equal(e->state, SCHED_IN_PROGRESS);
+	assert_int_equal(e->state, POLICY_IN_PROGRESS);
 	return e;
 }
 
@@ -264,16 +264,16 @@ in_progress(Store *st, const char *key)
  * Take the key's fetch into a batch, as the worker does before calling the
  * fetch function.  The key must be due at 'now' and alone in the batch.
  */
-static SchedEntry *
-dispatch(Store *st, const char *key, SchedTime now)
+static PolicyEntry *
+dispatch(Store *st, const char *key, PolicyTime now)
 {
-	SchedEntry **batch = NULL;
+	PolicyEntry **batch = NULL;
 	int			n;
 
-	n = sched_ready_batch(st->sched, now, DISPATCH_BATCH_SIZE, 0, &batch);
+	n = policy_ready_batch(st->policy, now, DISPATCH_BATCH_SIZE, 0, &batch);
 	assert_int_equal(n, 1);
 	assert_true(entry_is_key(batch[0], key));
-	assert_int_equal(batch[0]->state, SCHED_IN_PROGRESS);
+	assert_int_equal(batch[0]->state, POLICY_IN_PROGRESS);
 	assert_true(batch[0]->dispatched);
 	return batch[0];
 }
@@ -282,30 +282,30 @@ dispatch(Store *st, const char *key, SchedTime now)
  * fetch.complete(answer) + store.complete_fetch(): record the result and
  * apply it to the shared map as the worker does.
  */
-static SchedCompletion
-complete_periods(Store *st, SchedEntry *e, Answer answer,
-				 const SchedPeriods *periods, SchedTime now)
+static PolicyCompletion
+complete_periods(Store *st, PolicyEntry *e, Answer answer,
+				 const PolicyPeriods *periods, PolicyTime now)
 {
 	char		key[KEY_MAX];
-	SchedResult result;
-	SchedCompletion completion;
+	PolicyResult result;
+	PolicyCompletion completion;
 
 	copy_key(key, e);
 	switch (answer)
 	{
 		case ANSWER_PENDING:
-			result = SCHED_RESULT_PENDING;
+			result = POLICY_RESULT_PENDING;
 			break;
 		case ANSWER_NOT_MODIFIED:
-			result = SCHED_RESULT_NOT_MODIFIED;
+			result = POLICY_RESULT_NOT_MODIFIED;
 			break;
 		default:
-			result = SCHED_RESULT_VALUE;
+			result = POLICY_RESULT_VALUE;
 			break;
 	}
 
-	completion = sched_complete_fetch(st->sched, e, result, periods, now);
-	if (completion == SCHED_EVICTED)
+	completion = policy_complete_fetch(st->policy, e, result, periods, now);
+	if (completion == POLICY_EVICTED)
 	{
 		/* e is gone */
 		assert_null(lookup(st, key));
@@ -319,14 +319,14 @@ complete_periods(Store *st, SchedEntry *e, Answer answer,
 }
 
 /* The same, with the periods the configuration sets. */
-static SchedCompletion
-complete(Store *st, SchedEntry *e, Answer answer, SchedTime now)
+static PolicyCompletion
+complete(Store *st, PolicyEntry *e, Answer answer, PolicyTime now)
 {
 	return complete_periods(st, e, answer, NULL, now);
 }
 
-static SchedCompletion
-dispatch_and_complete(Store *st, const char *key, Answer answer, SchedTime now)
+static PolicyCompletion
+dispatch_and_complete(Store *st, const char *key, Answer answer, PolicyTime now)
 {
 	return complete(st, dispatch(st, key, now), answer, now);
 }
@@ -335,23 +335,23 @@ dispatch_and_complete(Store *st, const char *key, Answer answer, SchedTime now)
 static void
 store_evict(Store *st, const char *key)
 {
-	SchedEntry *e = lookup(st, key);
+	PolicyEntry *e = lookup(st, key);
 
 	assert_non_null(e);
-	assert_int_equal(e->state, SCHED_COMPLETE);
-	sched_evict(st->sched, e);
+	assert_int_equal(e->state, POLICY_COMPLETE);
+	policy_evict(st->policy, e);
 	assert_null(lookup(st, key));
 	assert_true(fake_remove(st->shared, key));
 }
 
 /* Evict everything whose eviction is due at 'now'; returns how many. */
 static int
-collect_evicted(Store *st, SchedTime now, char evicted[][KEY_MAX], int max)
+collect_evicted(Store *st, PolicyTime now, char evicted[][KEY_MAX], int max)
 {
-	SchedEntry *e;
+	PolicyEntry *e;
 	int			n = 0;
 
-	while ((e = sched_pop_eviction(st->sched, now)) != NULL)
+	while ((e = policy_pop_eviction(st->policy, now)) != NULL)
 	{
 		char		key[KEY_MAX];
 
@@ -385,16 +385,16 @@ typedef struct Action
  * clock moves by timeout_ms and ACTION_NONE is returned.
  */
 static Action
-store_poll(Store *st, SchedTime *now, int64_t timeout_ms)
+store_poll(Store *st, PolicyTime *now, int64_t timeout_ms)
 {
 	Action		action;
-	SchedTime	evict_at = 0;
-	SchedTime	refresh_at = 0;
-	bool		has_evict = sched_peek(st->sched, SCHED_QUEUE_EVICT, &evict_at);
-	bool		has_refresh = sched_peek(st->sched, SCHED_QUEUE_REFRESH,
-										 &refresh_at);
-	SchedTime	when;
-	SchedEntry *e;
+	PolicyTime	evict_at = 0;
+	PolicyTime	refresh_at = 0;
+	bool		has_evict = policy_peek(st->policy, POLICY_QUEUE_EVICT, &evict_at);
+	bool		has_refresh = policy_peek(st->policy, POLICY_QUEUE_REFRESH,
+										  &refresh_at);
+	PolicyTime	when;
+	PolicyEntry *e;
 
 	memset(&action, 0, sizeof(Action));
 	action.kind = ACTION_NONE;
@@ -430,9 +430,9 @@ store_poll(Store *st, SchedTime *now, int64_t timeout_ms)
 
 	*now = when;
 	if (action.kind == ACTION_EVICTION)
-		e = sched_pop_eviction(st->sched, *now);
+		e = policy_pop_eviction(st->policy, *now);
 	else
-		e = sched_pop_refresh(st->sched, *now);
+		e = policy_pop_refresh(st->policy, *now);
 	assert_non_null(e);
 	copy_key(action.key, e);
 	return action;
@@ -447,9 +447,9 @@ static void
 test_store_fetch(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedEntry *fetch;
-	SchedEntry **batch;
+	PolicyTime	now = 0;
+	PolicyEntry *fetch;
+	PolicyEntry **batch;
 
 	(void) state;
 	store_init(&st, DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0);
@@ -466,7 +466,7 @@ test_store_fetch(void **state)
 
 	/* A pending result begins the next fetch at once. */
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	fetch = in_progress(&st, KEY1);
 	assert_true(entry_is_key(fetch, KEY1));
 	/* The first retry is still immediate. */
@@ -476,7 +476,7 @@ test_store_fetch(void **state)
 
 	/* Pending again. */
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	fetch = in_progress(&st, KEY1);
 	assert_true(entry_is_key(fetch, KEY1));
 	/* This time it is in the future (backoff). */
@@ -485,11 +485,11 @@ test_store_fetch(void **state)
 	assert_state(&st, KEY1, FAKE_PENDING);
 
 	/* It is not dispatched before its time; then complete with disabled. */
-	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 0,
-									   &batch), 0);
+	assert_int_equal(policy_ready_batch(st.policy, now, DISPATCH_BATCH_SIZE, 0,
+										&batch), 0);
 	now = fetch->fetch_when;
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	/* A new fetch is not yet necessary. */
@@ -502,14 +502,14 @@ static void
 test_store_fetch_pending_does_not_replace_state(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
+	PolicyTime	now = 0;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 0);
 
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	now += 6000;
@@ -517,13 +517,13 @@ test_store_fetch_pending_does_not_replace_state(void **state)
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	/* The fetch completes pending: another fetch is begun. */
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	(void) in_progress(&st, KEY1);
 	/* The old state is still there, not replaced. */
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_ENABLED);
 
 	store_free(&st);
@@ -533,7 +533,7 @@ static void
 test_store_evict_projects(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
+	PolicyTime	now = 0;
 	char		evicted[4][KEY_MAX];
 
 	(void) state;
@@ -541,7 +541,7 @@ test_store_evict_projects(void **state)
 
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 
 	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
 	assert_state(&st, KEY1, FAKE_DISABLED);
@@ -554,7 +554,7 @@ test_store_evict_projects(void **state)
 
 	assert_non_null(begin_fetch(&st, KEY2, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 
 	/* 6 seconds in all expire the first key. */
 	now += 3000;
@@ -571,8 +571,8 @@ static void
 test_store_evict_projects_pending_not_expired(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedEntry *fetch;
+	PolicyTime	now = 0;
+	PolicyEntry *fetch;
 	char		evicted[4][KEY_MAX];
 
 	(void) state;
@@ -593,7 +593,7 @@ test_store_evict_projects_pending_not_expired(void **state)
 	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
 
 	/* Complete the fetch. */
-	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), POLICY_DONE);
 
 	/* Not evicted either: the 5 seconds run from the completion. */
 	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
@@ -617,7 +617,7 @@ static void
 test_store_evict_projects_stale(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
+	PolicyTime	now = 0;
 	char		evicted[4][KEY_MAX];
 
 	(void) state;
@@ -625,7 +625,7 @@ test_store_evict_projects_stale(void **state)
 
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 
 	/* In the grace period, not yet expired. */
 	now += 9500;
@@ -647,8 +647,8 @@ static void
 test_store_no_eviction_during_fetch(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedEntry *fetch;
+	PolicyTime	now = 0;
+	PolicyEntry *fetch;
 	char		evicted[4][KEY_MAX];
 
 	(void) state;
@@ -662,7 +662,7 @@ test_store_no_eviction_during_fetch(void **state)
 	/* No evictions while a fetch is running. */
 	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
 
-	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), POLICY_DONE);
 	/* Begin a new fetch as soon as possible (after the grace period). */
 	now += 5001;
 	assert_non_null(begin_fetch(&st, KEY1, now));
@@ -673,7 +673,7 @@ test_store_no_eviction_during_fetch(void **state)
 	/* No evictions while a fetch is running. */
 	assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
 
-	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), POLICY_DONE);
 
 	/* Not quite expired yet. */
 	now += 9500;
@@ -691,8 +691,8 @@ static void
 test_store_refresh(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedEntry *fetch;
+	PolicyTime	now = 0;
+	PolicyEntry *fetch;
 	Action		action;
 
 	(void) state;
@@ -700,7 +700,7 @@ test_store_refresh(void **state)
 
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	/* Wait for a refresh. */
@@ -716,7 +716,7 @@ test_store_refresh(void **state)
 	assert_null(begin_fetch(&st, KEY1, now));
 	assert_false(fetch->is_refresh);
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 
 	/*
 	 * The refresh was upgraded to a normal fetch: the eviction moved, and the
@@ -728,7 +728,7 @@ test_store_refresh(void **state)
 	fetch = refresh_key(&st, KEY1, now);
 	assert_non_null(fetch);
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 
 	/* This refresh did not push the eviction, which comes next. */
 	action = store_poll(&st, &now, -1);
@@ -743,7 +743,7 @@ static void
 test_store_refresh_overtaken_by_eviction(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
+	PolicyTime	now = 0;
 	Action		action;
 
 	(void) state;
@@ -751,7 +751,7 @@ test_store_refresh_overtaken_by_eviction(void **state)
 
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	/* Way past the expiry. */
@@ -774,7 +774,7 @@ static void
 test_store_refresh_during_eviction(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
+	PolicyTime	now = 0;
 	Action		eviction;
 	Action		refresh;
 
@@ -783,7 +783,7 @@ test_store_refresh_during_eviction(void **state)
 
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	/* Way past the expiry. */
@@ -811,7 +811,7 @@ test_store_refresh_during_eviction(void **state)
  * state changes.  In projcache that wake-up is the server's (a condition
  * variable broadcast by the worker after publishing) and is covered by the
  * server-side tests (get(..., wait => ...) in pg_regress / isolation / TAP).
- * What the scheduler guarantees is when a state is published: not while a
+ * What the policy guarantees is when a state is published: not while a
  * fetch is running, and once it completes with a value.  A reader's earlier
  * copy keeps what it saw; "generation" stands in for the notification.
  */
@@ -819,8 +819,8 @@ static void
 test_ready_state(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedEntry *fetch;
+	PolicyTime	now = 0;
+	PolicyEntry *fetch;
 	FakeProject snapshot;
 	FakeProject current;
 
@@ -840,7 +840,7 @@ test_ready_state(void **state)
 	assert_int_equal(current.state, FAKE_PENDING);
 
 	/* The fetch completes: the state changes. */
-	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), SCHED_DONE);
+	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now), POLICY_DONE);
 
 	/* A waiting reader would be woken now. */
 	current = fake_get_or_create(st.shared, KEY1);
@@ -864,43 +864,43 @@ static void
 test_refresh_interval_validation(void **state)
 {
 	Store		st;
-	SchedTime	when;
+	PolicyTime	when;
 
 	(void) state;
 
 	/* Equal to the expiry: refreshing a fresh value is pointless. */
-	assert_false(sched_refresh_interval_valid(5000, 5000, 5000));
+	assert_false(policy_refresh_interval_valid(5000, 5000, 5000));
 	/* Equal to expiry + grace: the key would be evicted first. */
-	assert_false(sched_refresh_interval_valid(5000, 5000, 10000));
+	assert_false(policy_refresh_interval_valid(5000, 5000, 10000));
 	/* Strictly in between. */
-	assert_true(sched_refresh_interval_valid(5000, 5000, 5001));
-	assert_true(sched_refresh_interval_valid(5000, 5000, 7000));
-	assert_true(sched_refresh_interval_valid(5000, 5000, 9999));
+	assert_true(policy_refresh_interval_valid(5000, 5000, 5001));
+	assert_true(policy_refresh_interval_valid(5000, 5000, 7000));
+	assert_true(policy_refresh_interval_valid(5000, 5000, 9999));
 	/* Outside. */
-	assert_false(sched_refresh_interval_valid(5000, 5000, 4000));
-	assert_false(sched_refresh_interval_valid(5000, 5000, 12000));
+	assert_false(policy_refresh_interval_valid(5000, 5000, 4000));
+	assert_false(policy_refresh_interval_valid(5000, 5000, 12000));
 	/* None. */
-	assert_false(sched_refresh_interval_valid(5000, 5000, 0));
-	assert_false(sched_refresh_interval_valid(5000, 5000, -1));
+	assert_false(policy_refresh_interval_valid(5000, 5000, 0));
+	assert_false(policy_refresh_interval_valid(5000, 5000, -1));
 	/* Without a grace period no interval fits. */
-	assert_false(sched_refresh_interval_valid(5000, 0, 5000));
+	assert_false(policy_refresh_interval_valid(5000, 0, 5000));
 
 	/* An ignored interval schedules no refresh; a valid one does. */
 	store_init(&st, 5000, 5000, 10000);
-	assert_int_equal(sched_config(st.sched)->refresh_interval_ms, 0);
+	assert_int_equal(policy_config(st.policy)->refresh_interval_ms, 0);
 	assert_non_null(begin_fetch(&st, KEY1, 0));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, 0),
-					 SCHED_DONE);
-	assert_false(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
-	assert_true(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+					 POLICY_DONE);
+	assert_false(policy_peek(st.policy, POLICY_QUEUE_REFRESH, &when));
+	assert_true(policy_peek(st.policy, POLICY_QUEUE_EVICT, &when));
 	assert_int_equal(when, 10000);
 	store_free(&st);
 
 	store_init(&st, 5000, 5000, 7000);
 	assert_non_null(begin_fetch(&st, KEY1, 0));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, 0),
-					 SCHED_DONE);
-	assert_true(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+					 POLICY_DONE);
+	assert_true(policy_peek(st.policy, POLICY_QUEUE_REFRESH, &when));
 	assert_int_equal(when, 7000);
 	store_free(&st);
 }
@@ -916,39 +916,39 @@ test_backoff_sequence(void **state)
 		0, 1000, 1500, 2250, 3375, 5000, 5000, 5000
 	};
 	Store		st;
-	SchedTime	now = 0;
-	SchedEntry *fetch;
+	PolicyTime	now = 0;
+	PolicyEntry *fetch;
 	size_t		i;
 
 	(void) state;
 
 	for (i = 0; i < sizeof(expected_60s) / sizeof(expected_60s[0]); i++)
-		assert_int_equal(sched_backoff_delay((int) i + 1, 60000),
+		assert_int_equal(policy_backoff_delay((int) i + 1, 60000),
 						 expected_60s[i]);
-	assert_int_equal(sched_backoff_delay(1000, 60000), 60000);
+	assert_int_equal(policy_backoff_delay(1000, 60000), 60000);
 
 	for (i = 0; i < sizeof(expected_5s) / sizeof(expected_5s[0]); i++)
-		assert_int_equal(sched_backoff_delay((int) i + 1, 5000),
+		assert_int_equal(policy_backoff_delay((int) i + 1, 5000),
 						 expected_5s[i]);
 
 	/* A cap below one second caps the very first delay. */
-	assert_int_equal(sched_backoff_delay(1, 500), 0);
-	assert_int_equal(sched_backoff_delay(2, 500), 500);
-	assert_int_equal(sched_backoff_delay(3, 500), 500);
-	assert_int_equal(sched_backoff_delay(10, 500), 500);
-	assert_int_equal(sched_backoff_delay(2, 0), 0);
-	assert_int_equal(sched_backoff_delay(0, 5000), 0);
+	assert_int_equal(policy_backoff_delay(1, 500), 0);
+	assert_int_equal(policy_backoff_delay(2, 500), 500);
+	assert_int_equal(policy_backoff_delay(3, 500), 500);
+	assert_int_equal(policy_backoff_delay(10, 500), 500);
+	assert_int_equal(policy_backoff_delay(2, 0), 0);
+	assert_int_equal(policy_backoff_delay(0, 5000), 0);
 
 	/*
-	 * The scheduler applies it: consecutive pending results wait 0, 1000,
-	 * 1500, ... ms; a success resets it.
+	 * The policy applies it: consecutive pending results wait 0, 1000, 1500,
+	 * ... ms; a success resets it.
 	 */
 	store_init_full(&st, 5000, 5000, 0, 5000);
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	for (i = 0; i < sizeof(expected_5s) / sizeof(expected_5s[0]); i++)
 	{
 		assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-						 SCHED_RESCHEDULED);
+						 POLICY_RESCHEDULED);
 		fetch = in_progress(&st, KEY1);
 		if (expected_5s[i] == 0)
 			assert_false(fetch->has_fetch_when);
@@ -960,16 +960,16 @@ test_backoff_sequence(void **state)
 		}
 	}
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_NOT_MODIFIED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_int_equal(lookup(&st, KEY1)->attempts, 0);
 
 	now += 6000;
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	assert_false(in_progress(&st, KEY1)->has_fetch_when);
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	assert_int_equal(in_progress(&st, KEY1)->fetch_when - now, 1000);
 	store_free(&st);
 }
@@ -980,21 +980,21 @@ test_freshness(void **state)
 	(void) state;
 
 	/* expiry 5 s, grace 5 s, last fetch at t = 1000 */
-	assert_int_equal(sched_freshness(1000, 1000, 5000, 5000), SCHED_FRESH);
-	assert_int_equal(sched_freshness(1000, 5999, 5000, 5000), SCHED_FRESH);
-	assert_int_equal(sched_freshness(1000, 6000, 5000, 5000), SCHED_STALE);
-	assert_int_equal(sched_freshness(1000, 10999, 5000, 5000), SCHED_STALE);
-	assert_int_equal(sched_freshness(1000, 11000, 5000, 5000), SCHED_EXPIRED);
-	assert_int_equal(sched_freshness(1000, 1000000, 5000, 5000), SCHED_EXPIRED);
+	assert_int_equal(policy_freshness(1000, 1000, 5000, 5000), POLICY_FRESH);
+	assert_int_equal(policy_freshness(1000, 5999, 5000, 5000), POLICY_FRESH);
+	assert_int_equal(policy_freshness(1000, 6000, 5000, 5000), POLICY_STALE);
+	assert_int_equal(policy_freshness(1000, 10999, 5000, 5000), POLICY_STALE);
+	assert_int_equal(policy_freshness(1000, 11000, 5000, 5000), POLICY_EXPIRED);
+	assert_int_equal(policy_freshness(1000, 1000000, 5000, 5000), POLICY_EXPIRED);
 	/* A clock reading before the last fetch counts as no time elapsed. */
-	assert_int_equal(sched_freshness(1000, 0, 5000, 5000), SCHED_FRESH);
+	assert_int_equal(policy_freshness(1000, 0, 5000, 5000), POLICY_FRESH);
 	/* Without a grace period a value goes from fresh to expired. */
-	assert_int_equal(sched_freshness(0, 4999, 5000, 0), SCHED_FRESH);
-	assert_int_equal(sched_freshness(0, 5000, 5000, 0), SCHED_EXPIRED);
+	assert_int_equal(policy_freshness(0, 4999, 5000, 0), POLICY_FRESH);
+	assert_int_equal(policy_freshness(0, 5000, 5000, 0), POLICY_EXPIRED);
 }
 
 /* ----------------------------------------------------------------
- * What the C scheduler adds
+ * What the C policy adds
  * ----------------------------------------------------------------
  */
 
@@ -1003,8 +1003,8 @@ test_batching(void **state)
 {
 	static const char *const later[] = {"c", "d", "e", "f"};
 	Store		st;
-	SchedEntry **batch = NULL;
-	SchedTime	when;
+	PolicyEntry **batch = NULL;
+	PolicyTime	when;
 	const char *leftover = NULL;
 	int			n;
 	int			i;
@@ -1013,32 +1013,32 @@ test_batching(void **state)
 	store_init(&st, DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0);
 
 	/* Idle: nothing to wake up for. */
-	assert_false(sched_next_wakeup(st.sched, 100, &when));
+	assert_false(policy_next_wakeup(st.policy, 100, &when));
 
 	/* A lone key is gathered for the batch interval... */
 	assert_non_null(begin_fetch(&st, "a", 0));
-	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_true(policy_next_wakeup(st.policy, 100, &when));
 	assert_int_equal(when, 0);
-	assert_int_equal(sched_ready_batch(st.sched, 0, 3, 100, &batch), 0);
-	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(policy_ready_batch(st.policy, 0, 3, 100, &batch), 0);
+	assert_true(policy_next_wakeup(st.policy, 100, &when));
 	assert_int_equal(when, 100);
 
 	/* ...joined by the keys that come meanwhile... */
 	assert_non_null(begin_fetch(&st, "b", 50));
-	assert_int_equal(sched_ready_batch(st.sched, 50, 3, 100, &batch), 0);
-	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(policy_ready_batch(st.policy, 50, 3, 100, &batch), 0);
+	assert_true(policy_next_wakeup(st.policy, 100, &when));
 	assert_int_equal(when, 100);
-	assert_int_equal(sched_ready_batch(st.sched, 99, 3, 100, &batch), 0);
+	assert_int_equal(policy_ready_batch(st.policy, 99, 3, 100, &batch), 0);
 
 	/* ...and goes out when the interval is over. */
-	n = sched_ready_batch(st.sched, 100, 3, 100, &batch);
+	n = policy_ready_batch(st.policy, 100, 3, 100, &batch);
 	assert_int_equal(n, 2);
 	assert_true(entry_is_key(batch[0], "a") || entry_is_key(batch[1], "a"));
 	assert_true(entry_is_key(batch[0], "b") || entry_is_key(batch[1], "b"));
 	assert_true(batch[0]->dispatched && batch[1]->dispatched);
-	assert_false(sched_next_wakeup(st.sched, 100, &when));
-	assert_int_equal(complete(&st, batch[0], ANSWER_ENABLED, 100), SCHED_DONE);
-	assert_int_equal(complete(&st, batch[1], ANSWER_ENABLED, 100), SCHED_DONE);
+	assert_false(policy_next_wakeup(st.policy, 100, &when));
+	assert_int_equal(complete(&st, batch[0], ANSWER_ENABLED, 100), POLICY_DONE);
+	assert_int_equal(complete(&st, batch[1], ANSWER_ENABLED, 100), POLICY_DONE);
 
 	/*
 	 * A full batch goes out at once; the rest waits for the next one.  (Which
@@ -1048,13 +1048,13 @@ test_batching(void **state)
 	assert_non_null(begin_fetch(&st, "d", 200));
 	assert_non_null(begin_fetch(&st, "e", 200));
 	assert_non_null(begin_fetch(&st, "f", 200));
-	n = sched_ready_batch(st.sched, 200, 3, 100, &batch);
+	n = policy_ready_batch(st.policy, 200, 3, 100, &batch);
 	assert_int_equal(n, 3);
 	for (i = 0; i < 4; i++)
 	{
-		SchedEntry *e = lookup(&st, later[i]);
+		PolicyEntry *e = lookup(&st, later[i]);
 
-		assert_int_equal(e->state, SCHED_IN_PROGRESS);
+		assert_int_equal(e->state, POLICY_IN_PROGRESS);
 		if (!e->dispatched)
 		{
 			assert_null(leftover);
@@ -1062,22 +1062,22 @@ test_batching(void **state)
 		}
 	}
 	assert_non_null(leftover);
-	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_true(policy_next_wakeup(st.policy, 100, &when));
 	assert_int_equal(when, 200);	/* the leftover key is due */
-	assert_int_equal(sched_ready_batch(st.sched, 200, 3, 100, &batch), 0);
-	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_int_equal(policy_ready_batch(st.policy, 200, 3, 100, &batch), 0);
+	assert_true(policy_next_wakeup(st.policy, 100, &when));
 	assert_int_equal(when, 300);	/* the batch holding it */
-	n = sched_ready_batch(st.sched, 300, 3, 100, &batch);
+	n = policy_ready_batch(st.policy, 300, 3, 100, &batch);
 	assert_int_equal(n, 1);
 	assert_true(entry_is_key(batch[0], leftover));
 
 	/* A fetch backing off wakes the worker at its due time. */
 	assert_int_equal(complete(&st, batch[0], ANSWER_PENDING, 300),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	assert_int_equal(dispatch_and_complete(&st, leftover, ANSWER_PENDING, 300),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	/* (c, d and e are still running; a and b are evicted much later) */
-	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_true(policy_next_wakeup(st.policy, 100, &when));
 	assert_int_equal(when, 1300);
 
 	store_free(&st);
@@ -1087,9 +1087,9 @@ static void
 test_batching_2000_keys(void **state)
 {
 	Store		st;
-	SchedEntry **batch = NULL;
-	SchedTime	now = 1000;
-	SchedTime	when;
+	PolicyEntry **batch = NULL;
+	PolicyTime	now = 1000;
+	PolicyTime	when;
 	char		key[KEY_MAX];
 	int			nbatches = 0;
 	int			total = 0;
@@ -1106,7 +1106,7 @@ test_batching_2000_keys(void **state)
 	}
 
 	/* Full batches need no waiting. */
-	while ((n = sched_ready_batch(st.sched, now, 500, 100, &batch)) > 0)
+	while ((n = policy_ready_batch(st.policy, now, 500, 100, &batch)) > 0)
 	{
 		assert_int_equal(n, 500);
 		nbatches++;
@@ -1115,20 +1115,20 @@ test_batching_2000_keys(void **state)
 		{
 			assert_true(batch[i]->dispatched);
 			assert_int_equal(complete(&st, batch[i], ANSWER_DISABLED, now),
-							 SCHED_DONE);
+							 POLICY_DONE);
 		}
 	}
 	assert_int_equal(nbatches, 4);
 	assert_int_equal(total, 2000);
-	assert_int_equal(sched_count(st.sched), 2000);
+	assert_int_equal(policy_count(st.policy), 2000);
 
 	/* Every key is now complete, evicted together at expiry + grace. */
-	assert_true(sched_next_wakeup(st.sched, 100, &when));
+	assert_true(policy_next_wakeup(st.policy, 100, &when));
 	assert_int_equal(when, now + DEFAULT_EXPIRY_MS + DEFAULT_GRACE_MS);
 	for (i = 0; i < 2000; i++)
 	{
 		snprintf(key, sizeof(key), "key-%04d", i);
-		assert_int_equal(lookup(&st, key)->state, SCHED_COMPLETE);
+		assert_int_equal(lookup(&st, key)->state, POLICY_COMPLETE);
 		assert_state(&st, key, FAKE_DISABLED);
 	}
 
@@ -1139,10 +1139,10 @@ static void
 test_invalidate(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedTime	when;
-	SchedEntry *fetch;
-	SchedEntry **batch;
+	PolicyTime	now = 0;
+	PolicyTime	when;
+	PolicyEntry *fetch;
+	PolicyEntry **batch;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 0);
@@ -1150,32 +1150,32 @@ test_invalidate(void **state)
 	/* A complete, fresh key: a fetch is begun at once. */
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	now += 1000;
 	assert_null(begin_fetch(&st, KEY1, now));	/* fresh */
-	fetch = sched_invalidate(st.sched, KEY1, strlen(KEY1), now);
+	fetch = policy_invalidate(st.policy, KEY1, strlen(KEY1), now);
 	assert_non_null(fetch);
-	assert_int_equal(fetch->state, SCHED_IN_PROGRESS);
+	assert_int_equal(fetch->state, POLICY_IN_PROGRESS);
 	assert_false(fetch->is_refresh);
 	assert_false(fetch->has_fetch_when);
 	assert_true(fetch->invalidated);
-	assert_true(sched_peek(st.sched, SCHED_QUEUE_DUE, &when));
+	assert_true(policy_peek(st.policy, POLICY_QUEUE_DUE, &when));
 	assert_int_equal(when, now);
 	/* No eviction while it runs. */
-	assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_false(policy_peek(st.policy, POLICY_QUEUE_EVICT, &when));
 	/* The old value keeps serving. */
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	/* A pending answer: the key stays stale, the retry follows. */
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	fetch = in_progress(&st, KEY1);
 	assert_true(fetch->invalidated);
 	assert_state(&st, KEY1, FAKE_DISABLED);
 
 	/* A value: fresh again, no new fetch needed. */
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_false(lookup(&st, KEY1)->invalidated);
 	assert_state(&st, KEY1, FAKE_ENABLED);
 	assert_null(begin_fetch(&st, KEY1, now));
@@ -1185,60 +1185,60 @@ test_invalidate(void **state)
 	 * the invalidation, so another fetch follows its completion.
 	 */
 	now += 1000;
-	fetch = sched_invalidate(st.sched, KEY1, strlen(KEY1), now);
+	fetch = policy_invalidate(st.policy, KEY1, strlen(KEY1), now);
 	assert_non_null(fetch);
 	(void) dispatch(&st, KEY1, now);
-	assert_null(sched_invalidate(st.sched, KEY1, strlen(KEY1), now));
+	assert_null(policy_invalidate(st.policy, KEY1, strlen(KEY1), now));
 	assert_true(fetch->refetch_after);
 	assert_int_equal(complete(&st, fetch, ANSWER_DISABLED, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	/* The completed fetch's value is published all the same. */
 	assert_state(&st, KEY1, FAKE_DISABLED);
 	fetch = in_progress(&st, KEY1);
 	assert_false(fetch->is_refresh);
 	assert_false(fetch->has_fetch_when);
 	assert_true(fetch->invalidated);
-	assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_false(policy_peek(st.policy, POLICY_QUEUE_EVICT, &when));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_ENABLED);
 
 	/* Invalidated while backing off: made due now. */
 	assert_non_null(begin_fetch(&st, KEY2, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	fetch = in_progress(&st, KEY2);
 	assert_true(fetch->has_fetch_when);
 	assert_int_equal(fetch->fetch_when, now + 1000);
-	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 0,
-									   &batch), 0);
-	assert_null(sched_invalidate(st.sched, KEY2, strlen(KEY2), now));
+	assert_int_equal(policy_ready_batch(st.policy, now, DISPATCH_BATCH_SIZE, 0,
+										&batch), 0);
+	assert_null(policy_invalidate(st.policy, KEY2, strlen(KEY2), now));
 	assert_false(fetch->has_fetch_when);
-	assert_true(sched_peek(st.sched, SCHED_QUEUE_DUE, &when));
+	assert_true(policy_peek(st.policy, POLICY_QUEUE_DUE, &when));
 	assert_int_equal(when, now);
 	assert_int_equal(dispatch_and_complete(&st, KEY2, ANSWER_ENABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY2, FAKE_ENABLED);
 
 	/* An unknown key: a normal fetch is begun. */
-	fetch = sched_invalidate(st.sched, KEY3, strlen(KEY3), now);
+	fetch = policy_invalidate(st.policy, KEY3, strlen(KEY3), now);
 	assert_non_null(fetch);
 	assert_true(entry_is_key(fetch, KEY3));
-	assert_int_equal(fetch->state, SCHED_IN_PROGRESS);
+	assert_int_equal(fetch->state, POLICY_IN_PROGRESS);
 
 	/*
 	 * Gathered but not handed out yet: the fetch has not started, so it will
 	 * see the change; no second fetch, and it stays in the batch.
 	 */
-	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 1000,
-									   &batch), 0);
-	assert_null(sched_invalidate(st.sched, KEY3, strlen(KEY3), now));
+	assert_int_equal(policy_ready_batch(st.policy, now, DISPATCH_BATCH_SIZE, 1000,
+										&batch), 0);
+	assert_null(policy_invalidate(st.policy, KEY3, strlen(KEY3), now));
 	assert_false(fetch->refetch_after);
-	assert_int_equal(fetch->heap_pos[SCHED_QUEUE_DUE], -1);
-	assert_int_equal(sched_ready_batch(st.sched, now + 1000,
-									   DISPATCH_BATCH_SIZE, 1000, &batch),
+	assert_int_equal(fetch->heap_pos[POLICY_QUEUE_DUE], -1);
+	assert_int_equal(policy_ready_batch(st.policy, now + 1000,
+										DISPATCH_BATCH_SIZE, 1000, &batch),
 					 1);
 	assert_ptr_equal(batch[0], fetch);
 
@@ -1249,10 +1249,10 @@ static void
 test_request_evict(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedTime	when;
-	SchedEntry *fetch;
-	SchedEntry **batch;
+	PolicyTime	now = 0;
+	PolicyTime	when;
+	PolicyEntry *fetch;
+	PolicyEntry **batch;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 7000);
@@ -1260,52 +1260,52 @@ test_request_evict(void **state)
 	/* A complete key goes now, with its eviction and refresh timers. */
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
-	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
-					 SCHED_EVICT_NOW);
+					 POLICY_DONE);
+	assert_int_equal(policy_request_evict(st.policy, KEY1, strlen(KEY1)),
+					 POLICY_EVICT_NOW);
 	assert_true(fake_remove(st.shared, KEY1));
 	assert_null(lookup(&st, KEY1));
-	assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
-	assert_false(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+	assert_false(policy_peek(st.policy, POLICY_QUEUE_EVICT, &when));
+	assert_false(policy_peek(st.policy, POLICY_QUEUE_REFRESH, &when));
 
 	/* A fetch not yet dispatched is dropped. */
 	assert_non_null(begin_fetch(&st, KEY1, now));
-	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
-					 SCHED_EVICT_NOW);
+	assert_int_equal(policy_request_evict(st.policy, KEY1, strlen(KEY1)),
+					 POLICY_EVICT_NOW);
 	assert_true(fake_remove(st.shared, KEY1));
 	assert_null(lookup(&st, KEY1));
-	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 0,
-									   &batch), 0);
+	assert_int_equal(policy_ready_batch(st.policy, now, DISPATCH_BATCH_SIZE, 0,
+										&batch), 0);
 
 	/* So is one backing off. */
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	assert_true(in_progress(&st, KEY1)->has_fetch_when);
-	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
-					 SCHED_EVICT_NOW);
+	assert_int_equal(policy_request_evict(st.policy, KEY1, strlen(KEY1)),
+					 POLICY_EVICT_NOW);
 	assert_true(fake_remove(st.shared, KEY1));
-	assert_false(sched_next_wakeup(st.sched, 0, &when));
+	assert_false(policy_next_wakeup(st.policy, 0, &when));
 
 	/* A running fetch: deferred until it completes. */
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	fetch = dispatch(&st, KEY1, now);
-	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
-					 SCHED_EVICT_DEFERRED);
+	assert_int_equal(policy_request_evict(st.policy, KEY1, strlen(KEY1)),
+					 POLICY_EVICT_DEFERRED);
 	assert_ptr_equal(lookup(&st, KEY1), fetch);
 	assert_true(fetch->evict_after);
 	now += 500;
-	assert_int_equal(complete(&st, fetch, ANSWER_ENABLED, now), SCHED_EVICTED);
+	assert_int_equal(complete(&st, fetch, ANSWER_ENABLED, now), POLICY_EVICTED);
 	assert_null(lookup(&st, KEY1));
 	assert_null(fake_find(st.shared, KEY1));
-	assert_int_equal(sched_count(st.sched), 0);
-	assert_false(sched_next_wakeup(st.sched, 0, &when));
+	assert_int_equal(policy_count(st.policy), 0);
+	assert_false(policy_next_wakeup(st.policy, 0, &when));
 
 	/* An unknown key: nothing to wait for. */
-	assert_int_equal(sched_request_evict(st.sched, KEY2, strlen(KEY2)),
-					 SCHED_EVICT_NOW);
+	assert_int_equal(policy_request_evict(st.policy, KEY2, strlen(KEY2)),
+					 POLICY_EVICT_NOW);
 
 	/*
 	 * Gathered into the open batch but not handed out: its fetch has not
@@ -1313,16 +1313,16 @@ test_request_evict(void **state)
 	 */
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_non_null(begin_fetch(&st, KEY2, now));
-	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 1000,
-									   &batch), 0);
+	assert_int_equal(policy_ready_batch(st.policy, now, DISPATCH_BATCH_SIZE, 1000,
+										&batch), 0);
 	assert_false(lookup(&st, KEY1)->dispatched);
-	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
-					 SCHED_EVICT_NOW);
+	assert_int_equal(policy_request_evict(st.policy, KEY1, strlen(KEY1)),
+					 POLICY_EVICT_NOW);
 	assert_true(fake_remove(st.shared, KEY1));
 	assert_null(lookup(&st, KEY1));
 	now += 1000;
-	assert_int_equal(sched_ready_batch(st.sched, now, DISPATCH_BATCH_SIZE, 1000,
-									   &batch), 1);
+	assert_int_equal(policy_ready_batch(st.policy, now, DISPATCH_BATCH_SIZE, 1000,
+										&batch), 1);
 	assert_ptr_equal(batch[0], lookup(&st, KEY2));
 	assert_true(batch[0]->dispatched);
 
@@ -1339,22 +1339,22 @@ static void
 test_restore_complete_over_requested(void **state)
 {
 	Store		st;
-	SchedTime	base = 100000;
-	SchedEntry *e;
-	SchedEntry **batch = NULL;
+	PolicyTime	base = 100000;
+	PolicyEntry *e;
+	PolicyEntry **batch = NULL;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 7000);
 	e = begin_fetch(&st, KEY1, base);
 	assert_non_null(e);
-	assert_int_equal(e->state, SCHED_IN_PROGRESS);
+	assert_int_equal(e->state, POLICY_IN_PROGRESS);
 
-	e = sched_restore_complete(st.sched, KEY1, strlen(KEY1), base - 1000,
-							   base + 9000, NULL, false, 0);
-	assert_int_equal(e->state, SCHED_COMPLETE);
-	assert_int_equal(sched_count(st.sched), 1);
-	assert_int_equal(sched_ready_batch(st.sched, base + 1000,
-									   DISPATCH_BATCH_SIZE, 0, &batch), 0);
+	e = policy_restore_complete(st.policy, KEY1, strlen(KEY1), base - 1000,
+								base + 9000, NULL, false, 0);
+	assert_int_equal(e->state, POLICY_COMPLETE);
+	assert_int_equal(policy_count(st.policy), 1);
+	assert_int_equal(policy_ready_batch(st.policy, base + 1000,
+										DISPATCH_BATCH_SIZE, 0, &batch), 0);
 
 	/* It is stale later, and then fetched as any other key. */
 	e = begin_fetch(&st, KEY1, base + 6000);
@@ -1368,9 +1368,9 @@ static void
 test_restore_complete(void **state)
 {
 	Store		st;
-	SchedTime	base = 100000;
-	SchedTime	now = base;
-	SchedEntry *e;
+	PolicyTime	base = 100000;
+	PolicyTime	now = base;
+	PolicyEntry *e;
 	Action		action;
 
 	(void) state;
@@ -1384,26 +1384,26 @@ test_restore_complete(void **state)
 	fake_set_state(st.shared, KEY1, FAKE_DISABLED);
 	fake_set_state(st.shared, KEY2, FAKE_ENABLED);
 	fake_set_state(st.shared, KEY3, FAKE_ENABLED);
-	e = sched_restore_complete(st.sched, KEY1, strlen(KEY1), base - 3000,
-							   base + 7000, NULL, true, base + 4000);
+	e = policy_restore_complete(st.policy, KEY1, strlen(KEY1), base - 3000,
+								base + 7000, NULL, true, base + 4000);
 	assert_non_null(e);
-	assert_int_equal(e->state, SCHED_COMPLETE);
+	assert_int_equal(e->state, POLICY_COMPLETE);
 	assert_true(e->has_last_fetch);
 	assert_int_equal(e->last_fetch, base - 3000);
-	assert_non_null(sched_restore_complete(st.sched, KEY2, strlen(KEY2),
-										   base - 6000, base + 4000, NULL,
-										   false, 0));
-	assert_non_null(sched_restore_complete(st.sched, KEY3, strlen(KEY3),
-										   base - 6000, base + 4000, NULL,
-										   false, 0));
-	assert_int_equal(sched_count(st.sched), 3);
+	assert_non_null(policy_restore_complete(st.policy, KEY2, strlen(KEY2),
+											base - 6000, base + 4000, NULL,
+											false, 0));
+	assert_non_null(policy_restore_complete(st.policy, KEY3, strlen(KEY3),
+											base - 6000, base + 4000, NULL,
+											false, 0));
+	assert_int_equal(policy_count(st.policy), 3);
 
 	/* Freshness follows the restored last fetch. */
 	assert_null(begin_fetch(&st, KEY1, now));
 	e = begin_fetch(&st, KEY3, now);
 	assert_non_null(e);
 	assert_int_equal(dispatch_and_complete(&st, KEY3, ANSWER_NOT_MODIFIED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	/* A normal fetch moved KEY3's eviction. */
 	assert_int_equal(lookup(&st, KEY3)->expiry, base + 10000);
 
@@ -1421,7 +1421,7 @@ test_restore_complete(void **state)
 	assert_int_equal(now, base + 4000);
 	assert_non_null(refresh_key(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_state(&st, KEY1, FAKE_ENABLED);
 
 	/* The refresh kept the restored eviction time. */
@@ -1438,7 +1438,7 @@ test_restore_complete(void **state)
 	assert_int_equal(now, base + 7000);
 	assert_non_null(refresh_key(&st, KEY3, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY3, ANSWER_NOT_MODIFIED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 
 	action = store_poll(&st, &now, -1);
 	assert_int_equal(action.kind, ACTION_EVICTION);
@@ -1448,7 +1448,7 @@ test_restore_complete(void **state)
 
 	action = store_poll(&st, &now, 60000);
 	assert_int_equal(action.kind, ACTION_NONE);
-	assert_int_equal(sched_count(st.sched), 0);
+	assert_int_equal(policy_count(st.policy), 0);
 
 	store_free(&st);
 }
@@ -1457,9 +1457,9 @@ static void
 test_pending_never_evicted(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
-	SchedTime	when;
-	SchedEntry *fetch;
+	PolicyTime	now = 0;
+	PolicyTime	when;
+	PolicyEntry *fetch;
 	char		evicted[4][KEY_MAX];
 	int			i;
 
@@ -1476,11 +1476,11 @@ test_pending_never_evicted(void **state)
 		fetch = dispatch(&st, KEY1, now);
 		now += 100;				/* the fetch takes a while */
 		assert_int_equal(complete(&st, fetch, ANSWER_PENDING, now),
-						 SCHED_RESCHEDULED);
+						 POLICY_RESCHEDULED);
 		assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
-		assert_false(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+		assert_false(policy_peek(st.policy, POLICY_QUEUE_EVICT, &when));
 	}
-	assert_int_equal(in_progress(&st, KEY1)->state, SCHED_IN_PROGRESS);
+	assert_int_equal(in_progress(&st, KEY1)->state, POLICY_IN_PROGRESS);
 	assert_state(&st, KEY1, FAKE_PENDING);
 	store_free(&st);
 
@@ -1489,7 +1489,7 @@ test_pending_never_evicted(void **state)
 	store_init_full(&st, 5000, 0, 0, 5000);
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	now += 5000;
 	assert_non_null(begin_fetch(&st, KEY1, now));	/* expired, not yet
 													 * evicted */
@@ -1499,7 +1499,7 @@ test_pending_never_evicted(void **state)
 		if (fetch->has_fetch_when && fetch->fetch_when > now)
 			now = fetch->fetch_when;
 		assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_PENDING, now),
-						 SCHED_RESCHEDULED);
+						 POLICY_RESCHEDULED);
 		assert_int_equal(collect_evicted(&st, now, evicted, 4), 0);
 	}
 	assert_true(now > 50000);
@@ -1511,7 +1511,7 @@ static void
 test_refresh_unknown_key(void **state)
 {
 	Store		st;
-	SchedTime	now = 0;
+	PolicyTime	now = 0;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 7000);
@@ -1519,19 +1519,19 @@ test_refresh_unknown_key(void **state)
 	/* Never seen. */
 	assert_null(refresh_key(&st, KEY1, now));
 	assert_null(lookup(&st, KEY1));
-	assert_int_equal(sched_count(st.sched), 0);
+	assert_int_equal(policy_count(st.policy), 0);
 
 	/* Seen, then evicted: the refresh must not bring it back. */
 	assert_non_null(begin_fetch(&st, KEY1, now));
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_DISABLED, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	now += 10000;
-	assert_int_equal(sched_request_evict(st.sched, KEY1, strlen(KEY1)),
-					 SCHED_EVICT_NOW);
+	assert_int_equal(policy_request_evict(st.policy, KEY1, strlen(KEY1)),
+					 POLICY_EVICT_NOW);
 	assert_true(fake_remove(st.shared, KEY1));
 	assert_null(refresh_key(&st, KEY1, now));
 	assert_null(lookup(&st, KEY1));
-	assert_int_equal(sched_count(st.sched), 0);
+	assert_int_equal(policy_count(st.policy), 0);
 
 	store_free(&st);
 }
@@ -1559,26 +1559,26 @@ next_random(uint64_t *seed)
  * the middle of the heap.
  */
 static int
-drain_queue(Store *st, SchedQueue queue, bool *alive, int remove_every,
+drain_queue(Store *st, PolicyQueue queue, bool *alive, int remove_every,
 			uint64_t *seed, int *removed)
 {
-	SchedTime	now;
-	SchedTime	last = INT64_MIN;
-	SchedTime	when;
+	PolicyTime	now;
+	PolicyTime	last = INT64_MIN;
+	PolicyTime	when;
 	int			popped = 0;
 
 	for (now = 0; now <= STRESS_SPAN; now += STRESS_SPAN / 64)
 	{
-		SchedEntry *e;
+		PolicyEntry *e;
 
 		for (;;)
 		{
 			char		key[KEY_MAX];
 			int			idx;
 
-			e = queue == SCHED_QUEUE_EVICT ?
-				sched_pop_eviction(st->sched, now) :
-				sched_pop_refresh(st->sched, now);
+			e = queue == POLICY_QUEUE_EVICT ?
+				policy_pop_eviction(st->policy, now) :
+				policy_pop_refresh(st->policy, now);
 			if (e == NULL)
 				break;
 			assert_int_equal(e->heap_pos[queue], -1);
@@ -1587,12 +1587,12 @@ drain_queue(Store *st, SchedQueue queue, bool *alive, int remove_every,
 			last = e->heap_time[queue];
 			popped++;
 
-			if (queue != SCHED_QUEUE_EVICT)
+			if (queue != POLICY_QUEUE_EVICT)
 				continue;
 
 			copy_key(key, e);
 			idx = atoi(key + 4);
-			sched_evict(st->sched, e);
+			policy_evict(st->policy, e);
 			alive[idx] = false;
 
 			if (remove_every > 0 && popped % remove_every == 0)
@@ -1602,18 +1602,18 @@ drain_queue(Store *st, SchedQueue queue, bool *alive, int remove_every,
 				if (alive[victim])
 				{
 					snprintf(key, sizeof(key), "key-%05d", victim);
-					assert_int_equal(sched_request_evict(st->sched, key,
-														 strlen(key)),
-									 SCHED_EVICT_NOW);
+					assert_int_equal(policy_request_evict(st->policy, key,
+														  strlen(key)),
+									 POLICY_EVICT_NOW);
 					alive[victim] = false;
 					(*removed)++;
 				}
 			}
 		}
-		if (sched_peek(st->sched, queue, &when))
+		if (policy_peek(st->policy, queue, &when))
 			assert_true(when > now);
 	}
-	assert_false(sched_peek(st->sched, queue, &when));
+	assert_false(policy_peek(st->policy, queue, &when));
 	return popped;
 }
 
@@ -1624,8 +1624,8 @@ test_heap_stress(void **state)
 	uint64_t	seed = UINT64_C(0x9E3779B97F4A7C15);
 	bool	   *alive;
 	bool	   *has_refresh;
-	SchedTime  *evict_at;
-	SchedTime  *refresh_at;
+	PolicyTime *evict_at;
+	PolicyTime *refresh_at;
 	char		key[KEY_MAX];
 	int			nalive = 0;
 	int			nrefresh = 0;
@@ -1636,8 +1636,8 @@ test_heap_stress(void **state)
 	store_init(&st, 5000, 5000, 7000);
 	alive = calloc(STRESS_KEYS, sizeof(bool));
 	has_refresh = calloc(STRESS_KEYS, sizeof(bool));
-	evict_at = calloc(STRESS_KEYS, sizeof(SchedTime));
-	refresh_at = calloc(STRESS_KEYS, sizeof(SchedTime));
+	evict_at = calloc(STRESS_KEYS, sizeof(PolicyTime));
+	refresh_at = calloc(STRESS_KEYS, sizeof(PolicyTime));
 	assert_non_null(alive);
 	assert_non_null(has_refresh);
 	assert_non_null(evict_at);
@@ -1647,14 +1647,14 @@ test_heap_stress(void **state)
 	for (i = 0; i < STRESS_KEYS; i++)
 	{
 		snprintf(key, sizeof(key), "key-%05d", i);
-		evict_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
+		evict_at[i] = (PolicyTime) (next_random(&seed) % STRESS_SPAN);
 		if (i % 7 == 0)
 			evict_at[i] = evict_at[i] / 1000 * 1000;
 		has_refresh[i] = next_random(&seed) % 2 == 0;
-		refresh_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
-		assert_non_null(sched_restore_complete(st.sched, key, strlen(key), 0,
-											   evict_at[i], NULL,
-											   has_refresh[i], refresh_at[i]));
+		refresh_at[i] = (PolicyTime) (next_random(&seed) % STRESS_SPAN);
+		assert_non_null(policy_restore_complete(st.policy, key, strlen(key), 0,
+												evict_at[i], NULL,
+												has_refresh[i], refresh_at[i]));
 		alive[i] = true;
 	}
 
@@ -1662,12 +1662,12 @@ test_heap_stress(void **state)
 	for (i = 0; i < STRESS_KEYS; i += 3)
 	{
 		snprintf(key, sizeof(key), "key-%05d", i);
-		evict_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
-		refresh_at[i] = (SchedTime) (next_random(&seed) % STRESS_SPAN);
+		evict_at[i] = (PolicyTime) (next_random(&seed) % STRESS_SPAN);
+		refresh_at[i] = (PolicyTime) (next_random(&seed) % STRESS_SPAN);
 		has_refresh[i] = true;
-		assert_non_null(sched_restore_complete(st.sched, key, strlen(key), 0,
-											   evict_at[i], NULL, true,
-											   refresh_at[i]));
+		assert_non_null(policy_restore_complete(st.policy, key, strlen(key), 0,
+												evict_at[i], NULL, true,
+												refresh_at[i]));
 	}
 	/* ...and remove others. */
 	for (i = 0; i < STRESS_KEYS; i++)
@@ -1675,15 +1675,15 @@ test_heap_stress(void **state)
 		if (next_random(&seed) % 5 != 0)
 			continue;
 		snprintf(key, sizeof(key), "key-%05d", i);
-		assert_int_equal(sched_request_evict(st.sched, key, strlen(key)),
-						 SCHED_EVICT_NOW);
+		assert_int_equal(policy_request_evict(st.policy, key, strlen(key)),
+						 POLICY_EVICT_NOW);
 		alive[i] = false;
 	}
 
 	/* Every live key is queued at its own time, and only those. */
 	for (i = 0; i < STRESS_KEYS; i++)
 	{
-		SchedEntry *e;
+		PolicyEntry *e;
 
 		snprintf(key, sizeof(key), "key-%05d", i);
 		e = lookup(&st, key);
@@ -1694,26 +1694,26 @@ test_heap_stress(void **state)
 		}
 		assert_non_null(e);
 		nalive++;
-		assert_true(e->heap_pos[SCHED_QUEUE_EVICT] >= 0);
-		assert_int_equal(e->heap_time[SCHED_QUEUE_EVICT], evict_at[i]);
+		assert_true(e->heap_pos[POLICY_QUEUE_EVICT] >= 0);
+		assert_int_equal(e->heap_time[POLICY_QUEUE_EVICT], evict_at[i]);
 		if (has_refresh[i])
 		{
 			nrefresh++;
-			assert_true(e->heap_pos[SCHED_QUEUE_REFRESH] >= 0);
-			assert_int_equal(e->heap_time[SCHED_QUEUE_REFRESH], refresh_at[i]);
+			assert_true(e->heap_pos[POLICY_QUEUE_REFRESH] >= 0);
+			assert_int_equal(e->heap_time[POLICY_QUEUE_REFRESH], refresh_at[i]);
 		}
 		else
-			assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+			assert_int_equal(e->heap_pos[POLICY_QUEUE_REFRESH], -1);
 	}
-	assert_int_equal(sched_count(st.sched), nalive);
+	assert_int_equal(policy_count(st.policy), nalive);
 
 	/* Refreshes come out in order; then evictions, with removals between. */
-	assert_int_equal(drain_queue(&st, SCHED_QUEUE_REFRESH, alive, 0, &seed,
+	assert_int_equal(drain_queue(&st, POLICY_QUEUE_REFRESH, alive, 0, &seed,
 								 &removed), nrefresh);
-	assert_int_equal(drain_queue(&st, SCHED_QUEUE_EVICT, alive, 3, &seed,
+	assert_int_equal(drain_queue(&st, POLICY_QUEUE_EVICT, alive, 3, &seed,
 								 &removed) + removed, nalive);
 	assert_true(removed > 0);
-	assert_int_equal(sched_count(st.sched), 0);
+	assert_int_equal(policy_count(st.policy), 0);
 
 	free(alive);
 	free(has_refresh);
@@ -1752,7 +1752,7 @@ visit_set(VisitedSet *v, const char *key)
 }
 
 static bool
-test_and_clear(SchedEntry *e, void *arg)
+test_and_clear(PolicyEntry *e, void *arg)
 {
 	VisitedSet *v = (VisitedSet *) arg;
 	int			i;
@@ -1771,10 +1771,10 @@ test_and_clear(SchedEntry *e, void *arg)
 }
 
 
-/* Each SIEVE test gets a scheduler of default settings and empty marks. */
+/* Each SIEVE test gets a policy of default settings and empty marks. */
 typedef struct SieveFixture
 {
-	Sched	   *s;
+	Policy	   *s;
 	VisitedSet	v;
 	char		buf[8];
 } SieveFixture;
@@ -1782,10 +1782,10 @@ typedef struct SieveFixture
 static int
 sieve_setup(void **state)
 {
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	PolicyConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
 	SieveFixture *f = calloc(1, sizeof(SieveFixture));
 
-	f->s = sched_create(&config, malloc, free);
+	f->s = policy_create(&config, malloc, free);
 	*state = f;
 	return 0;
 }
@@ -1795,7 +1795,7 @@ sieve_teardown(void **state)
 {
 	SieveFixture *f = *state;
 
-	sched_destroy(f->s);
+	policy_destroy(f->s);
 	free(f);
 	return 0;
 }
@@ -1806,8 +1806,8 @@ static void
 cached(SieveFixture *f, const char *keys)
 {
 	for (; *keys; keys++)
-		assert_non_null(sched_restore_complete(f->s, keys, 1, 0, 1000000,
-											   NULL, false, 0));
+		assert_non_null(policy_restore_complete(f->s, keys, 1, 0, 1000000,
+												NULL, false, 0));
 }
 
 /* A reader reads the key: it is marked visited. */
@@ -1821,13 +1821,13 @@ visit(SieveFixture *f, const char *key)
 static const char *
 sieve_evict(SieveFixture *f)
 {
-	SchedEntry *e = sched_memory_victim(f->s, 0, test_and_clear, &f->v);
+	PolicyEntry *e = policy_memory_victim(f->s, 0, test_and_clear, &f->v);
 
 	if (e == NULL)
 		return NULL;
 	memcpy(f->buf, e->key, e->keylen);
 	f->buf[e->keylen] = '\0';
-	sched_evict_victim(f->s, e);
+	policy_evict_victim(f->s, e);
 	return f->buf;
 }
 
@@ -1835,7 +1835,7 @@ sieve_evict(SieveFixture *f)
 static bool
 in_main(SieveFixture *f, const char *key)
 {
-	SchedEntry *e = sched_lookup(f->s, key, strlen(key));
+	PolicyEntry *e = policy_lookup(f->s, key, strlen(key));
 
 	assert_non_null(e);
 	return e->in_main;
@@ -1848,7 +1848,7 @@ in_main(SieveFixture *f, const char *key)
 static bool
 asked_for(SieveFixture *f, const char *key)
 {
-	SchedEntry *e = sched_try_begin_fetch(f->s, key, strlen(key), false, 0);
+	PolicyEntry *e = policy_try_begin_fetch(f->s, key, strlen(key), false, 0);
 
 	assert_non_null(e);
 	return e->in_main;
@@ -1856,7 +1856,7 @@ asked_for(SieveFixture *f, const char *key)
 
 /* For test_s3fifo_main_kept: keys 'a' to 'k' are always kept (in use). */
 static bool
-kept_a_to_k(SchedEntry *e, void *arg)
+kept_a_to_k(PolicyEntry *e, void *arg)
 {
 	(void) arg;
 	return e->keylen == 1 && e->key[0] >= 'a' && e->key[0] <= 'k';
@@ -1871,7 +1871,7 @@ static void
 test_s3fifo_main_kept(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry *e;
+	PolicyEntry *e;
 
 	cached(f, "abcdefghijk");
 	for (const char *k = "abcdefghijk"; *k; k++)
@@ -1882,15 +1882,15 @@ test_s3fifo_main_kept(void **state)
 	}
 	/* read again: promoted until the small FIFO is below its share */
 	assert_string_equal(sieve_evict(f), "a");
-	assert_int_equal(sched_small_count(f->s), 1);
+	assert_int_equal(policy_small_count(f->s), 1);
 	cached(f, "m");
 	/* k (read) moves on, then m alone: 1 key of 11, below its share */
-	e = sched_memory_victim(f->s, 0, kept_a_to_k, NULL);
+	e = policy_memory_victim(f->s, 0, kept_a_to_k, NULL);
 	assert_non_null(e);
 	assert_int_equal(e->key[0], 'm');
-	sched_evict_victim(f->s, e);
-	assert_null(sched_memory_victim(f->s, 0, kept_a_to_k, NULL));
-	assert_int_equal(sched_count(f->s), 10);
+	policy_evict_victim(f->s, e);
+	assert_null(policy_memory_victim(f->s, 0, kept_a_to_k, NULL));
+	assert_int_equal(policy_count(f->s), 10);
 }
 
 /* With nothing visited, keys go oldest first, as in a FIFO. */
@@ -1901,12 +1901,12 @@ test_s3fifo_unvisited_fifo(void **state)
 
 	cached(f, "abc");
 	assert_false(in_main(f, "a"));
-	assert_int_equal(sched_small_count(f->s), 3);
+	assert_int_equal(policy_small_count(f->s), 3);
 	assert_string_equal(sieve_evict(f), "a");
 	assert_string_equal(sieve_evict(f), "b");
 	assert_string_equal(sieve_evict(f), "c");
 	assert_null(sieve_evict(f));
-	assert_int_equal(sched_count(f->s), 0);
+	assert_int_equal(policy_count(f->s), 0);
 }
 
 /*
@@ -1926,14 +1926,14 @@ test_s3fifo_read_again_moves_to_main(void **state)
 	/* b read again: to main, mark cleared; c read once: the victim */
 	assert_string_equal(sieve_evict(f), "c");
 	assert_true(in_main(f, "b"));
-	assert_int_equal(sched_small_count(f->s), 0);
+	assert_int_equal(policy_small_count(f->s), 0);
 	/* b was not read again in main: taken now */
 	assert_string_equal(sieve_evict(f), "b");
 }
 
 /*
  * While the small FIFO holds its share of the keys (at first
- * SCHED_SMALL_MIN_PERCENT), keys read once leave from it, oldest first,
+ * POLICY_SMALL_MIN_PERCENT), keys read once leave from it, oldest first,
  * before any key of the main FIFO, however old: a scan never reaches the
  * main FIFO, and, its keys never coming back, leaves the share alone.
  * Below its share, the main FIFO evicts.
@@ -1943,10 +1943,10 @@ test_s3fifo_scan_leaves_main_alone(void **state)
 {
 	SieveFixture *f = *state;
 	const uint32_t min_share =
-		(uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100;
+		(uint64_t) POLICY_SHARE_ONE * POLICY_SMALL_MIN_PERCENT / 100;
 
-	assert_int_equal(SCHED_SMALL_MIN_PERCENT, 10);
-	assert_int_equal(sched_small_share(f->s), min_share);
+	assert_int_equal(POLICY_SMALL_MIN_PERCENT, 10);
+	assert_int_equal(policy_small_share(f->s), min_share);
 	cached(f, "abcdefghij");
 	visit(f, "a");
 	visit(f, "b");
@@ -1958,7 +1958,7 @@ test_s3fifo_scan_leaves_main_alone(void **state)
 	/* a .. g promoted, h read once: the victim */
 	assert_string_equal(sieve_evict(f), "h");
 	assert_true(in_main(f, "a") && in_main(f, "g"));
-	assert_int_equal(sched_small_count(f->s), 2);
+	assert_int_equal(policy_small_count(f->s), 2);
 	/* a scan of keys read once: i j k l m n o p q in small, 9 of 16 */
 	cached(f, "klmnopq");
 	assert_string_equal(sieve_evict(f), "i");	/* 8 of 15 left */
@@ -1970,11 +1970,11 @@ test_s3fifo_scan_leaves_main_alone(void **state)
 	assert_string_equal(sieve_evict(f), "o");
 	assert_string_equal(sieve_evict(f), "p");	/* 1 of 8 left: 12.5 % */
 	assert_string_equal(sieve_evict(f), "q");
-	assert_int_equal(sched_small_count(f->s), 0);
+	assert_int_equal(policy_small_count(f->s), 0);
 	/* below its share: the main FIFO's oldest (its mark cleared) goes */
 	assert_string_equal(sieve_evict(f), "a");
 	assert_true(in_main(f, "b"));
-	assert_int_equal(sched_small_share(f->s), min_share);
+	assert_int_equal(policy_small_share(f->s), min_share);
 }
 
 /*
@@ -1992,7 +1992,7 @@ test_s3fifo_main_reinsertion_clears_marks(void **state)
 	visit(f, "b");
 	visit(f, "c");
 	assert_string_equal(sieve_evict(f), "a");	/* all to main, then a */
-	assert_int_equal(sched_small_count(f->s), 0);
+	assert_int_equal(policy_small_count(f->s), 0);
 	visit(f, "b");
 	f->v.looks = 0;
 	/* b reinserted, mark cleared; c not read: the victim */
@@ -2005,11 +2005,11 @@ test_s3fifo_main_reinsertion_clears_marks(void **state)
 
 /* The keys in the order the dump writes them, one letter each. */
 static void
-keep_order(Sched *s, char *out)
+keep_order(Policy *s, char *out)
 {
-	SchedEntry *e = NULL;
+	PolicyEntry *e = NULL;
 
-	while ((e = sched_keep_order_next(s, e)) != NULL)
+	while ((e = policy_keep_order_next(s, e)) != NULL)
 	{
 		assert_int_equal(e->keylen, 1);
 		*out++ = e->in_main ? (char) toupper((unsigned char) e->key[0]) :
@@ -2022,7 +2022,7 @@ keep_order(Sched *s, char *out)
  * The dump walks the keys in the order eviction keeps them, main FIFO
  * first (newest to oldest), then the small one; restored in that order,
  * each at the oldest end of its FIFO, the FIFOs are as they were: the same
- * walk, the same victims.  Without sched_restore_fifo() every restored key
+ * walk, the same victims.  Without policy_restore_fifo() every restored key
  * would land in the small FIFO, newest first, and a restart after a scan
  * would keep the scan's keys before the hot ones.
  */
@@ -2030,8 +2030,8 @@ static void
 test_s3fifo_dump_order_round_trip(void **state)
 {
 	SieveFixture *f = *state;
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	Sched	   *restored = sched_create(&config, malloc, free);
+	PolicyConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	Policy	   *restored = policy_create(&config, malloc, free);
 	char		order[32];
 	char		again[32];
 	int			i;
@@ -2050,22 +2050,22 @@ test_s3fifo_dump_order_round_trip(void **state)
 	for (i = 0; order[i] != '\0'; i++)
 	{
 		char		key = (char) tolower((unsigned char) order[i]);
-		SchedEntry *e = sched_restore_complete(restored, &key, 1, 0, 1000000,
-											   NULL, false, 0);
+		PolicyEntry *e = policy_restore_complete(restored, &key, 1, 0, 1000000,
+												 NULL, false, 0);
 
-		sched_restore_fifo(restored, e, order[i] != key);
+		policy_restore_fifo(restored, e, order[i] != key);
 	}
 	keep_order(restored, again);
 	assert_string_equal(again, order);
-	assert_int_equal(sched_small_count(restored), sched_small_count(f->s));
-	assert_int_equal(sched_fifo_bytes(restored, true),
-					 sched_fifo_bytes(f->s, true));
+	assert_int_equal(policy_small_count(restored), policy_small_count(f->s));
+	assert_int_equal(policy_fifo_bytes(restored, true),
+					 policy_fifo_bytes(f->s, true));
 
 	/* Nothing read since: both evict the same keys in the same order. */
 	for (;;)
 	{
-		SchedEntry *a = sched_memory_victim(f->s, 0, test_and_clear, &f->v);
-		SchedEntry *b = sched_memory_victim(restored, 0, test_and_clear, &f->v);
+		PolicyEntry *a = policy_memory_victim(f->s, 0, test_and_clear, &f->v);
+		PolicyEntry *b = policy_memory_victim(restored, 0, test_and_clear, &f->v);
 
 		if (a == NULL || b == NULL)
 		{
@@ -2073,10 +2073,10 @@ test_s3fifo_dump_order_round_trip(void **state)
 			break;
 		}
 		assert_memory_equal(a->key, b->key, 1);
-		sched_evict_victim(f->s, a);
-		sched_evict_victim(restored, b);
+		policy_evict_victim(f->s, a);
+		policy_evict_victim(restored, b);
 	}
-	sched_destroy(restored);
+	policy_destroy(restored);
 }
 
 /* Every key visited: one pass promotes them all, then the oldest goes. */
@@ -2100,11 +2100,11 @@ cached_bytes(SieveFixture *f, const char *keys, size_t bytes)
 {
 	for (; *keys; keys++)
 	{
-		SchedEntry *e = sched_restore_complete(f->s, keys, 1, 0, 1000000,
-											   NULL, false, 0);
+		PolicyEntry *e = policy_restore_complete(f->s, keys, 1, 0, 1000000,
+												 NULL, false, 0);
 
 		assert_non_null(e);
-		sched_set_bytes(f->s, e, bytes);
+		policy_set_bytes(f->s, e, bytes);
 	}
 }
 
@@ -2134,10 +2134,10 @@ test_s3fifo_share_in_bytes(void **state)
 	cached_bytes(f, "A", 4000);
 	cached_bytes(f, "B", 4000);
 	assert_string_equal(sieve_evict(f), "A");
-	assert_int_equal(sched_small_count(f->s), 1);
+	assert_int_equal(policy_small_count(f->s), 1);
 	assert_true(in_main(f, "a") && in_main(f, "g"));
-	assert_int_equal(sched_fifo_bytes(f->s, true), 7 * 300);
-	assert_int_equal(sched_fifo_bytes(f->s, false), 4000);
+	assert_int_equal(policy_fifo_bytes(f->s, true), 7 * 300);
+	assert_int_equal(policy_fifo_bytes(f->s, false), 4000);
 
 	/*
 	 * The scan goes on, two of its keys in the small FIFO at a time (2 of 9
@@ -2154,8 +2154,8 @@ test_s3fifo_share_in_bytes(void **state)
 		assert_string_equal(sieve_evict(f), victim);
 		assert_int_equal(f->v.looks, 1);	/* the main FIFO untouched */
 	}
-	assert_int_equal(sched_count(f->s), 8);
-	assert_int_equal(sched_fifo_bytes(f->s, true), 7 * 300);
+	assert_int_equal(policy_count(f->s), 8);
+	assert_int_equal(policy_fifo_bytes(f->s, true), 7 * 300);
 }
 
 /*
@@ -2166,26 +2166,26 @@ static void
 test_s3fifo_bytes_follow_the_key(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry *e;
+	PolicyEntry *e;
 
 	cached_bytes(f, "ab", 500);
-	assert_int_equal(sched_fifo_bytes(f->s, false), 1000);
+	assert_int_equal(policy_fifo_bytes(f->s, false), 1000);
 	visit(f, "a");
 	assert_string_equal(sieve_evict(f), "b");	/* a promoted */
-	assert_int_equal(sched_fifo_bytes(f->s, false), 0);
-	assert_int_equal(sched_fifo_bytes(f->s, true), 500);
-	e = sched_lookup(f->s, "a", 1);
-	sched_set_bytes(f->s, e, 4500);
-	assert_int_equal(sched_fifo_bytes(f->s, true), 4500);
-	sched_set_bytes(f->s, e, 0);
-	assert_int_equal(sched_fifo_bytes(f->s, true), 1);
+	assert_int_equal(policy_fifo_bytes(f->s, false), 0);
+	assert_int_equal(policy_fifo_bytes(f->s, true), 500);
+	e = policy_lookup(f->s, "a", 1);
+	policy_set_bytes(f->s, e, 4500);
+	assert_int_equal(policy_fifo_bytes(f->s, true), 4500);
+	policy_set_bytes(f->s, e, 0);
+	assert_int_equal(policy_fifo_bytes(f->s, true), 1);
 	/* a new key weighs 1 until told */
-	assert_non_null(sched_try_begin_fetch(f->s, "c", 1, false, 0));
-	assert_int_equal(sched_fifo_bytes(f->s, false), 1);
+	assert_non_null(policy_try_begin_fetch(f->s, "c", 1, false, 0));
+	assert_int_equal(policy_fifo_bytes(f->s, false), 1);
 	assert_string_equal(sieve_evict(f), "c");
 	assert_string_equal(sieve_evict(f), "a");
-	assert_int_equal(sched_fifo_bytes(f->s, true), 0);
-	assert_int_equal(sched_fifo_bytes(f->s, false), 0);
+	assert_int_equal(policy_fifo_bytes(f->s, true), 0);
+	assert_int_equal(policy_fifo_bytes(f->s, false), 0);
 }
 
 /*
@@ -2197,25 +2197,25 @@ static void
 test_s3fifo_spares_fetches(void **state)
 {
 	SieveFixture *f = *state;
-	Sched	   *s = f->s;
-	SchedEntry **batch;
-	SchedEntry *p;
+	Policy	   *s = f->s;
+	PolicyEntry **batch;
+	PolicyEntry *p;
 
-	assert_non_null(sched_try_begin_fetch(s, "out", 3, false, 0));
-	assert_int_equal(sched_ready_batch(s, 0, 1, 0, &batch), 1); /* dispatched */
-	assert_non_null(sched_try_begin_fetch(s, "gathered", 8, false, 0));
-	assert_int_equal(sched_ready_batch(s, 0, 10, 100, &batch),
+	assert_non_null(policy_try_begin_fetch(s, "out", 3, false, 0));
+	assert_int_equal(policy_ready_batch(s, 0, 1, 0, &batch), 1);	/* dispatched */
+	assert_non_null(policy_try_begin_fetch(s, "gathered", 8, false, 0));
+	assert_int_equal(policy_ready_batch(s, 0, 10, 100, &batch),
 					 0);		/* gathered */
 	assert_null(sieve_evict(f));
-	assert_int_equal(sched_count(f->s), 2);
+	assert_int_equal(policy_count(f->s), 2);
 
 	/* A key answered pending, now backing off, is evictable. */
-	p = sched_try_begin_fetch(s, "later", 5, false, 0);
+	p = policy_try_begin_fetch(s, "later", 5, false, 0);
 	assert_non_null(p);
-	assert_int_equal(sched_ready_batch(s, 200, 10, 100, &batch), 2);
-	(void) sched_complete_fetch(s, p, SCHED_RESULT_PENDING, NULL, 300);
+	assert_int_equal(policy_ready_batch(s, 200, 10, 100, &batch), 2);
+	(void) policy_complete_fetch(s, p, POLICY_RESULT_PENDING, NULL, 300);
 	/* its retry is due, but not gathered yet: evictable */
-	assert_true(sched_evictable(p));
+	assert_true(policy_evictable(p));
 	assert_string_equal(sieve_evict(f), "later");
 	assert_null(sieve_evict(f));
 
@@ -2231,7 +2231,7 @@ test_s3fifo_spares_fetches(void **state)
 	assert_true(in_main(f, "b"));
 	assert_string_equal(sieve_evict(f), "b");
 	assert_null(sieve_evict(f));
-	assert_int_equal(sched_count(f->s), 2);
+	assert_int_equal(policy_count(f->s), 2);
 }
 
 /*
@@ -2248,11 +2248,11 @@ test_s3fifo_ghost_admits_to_main(void **state)
 	cached(f, "abcd");
 	visit(f, "d");
 	assert_string_equal(sieve_evict(f), "a");
-	assert_true(sched_in_ghost(f->s, "a", 1));
-	assert_int_equal(sched_request_evict(f->s, "b", 1), SCHED_EVICT_NOW);
-	assert_false(sched_in_ghost(f->s, "b", 1));
+	assert_true(policy_in_ghost(f->s, "a", 1));
+	assert_int_equal(policy_request_evict(f->s, "b", 1), POLICY_EVICT_NOW);
+	assert_false(policy_in_ghost(f->s, "b", 1));
 	assert_true(asked_for(f, "a"));
-	assert_false(sched_in_ghost(f->s, "a", 1));
+	assert_false(policy_in_ghost(f->s, "a", 1));
 	assert_false(asked_for(f, "b"));
 
 	/*
@@ -2261,7 +2261,7 @@ test_s3fifo_ghost_admits_to_main(void **state)
 	 * below it, so main's oldest goes, remembered too.
 	 */
 	assert_string_equal(sieve_evict(f), "a");
-	assert_true(sched_in_ghost(f->s, "a", 1));
+	assert_true(policy_in_ghost(f->s, "a", 1));
 	/* back from main: to main again, the share at its least */
 	assert_true(asked_for(f, "a"));
 	assert_string_equal(sieve_evict(f), "c");
@@ -2282,23 +2282,23 @@ test_s3fifo_ghost_forgets(void **state)
 	cached(f, "abcd");
 	visit(f, "a");
 	assert_string_equal(sieve_evict(f), "b");	/* a to main: 1 key */
-	assert_true(sched_in_ghost(f->s, "b", 1));
+	assert_true(policy_in_ghost(f->s, "b", 1));
 	assert_string_equal(sieve_evict(f), "c");
-	assert_true(sched_in_ghost(f->s, "c", 1));
-	assert_false(sched_in_ghost(f->s, "b", 1));
+	assert_true(policy_in_ghost(f->s, "c", 1));
+	assert_false(policy_in_ghost(f->s, "b", 1));
 	/* main grows to 2: the ghost FIFO remembers two again */
 	visit(f, "d");
 	cached(f, "e");
 	assert_string_equal(sieve_evict(f), "e");	/* d promoted */
-	assert_true(sched_in_ghost(f->s, "e", 1));
-	assert_true(sched_in_ghost(f->s, "c", 1));
+	assert_true(policy_in_ghost(f->s, "e", 1));
+	assert_true(policy_in_ghost(f->s, "c", 1));
 }
 
 /* The small FIFO's share, in percent of the keys' weight. */
 static double
 share_percent(SieveFixture *f)
 {
-	return 100.0 * sched_small_share(f->s) / SCHED_SHARE_ONE;
+	return 100.0 * policy_small_share(f->s) / POLICY_SHARE_ONE;
 }
 
 /*
@@ -2313,21 +2313,21 @@ cached_many(SieveFixture *f, const char *prefix, int n, bool main)
 
 	for (i = 0; i < n; i++)
 	{
-		SchedEntry *e;
+		PolicyEntry *e;
 
 		snprintf(key, sizeof(key), "%s%d", prefix, i);
-		e = sched_restore_complete(f->s, key, strlen(key), 0, 1000000, NULL,
-								   false, 0);
+		e = policy_restore_complete(f->s, key, strlen(key), 0, 1000000, NULL,
+									false, 0);
 		assert_non_null(e);
 		if (main)
-			sched_restore_fifo(f->s, e, true);
+			policy_restore_fifo(f->s, e, true);
 	}
 }
 
 /*
  * A key back from the small FIFO's victims grows the small FIFO's share
- * by SCHED_SMALL_GROW_KEYS keys' worth of the keys held, each time, up to
- * SCHED_SMALL_MAX_PERCENT; and goes to the main FIFO.
+ * by POLICY_SMALL_GROW_KEYS keys' worth of the keys held, each time, up to
+ * POLICY_SMALL_MAX_PERCENT; and goes to the main FIFO.
  */
 static void
 test_s3fifo_share_grows_on_small_ghost(void **state)
@@ -2344,7 +2344,7 @@ test_s3fifo_share_grows_on_small_ghost(void **state)
 		snprintf(key, sizeof(key), "k%d", i);
 		assert_string_equal(sieve_evict(f), key);
 	}
-	assert_true(fabs(share_percent(f) - SCHED_SMALL_MIN_PERCENT) < 0.001);
+	assert_true(fabs(share_percent(f) - POLICY_SMALL_MIN_PERCENT) < 0.001);
 	assert_true(asked_for(f, "k0"));
 	/* 181 keys held: 16 of them is 8.84 % more */
 	assert_true(fabs(share_percent(f) - (10.0 + 100.0 * 16 / 181)) < 0.001);
@@ -2354,8 +2354,8 @@ test_s3fifo_share_grows_on_small_ghost(void **state)
 		snprintf(key, sizeof(key), "k%d", i);
 		assert_true(asked_for(f, key));
 	}
-	assert_int_equal(sched_small_share(f->s),
-					 (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MAX_PERCENT / 100);
+	assert_int_equal(policy_small_share(f->s),
+					 (uint64_t) POLICY_SHARE_ONE * POLICY_SMALL_MAX_PERCENT / 100);
 }
 
 /* Evict unread keys until one of the main FIFO's (named m<i>) goes. */
@@ -2374,8 +2374,8 @@ evict_until_main(SieveFixture *f)
 
 /*
  * A key back from the main FIFO's victims shrinks the share by
- * SCHED_SMALL_SHRINK_KEYS keys' worth of the keys held, down to
- * SCHED_SMALL_MIN_PERCENT, and goes to the main FIFO.
+ * POLICY_SMALL_SHRINK_KEYS keys' worth of the keys held, down to
+ * POLICY_SMALL_MIN_PERCENT, and goes to the main FIFO.
  */
 static void
 test_s3fifo_share_shrinks_on_main_ghost(void **state)
@@ -2405,8 +2405,8 @@ test_s3fifo_share_shrinks_on_main_ghost(void **state)
 	assert_string_equal(evict_until_main(f), "m99");
 	assert_true(asked_for(f, "m99"));
 	assert_true(fabs(share_percent(f) -
-					 (grown - 100.0 * SCHED_SMALL_SHRINK_KEYS /
-					  sched_count(f->s))) < 0.001);
+					 (grown - 100.0 * POLICY_SMALL_SHRINK_KEYS /
+					  policy_count(f->s))) < 0.001);
 
 	/* more back from main: the share falls to its least, no further */
 	for (i = 0; i < 5; i++)
@@ -2414,8 +2414,8 @@ test_s3fifo_share_shrinks_on_main_ghost(void **state)
 		snprintf(key, sizeof(key), "%s", evict_until_main(f));
 		assert_true(asked_for(f, key));
 	}
-	assert_int_equal(sched_small_share(f->s),
-					 (uint64_t) SCHED_SHARE_ONE * SCHED_SMALL_MIN_PERCENT / 100);
+	assert_int_equal(policy_small_share(f->s),
+					 (uint64_t) POLICY_SHARE_ONE * POLICY_SMALL_MIN_PERCENT / 100);
 }
 
 /*
@@ -2431,12 +2431,12 @@ test_s3fifo_other_evictions(void **state)
 	visit(f, "a");
 	visit(f, "b");
 	assert_string_equal(sieve_evict(f), "c");	/* a b to main */
-	assert_int_equal(sched_request_evict(f->s, "a", 1), SCHED_EVICT_NOW);
-	assert_int_equal(sched_request_evict(f->s, "d", 1), SCHED_EVICT_NOW);
-	assert_int_equal(sched_small_count(f->s), 0);
+	assert_int_equal(policy_request_evict(f->s, "a", 1), POLICY_EVICT_NOW);
+	assert_int_equal(policy_request_evict(f->s, "d", 1), POLICY_EVICT_NOW);
+	assert_int_equal(policy_small_count(f->s), 0);
 	assert_string_equal(sieve_evict(f), "b");
 	assert_null(sieve_evict(f));
-	assert_int_equal(sched_count(f->s), 0);
+	assert_int_equal(policy_count(f->s), 0);
 }
 
 /* ----------------------------------------------------------------
@@ -2446,10 +2446,10 @@ test_s3fifo_other_evictions(void **state)
 
 /* The keys of the next batch (up to n), in order, as one string of letters. */
 static const char *
-next_batch(SieveFixture *f, int n, SchedTime now)
+next_batch(SieveFixture *f, int n, PolicyTime now)
 {
-	SchedEntry **batch;
-	int			count = sched_ready_batch(f->s, now, n, 0, &batch);
+	PolicyEntry **batch;
+	int			count = policy_ready_batch(f->s, now, n, 0, &batch);
 	int			i;
 
 	for (i = 0; i < count; i++)
@@ -2463,10 +2463,10 @@ next_batch(SieveFixture *f, int n, SchedTime now)
 
 /* Begin a fetch of each one-letter key, in order. */
 static void
-asked_for_all(SieveFixture *f, const char *keys, SchedTime now)
+asked_for_all(SieveFixture *f, const char *keys, PolicyTime now)
 {
 	for (; *keys; keys++)
-		assert_non_null(sched_try_begin_fetch(f->s, keys, 1, false, now));
+		assert_non_null(policy_try_begin_fetch(f->s, keys, 1, false, now));
 }
 
 /*
@@ -2478,19 +2478,19 @@ static void
 test_fair_fetch_order(void **state)
 {
 	SieveFixture *f = *state;
-	SchedTime	now = 0;
+	PolicyTime	now = 0;
 
 	/* "s" and "t" have values that go stale at DEFAULT_EXPIRY_MS. */
-	(void) sched_restore_complete(f->s, "s", 1, 0, 1000000, NULL, false, 0);
-	(void) sched_restore_complete(f->s, "t", 1, 0, 1000000, NULL, false, 0);
+	(void) policy_restore_complete(f->s, "s", 1, 0, 1000000, NULL, false, 0);
+	(void) policy_restore_complete(f->s, "t", 1, 0, 1000000, NULL, false, 0);
 	now = DEFAULT_EXPIRY_MS + 1;
 	asked_for_all(f, "abcd", now);
-	assert_int_equal(sched_once_count(f->s), 4);
+	assert_int_equal(policy_once_count(f->s), 4);
 	asked_for_all(f, "ts", now + 1);
-	assert_int_equal(sched_once_count(f->s), 4);
+	assert_int_equal(policy_once_count(f->s), 4);
 	/* "c" is read again while it waits. */
-	sched_note_demand(f->s, sched_lookup(f->s, "c", 1));
-	assert_int_equal(sched_once_count(f->s), 3);
+	policy_note_demand(f->s, policy_lookup(f->s, "c", 1));
+	assert_int_equal(policy_once_count(f->s), 3);
 
 	/* Cached keys first, then the demanded new one, then the rest. */
 	assert_string_equal(next_batch(f, 1, now + 1), "t");
@@ -2499,27 +2499,27 @@ test_fair_fetch_order(void **state)
 
 	/* Among new keys, the demanded ones go in the order they came due. */
 	asked_for_all(f, "efg", now + 2);
-	sched_note_demand(f->s, sched_lookup(f->s, "g", 1));
-	sched_note_demand(f->s, sched_lookup(f->s, "e", 1));
+	policy_note_demand(f->s, policy_lookup(f->s, "g", 1));
+	policy_note_demand(f->s, policy_lookup(f->s, "e", 1));
 	assert_string_equal(next_batch(f, 8, now + 2), "egf");
-	assert_int_equal(sched_once_count(f->s), 0);
+	assert_int_equal(policy_once_count(f->s), 0);
 }
 
 /* Cache each one-letter key at 0, and ask for it once it is stale. */
 static void
-stale_and_asked(SieveFixture *f, const char *keys, SchedTime now)
+stale_and_asked(SieveFixture *f, const char *keys, PolicyTime now)
 {
 	const char *k;
 
 	for (k = keys; *k; k++)
-		(void) sched_restore_complete(f->s, k, 1, 0, 10 * DEFAULT_EXPIRY_MS,
-									  NULL, false, 0);
+		(void) policy_restore_complete(f->s, k, 1, 0, 10 * DEFAULT_EXPIRY_MS,
+									   NULL, false, 0);
 	asked_for_all(f, keys, now);
 }
 
 /*
  * Refetches of cached keys go first, but while new keys wait for their
- * turn, every SCHED_CACHED_RUN of them in a row are followed by one new
+ * turn, every POLICY_CACHED_RUN of them in a row are followed by one new
  * key's fetch, in batches of any size: refetches due faster than the
  * source answers (a short expiry) never leave a new key, or one evicted
  * and read again, unfetched; and new keys take at most a quarter of the
@@ -2530,12 +2530,12 @@ static void
 test_fair_cached_leave_room(void **state)
 {
 	SieveFixture *f = *state;
-	SchedTime	now = DEFAULT_EXPIRY_MS + 1;
+	PolicyTime	now = DEFAULT_EXPIRY_MS + 1;
 
-	assert_int_equal(SCHED_CACHED_RUN, 3);
+	assert_int_equal(POLICY_CACHED_RUN, 3);
 	stale_and_asked(f, "stuvwxyz", now);
 	asked_for_all(f, "abc", now);
-	sched_note_demand(f->s, sched_lookup(f->s, "c", 1));
+	policy_note_demand(f->s, policy_lookup(f->s, "c", 1));
 	assert_string_equal(next_batch(f, 4, now), "stuc");
 	assert_string_equal(next_batch(f, 4, now), "vwxa");
 	/* cached keys run out: the new ones go on */
@@ -2566,50 +2566,50 @@ static void
 test_fair_fetch_classes(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry *e;
+	PolicyEntry *e;
 
-	SchedTime	when;
+	PolicyTime	when;
 	int			i;
 
 	asked_for_all(f, "a", 0);
-	e = sched_lookup(f->s, "a", 1);
+	e = policy_lookup(f->s, "a", 1);
 	for (i = 0; i < 2; i++)
 	{
 		assert_string_equal(next_batch(f, 1, 0), "a");
-		assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING,
-											  NULL, 0),
-						 SCHED_RESCHEDULED);
-		assert_int_equal(sched_once_count(f->s), 1);
+		assert_int_equal(policy_complete_fetch(f->s, e, POLICY_RESULT_PENDING,
+											   NULL, 0),
+						 POLICY_RESCHEDULED);
+		assert_int_equal(policy_once_count(f->s), 1);
 	}
 	assert_true(e->has_fetch_when && e->fetch_when > 0);
-	sched_note_demand(f->s, e);
-	assert_int_equal(sched_once_count(f->s), 0);
+	policy_note_demand(f->s, e);
+	assert_int_equal(policy_once_count(f->s), 0);
 	assert_true(e->demanded);
 	/* The retry keeps its backoff: not due before its time. */
-	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE_NEW, &when));
+	assert_true(policy_peek(f->s, POLICY_QUEUE_DUE_NEW, &when));
 	assert_int_equal(when, e->fetch_when);
 	assert_string_equal(next_batch(f, 1, 0), "");
 	assert_string_equal(next_batch(f, 1, e->fetch_when), "a");
-	assert_int_equal(sched_complete_fetch(f->s, e, SCHED_RESULT_PENDING,
-										  NULL, e->fetch_when),
-					 SCHED_RESCHEDULED);
-	assert_int_equal(sched_once_count(f->s), 0);	/* still demanded */
+	assert_int_equal(policy_complete_fetch(f->s, e, POLICY_RESULT_PENDING,
+										   NULL, e->fetch_when),
+					 POLICY_RESCHEDULED);
+	assert_int_equal(policy_once_count(f->s), 0);	/* still demanded */
 
 	/* Invalidated while it waits: due now, with priority. */
 	asked_for_all(f, "b", 0);
-	assert_int_equal(sched_once_count(f->s), 1);
-	assert_null(sched_invalidate(f->s, "b", 1, 5));
-	assert_int_equal(sched_once_count(f->s), 0);
+	assert_int_equal(policy_once_count(f->s), 1);
+	assert_null(policy_invalidate(f->s, "b", 1, 5));
+	assert_int_equal(policy_once_count(f->s), 0);
 
 	/* Dropped, then asked for again: remembered, so demanded at once. */
 	asked_for_all(f, "c", 0);
-	e = sched_once_excess(f->s, 0, true);
+	e = policy_once_excess(f->s, 0, true);
 	assert_non_null(e);
 	assert_true(entry_is_key(e, "c"));
-	sched_evict_victim(f->s, e);
-	assert_null(sched_once_excess(f->s, 0, true));
+	policy_evict_victim(f->s, e);
+	assert_null(policy_once_excess(f->s, 0, true));
 	assert_true(asked_for(f, "c"));
-	assert_int_equal(sched_once_count(f->s), 0);
+	assert_int_equal(policy_once_count(f->s), 0);
 }
 
 /*
@@ -2620,27 +2620,27 @@ static void
 test_fair_fetch_bound(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry *e;
+	PolicyEntry *e;
 	int			dropped = 0;
 
 	asked_for_all(f, "abcdef", 0);
 	asked_for_all(f, "g", 1);
-	while ((e = sched_once_excess(f->s, 3, true)) != NULL)
+	while ((e = policy_once_excess(f->s, 3, true)) != NULL)
 	{
 		f->buf[dropped++] = e->key[0];
-		sched_evict_victim(f->s, e);
+		policy_evict_victim(f->s, e);
 	}
 	f->buf[dropped] = '\0';
 	assert_string_equal(f->buf, "abcd");
-	assert_int_equal(sched_once_count(f->s), 3);
-	assert_int_equal(sched_count(f->s), 3);
+	assert_int_equal(policy_once_count(f->s), 3);
+	assert_int_equal(policy_count(f->s), 3);
 
 	/* "e" read again: the eviction promotes it and so demands it. */
 	visit(f, "e");
 	assert_string_equal(sieve_evict(f), "f");
 	assert_true(in_main(f, "e"));
-	assert_true(sched_lookup(f->s, "e", 1)->demanded);
-	assert_int_equal(sched_once_count(f->s), 1);
+	assert_true(policy_lookup(f->s, "e", 1)->demanded);
+	assert_int_equal(policy_once_count(f->s), 1);
 	assert_string_equal(next_batch(f, 8, 1), "eg");
 }
 
@@ -2656,35 +2656,35 @@ static void
 test_fair_fetch_bound_behind_values(void **state)
 {
 	SieveFixture *f = *state;
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
-	SchedEntry *e;
+	PolicyConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	PolicyEntry *e;
 
 	cached(f, "xy");
 	asked_for_all(f, "abcdef", 0);
-	assert_int_equal(sched_once_count(f->s), 6);
-	assert_null(sched_once_excess(f->s, 3, true));
+	assert_int_equal(policy_once_count(f->s), 6);
+	assert_null(policy_once_excess(f->s, 3, true));
 	assert_string_equal(sieve_evict(f), "x");
-	assert_null(sched_once_excess(f->s, 3, true));
+	assert_null(policy_once_excess(f->s, 3, true));
 	assert_string_equal(sieve_evict(f), "y");
-	e = sched_once_excess(f->s, 3, true);
+	e = policy_once_excess(f->s, 3, true);
 	assert_non_null(e);
 	assert_true(entry_is_key(e, "a"));
-	sched_evict_victim(f->s, e);
-	assert_int_equal(sched_once_count(f->s), 5);
+	policy_evict_victim(f->s, e);
+	assert_int_equal(policy_once_count(f->s), 5);
 
 	/* The oldest key's refresh is out: not eviction's to take. */
-	sched_destroy(f->s);
-	f->s = sched_create(&config, malloc, free);
+	policy_destroy(f->s);
+	f->s = policy_create(&config, malloc, free);
 	cached(f, "z");
 	asked_for_all(f, "ab", 0);
-	assert_null(sched_once_excess(f->s, 0, true));
-	assert_non_null(sched_try_begin_fetch(f->s, "z", 1, true,
-										  DEFAULT_EXPIRY_MS + 1));
+	assert_null(policy_once_excess(f->s, 0, true));
+	assert_non_null(policy_try_begin_fetch(f->s, "z", 1, true,
+										   DEFAULT_EXPIRY_MS + 1));
 	assert_string_equal(next_batch(f, 1, DEFAULT_EXPIRY_MS + 1), "z");
-	e = sched_once_excess(f->s, 0, true);
+	e = policy_once_excess(f->s, 0, true);
 	assert_non_null(e);
 	assert_true(entry_is_key(e, "a"));
-	assert_null(sched_once_excess(f->s, 0, false));
+	assert_null(policy_once_excess(f->s, 0, false));
 }
 
 /* ----------------------------------------------------------------
@@ -2696,29 +2696,29 @@ test_fair_fetch_bound_behind_values(void **state)
 #define LEGIT_ROLE 1000
 
 /* Ask for key as role, read once or demanded; the key's entry. */
-static SchedEntry *
-role_asks(Sched *s, uint32_t role, const char *key, bool demanded,
-		  SchedTime now)
+static PolicyEntry *
+role_asks(Policy *s, uint32_t role, const char *key, bool demanded,
+		  PolicyTime now)
 {
-	SchedEntry *e;
+	PolicyEntry *e;
 
-	(void) sched_try_begin_fetch(s, key, strlen(key), false, now);
-	e = sched_lookup(s, key, strlen(key));
+	(void) policy_try_begin_fetch(s, key, strlen(key), false, now);
+	e = policy_lookup(s, key, strlen(key));
 	assert_non_null(e);
-	sched_set_flow(s, e, role);
+	policy_set_flow(s, e, role);
 	if (demanded)
-		sched_note_demand(s, e);
+		policy_note_demand(s, e);
 	return e;
 }
 
 /* Complete a dispatched fetch with a value. */
 static void
-fetched(Sched *s, SchedEntry *e, SchedTime now)
+fetched(Policy *s, PolicyEntry *e, PolicyTime now)
 {
 	assert_true(e->dispatched);
-	assert_int_equal(sched_complete_fetch(s, e, SCHED_RESULT_VALUE, NULL,
-										  now),
-					 SCHED_DONE);
+	assert_int_equal(policy_complete_fetch(s, e, POLICY_RESULT_VALUE, NULL,
+										   now),
+					 POLICY_DONE);
 }
 
 typedef struct TurnCase
@@ -2755,20 +2755,20 @@ test_fair_turns_table(void **state)
 		{7, 10000, 500, true, true},
 		{2, 5, 500, true, false},
 	};
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	PolicyConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
 	size_t		c;
 
 	(void) state;
 	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 	{
 		const TurnCase *tc = &cases[c];
-		Sched	   *s = sched_create(&config, malloc, free);
+		Policy	   *s = policy_create(&config, malloc, free);
 		int		   *next = calloc(tc->roles, sizeof(int));
 		int			total = tc->roles * tc->flood + 1;
 		int			done = 0;
 		int			legit_at = -1;
 		char		key[KEY_MAX];
-		SchedEntry **batch;
+		PolicyEntry **batch;
 		int			n;
 		int			r;
 		int			i;
@@ -2780,10 +2780,10 @@ test_fair_turns_table(void **state)
 				(void) role_asks(s, (uint32_t) r + 1, key, tc->demanded, 0);
 			}
 		(void) role_asks(s, LEGIT_ROLE, "legit", tc->legit_demanded, 0);
-		assert_int_equal(sched_flow_count(s), tc->roles + 1);
-		assert_int_equal(sched_flow_waiting(s, LEGIT_ROLE), 1);
+		assert_int_equal(policy_flow_count(s), tc->roles + 1);
+		assert_int_equal(policy_flow_waiting(s, LEGIT_ROLE), 1);
 
-		while ((n = sched_ready_batch(s, 0, tc->batch_size, 0, &batch)) > 0)
+		while ((n = policy_ready_batch(s, 0, tc->batch_size, 0, &batch)) > 0)
 		{
 			int		   *in_batch = calloc(tc->roles, sizeof(int));
 			int			most = 0;
@@ -2791,7 +2791,7 @@ test_fair_turns_table(void **state)
 
 			for (i = 0; i < n; i++)
 			{
-				SchedEntry *e = batch[i];
+				PolicyEntry *e = batch[i];
 				int			k;
 
 				assert_true(e->keylen < sizeof(key));
@@ -2828,10 +2828,10 @@ test_fair_turns_table(void **state)
 		}
 		assert_int_equal(done, total);
 		assert_in_range(legit_at, 0, tc->roles);
-		assert_int_equal(sched_flow_count(s), 0);
-		assert_int_equal(sched_once_count(s), 0);
+		assert_int_equal(policy_flow_count(s), 0);
+		assert_int_equal(policy_once_count(s), 0);
 		free(next);
-		sched_destroy(s);
+		policy_destroy(s);
 	}
 }
 
@@ -2845,8 +2845,8 @@ test_fair_takeover(void **state)
 {
 	SieveFixture *f = *state;
 	char		key[KEY_MAX];
-	SchedEntry **batch;
-	SchedEntry *e;
+	PolicyEntry **batch;
+	PolicyEntry *e;
 	int			i;
 
 	for (i = 0; i < 100; i++)
@@ -2857,26 +2857,26 @@ test_fair_takeover(void **state)
 	/* the flood also asked first for the other role's key */
 	e = role_asks(f->s, 1, "legit7", false, 0);
 	assert_int_equal(e->flow, 1);
-	assert_int_equal(sched_flow_waiting(f->s, 1), 101);
-	sched_set_flow(f->s, e, LEGIT_ROLE);
+	assert_int_equal(policy_flow_waiting(f->s, 1), 101);
+	policy_set_flow(f->s, e, LEGIT_ROLE);
 	assert_int_equal(e->flow, LEGIT_ROLE);
-	assert_int_equal(sched_flow_waiting(f->s, 1), 100);
-	sched_set_flow(f->s, e, 1);
+	assert_int_equal(policy_flow_waiting(f->s, 1), 100);
+	policy_set_flow(f->s, e, 1);
 	assert_int_equal(e->flow, LEGIT_ROLE);
 
 	/* one key each way: nothing to gain, nothing moves */
 	e = role_asks(f->s, 2, "solo", false, 0);
-	sched_set_flow(f->s, e, 3);
+	policy_set_flow(f->s, e, 3);
 	assert_int_equal(e->flow, 2);
 
 	/* legit7 goes in the first round, "solo" in the same */
-	assert_int_equal(sched_ready_batch(f->s, 0, 3, 0, &batch), 3);
+	assert_int_equal(policy_ready_batch(f->s, 0, 3, 0, &batch), 3);
 	assert_true(entry_is_key(batch[0], "atk0"));
 	assert_true(entry_is_key(batch[1], "legit7"));
 	assert_true(entry_is_key(batch[2], "solo"));
-	assert_int_equal(sched_flow_waiting(f->s, LEGIT_ROLE), 0);
-	assert_int_equal(sched_flow_waiting(f->s, 2), 0);
-	assert_int_equal(sched_flow_waiting(f->s, 1), 99);
+	assert_int_equal(policy_flow_waiting(f->s, LEGIT_ROLE), 0);
+	assert_int_equal(policy_flow_waiting(f->s, 2), 0);
+	assert_int_equal(policy_flow_waiting(f->s, 1), 99);
 }
 
 /*
@@ -2888,25 +2888,25 @@ static void
 test_fair_backoff(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry *b;
-	SchedTime	due;
+	PolicyEntry *b;
+	PolicyTime	due;
 
 	b = role_asks(f->s, 2, "b", true, 0);
 	(void) role_asks(f->s, 1, "a", true, 0);
 	assert_string_equal(next_batch(f, 1, 0), "b");
 	/* b pending: its first retry is due at once, after a's turn */
-	assert_int_equal(sched_complete_fetch(f->s, b, SCHED_RESULT_PENDING,
-										  NULL, 0), SCHED_RESCHEDULED);
+	assert_int_equal(policy_complete_fetch(f->s, b, POLICY_RESULT_PENDING,
+										   NULL, 0), POLICY_RESCHEDULED);
 	assert_string_equal(next_batch(f, 1, 0), "a");
-	fetched(f->s, sched_lookup(f->s, "a", 1), 0);
+	fetched(f->s, policy_lookup(f->s, "a", 1), 0);
 	assert_string_equal(next_batch(f, 1, 0), "b");
 	/* pending again: the second retry waits 1 s, in no turn */
-	assert_int_equal(sched_complete_fetch(f->s, b, SCHED_RESULT_PENDING,
-										  NULL, 0), SCHED_RESCHEDULED);
+	assert_int_equal(policy_complete_fetch(f->s, b, POLICY_RESULT_PENDING,
+										   NULL, 0), POLICY_RESCHEDULED);
 	due = b->fetch_when;
 	assert_true(due > 0);
-	assert_int_equal(sched_flow_waiting(f->s, 2), 0);
-	assert_int_equal(sched_flow_count(f->s), 0);
+	assert_int_equal(policy_flow_waiting(f->s, 2), 0);
+	assert_int_equal(policy_flow_count(f->s), 0);
 
 	/* role 1 asks for more; until b is due, role 1 has every turn */
 	(void) role_asks(f->s, 1, "c", true, 1);
@@ -2916,7 +2916,7 @@ test_fair_backoff(void **state)
 	(void) role_asks(f->s, 1, "e", true, due);
 	assert_string_equal(next_batch(f, 3, due), "dbe");
 	assert_true(b->demanded);
-	assert_int_equal(sched_flow_count(f->s), 0);
+	assert_int_equal(policy_flow_count(f->s), 0);
 }
 
 /*
@@ -2928,21 +2928,21 @@ static void
 test_fair_leave_turn(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry *e;
-	SchedTime	when;
+	PolicyEntry *e;
+	PolicyTime	when;
 
 	(void) role_asks(f->s, 1, "a", false, 0);
 	(void) role_asks(f->s, 2, "b", false, 0);
 	e = role_asks(f->s, 3, "c", true, 0);
-	assert_int_equal(sched_flow_count(f->s), 3);
-	assert_null(sched_invalidate(f->s, "a", 1, 0));
-	assert_int_equal(sched_flow_count(f->s), 2);
-	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE, &when));
-	assert_int_equal(sched_request_evict(f->s, "b", 1), SCHED_EVICT_NOW);
-	assert_int_equal(sched_flow_count(f->s), 1);
-	sched_resume_backoff(f->s, e, 3, 10);
-	assert_int_equal(sched_flow_count(f->s), 0);
-	assert_true(sched_peek(f->s, SCHED_QUEUE_DUE_NEW, &when));
+	assert_int_equal(policy_flow_count(f->s), 3);
+	assert_null(policy_invalidate(f->s, "a", 1, 0));
+	assert_int_equal(policy_flow_count(f->s), 2);
+	assert_true(policy_peek(f->s, POLICY_QUEUE_DUE, &when));
+	assert_int_equal(policy_request_evict(f->s, "b", 1), POLICY_EVICT_NOW);
+	assert_int_equal(policy_flow_count(f->s), 1);
+	policy_resume_backoff(f->s, e, 3, 10);
+	assert_int_equal(policy_flow_count(f->s), 0);
+	assert_true(policy_peek(f->s, POLICY_QUEUE_DUE_NEW, &when));
 	assert_int_equal(when, e->fetch_when);
 	assert_string_equal(next_batch(f, 3, 10), "a");
 	assert_string_equal(next_batch(f, 3, e->fetch_when), "c");
@@ -2975,19 +2975,19 @@ test_fair_once_bound_table(void **state)
 		{20000, 1, 8000, false},
 		{5, 2, 0, false},
 	};
-	SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+	PolicyConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
 	size_t		c;
 
 	(void) state;
 	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 	{
 		const OnceBoundCase *oc = &cases[c];
-		Sched	   *s = sched_create(&config, malloc, free);
+		Policy	   *s = policy_create(&config, malloc, free);
 		char		key[KEY_MAX];
 		int			flood_left = oc->flood;
 		int			legit_left = oc->legit;
 		int			next_flood = 0;
-		SchedEntry *e;
+		PolicyEntry *e;
 		int			i;
 		size_t		kept;
 
@@ -3001,8 +3001,8 @@ test_fair_once_bound_table(void **state)
 			snprintf(key, sizeof(key), "atk%d", i);
 			(void) role_asks(s, 1, key, false, 0);
 		}
-		while ((e = sched_once_excess(s, oc->limit,
-									  oc->memory_short)) != NULL)
+		while ((e = policy_once_excess(s, oc->limit,
+									   oc->memory_short)) != NULL)
 		{
 			if (e->flow == 1)
 			{
@@ -3018,7 +3018,7 @@ test_fair_once_bound_table(void **state)
 				assert_true(legit_left >= flood_left);
 				legit_left--;
 			}
-			sched_evict_victim(s, e);
+			policy_evict_victim(s, e);
 		}
 		kept = (size_t) (oc->flood + oc->legit);
 		if (oc->memory_short && oc->limit < kept)
@@ -3026,8 +3026,8 @@ test_fair_once_bound_table(void **state)
 		assert_int_equal(flood_left + legit_left, (int) kept);
 		if ((size_t) oc->legit * 2 <= oc->limit || !oc->memory_short)
 			assert_int_equal(legit_left, oc->legit);
-		assert_int_equal(sched_once_count(s), flood_left + legit_left);
-		sched_destroy(s);
+		assert_int_equal(policy_once_count(s), flood_left + legit_left);
+		policy_destroy(s);
 	}
 }
 
@@ -3041,7 +3041,7 @@ static void
 test_owner_victims(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry **batch;
+	PolicyEntry **batch;
 	char		key[KEY_MAX];
 	int			i;
 
@@ -3049,54 +3049,54 @@ test_owner_victims(void **state)
 	for (i = 0; i < 8; i++)
 	{
 		key[0] = (char) ('a' + i);
-		sched_set_owner(f->s, sched_lookup(f->s, key, 1),
-						i < 5 ? 7 : (i < 7 ? 9 : 0));
+		policy_set_owner(f->s, policy_lookup(f->s, key, 1),
+						 i < 5 ? 7 : (i < 7 ? 9 : 0));
 	}
-	assert_int_equal(sched_owner_count(f->s, 7), 5);
-	assert_int_equal(sched_owner_count(f->s, 9), 2);
-	assert_int_equal(sched_owner_count(f->s, 0), 0);
+	assert_int_equal(policy_owner_count(f->s, 7), 5);
+	assert_int_equal(policy_owner_count(f->s, 9), 2);
+	assert_int_equal(policy_owner_count(f->s, 0), 0);
 
 	visit(f, "a");
 	/* b being fetched */
-	(void) sched_invalidate(f->s, "b", 1, 0);
-	assert_int_equal(sched_ready_batch(f->s, 0, 1, 0, &batch), 1);
+	(void) policy_invalidate(f->s, "b", 1, 0);
+	assert_int_equal(policy_ready_batch(f->s, 0, 1, 0, &batch), 1);
 	assert_true(entry_is_key(batch[0], "b"));
 
 	strcpy(f->buf, "");
 	{
-		SchedEntry *e = sched_owner_victim(f->s, 7, test_and_clear, &f->v);
+		PolicyEntry *e = policy_owner_victim(f->s, 7, test_and_clear, &f->v);
 
 		assert_true(entry_is_key(e, "c"));
-		sched_evict_victim(f->s, e);
+		policy_evict_victim(f->s, e);
 	}
-	assert_int_equal(sched_owner_count(f->s, 7), 4);
-	assert_true(entry_is_key(sched_owner_victim(f->s, 7, test_and_clear,
-												&f->v), "d"));
-	assert_true(entry_is_key(sched_owner_victim(f->s, 9, test_and_clear,
-												&f->v), "f"));
-	assert_null(sched_owner_victim(f->s, 0, test_and_clear, &f->v));
-	assert_null(sched_owner_victim(f->s, 5, test_and_clear, &f->v));
+	assert_int_equal(policy_owner_count(f->s, 7), 4);
+	assert_true(entry_is_key(policy_owner_victim(f->s, 7, test_and_clear,
+												 &f->v), "d"));
+	assert_true(entry_is_key(policy_owner_victim(f->s, 9, test_and_clear,
+												 &f->v), "f"));
+	assert_null(policy_owner_victim(f->s, 0, test_and_clear, &f->v));
+	assert_null(policy_owner_victim(f->s, 5, test_and_clear, &f->v));
 
 	/* one owner's keys, all being fetched or spared: no victim */
-	assert_int_equal(sched_request_evict(f->s, "d", 1), SCHED_EVICT_NOW);
-	assert_int_equal(sched_request_evict(f->s, "e", 1), SCHED_EVICT_NOW);
+	assert_int_equal(policy_request_evict(f->s, "d", 1), POLICY_EVICT_NOW);
+	assert_int_equal(policy_request_evict(f->s, "e", 1), POLICY_EVICT_NOW);
 	/* a's mark was taken at the first look: a goes now */
-	assert_true(entry_is_key(sched_owner_victim(f->s, 7, test_and_clear,
-												&f->v), "a"));
-	assert_int_equal(sched_request_evict(f->s, "a", 1), SCHED_EVICT_NOW);
-	assert_int_equal(sched_owner_count(f->s, 7), 1);
-	assert_null(sched_owner_victim(f->s, 7, test_and_clear, &f->v));
+	assert_true(entry_is_key(policy_owner_victim(f->s, 7, test_and_clear,
+												 &f->v), "a"));
+	assert_int_equal(policy_request_evict(f->s, "a", 1), POLICY_EVICT_NOW);
+	assert_int_equal(policy_owner_count(f->s, 7), 1);
+	assert_null(policy_owner_victim(f->s, 7, test_and_clear, &f->v));
 
 	/* a new owner takes the key over */
-	sched_set_owner(f->s, sched_lookup(f->s, "g", 1), 7);
-	assert_int_equal(sched_owner_count(f->s, 9), 1);
-	assert_int_equal(sched_owner_count(f->s, 7), 2);
-	assert_true(entry_is_key(sched_owner_victim(f->s, 7, test_and_clear,
-												&f->v), "g"));
+	policy_set_owner(f->s, policy_lookup(f->s, "g", 1), 7);
+	assert_int_equal(policy_owner_count(f->s, 9), 1);
+	assert_int_equal(policy_owner_count(f->s, 7), 2);
+	assert_true(entry_is_key(policy_owner_victim(f->s, 7, test_and_clear,
+												 &f->v), "g"));
 }
 
 /*
- * Pools (sched_set_pool_fn): keys 'a'..'m' are pool 0's, 'n'..'z' pool
+ * Pools (policy_set_pool_fn): keys 'a'..'m' are pool 0's, 'n'..'z' pool
  * 1's, digits pool 2's.
  */
 static int
@@ -3139,14 +3139,14 @@ test_pools_table(void **state)
 	(void) state;
 	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
 	{
-		SchedConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
+		PolicyConfig config = {DEFAULT_EXPIRY_MS, DEFAULT_GRACE_MS, 0, 60000};
 		SieveFixture f = {0};
 		size_t		before[3];
 		size_t		evicted = 0;
 		char		order[32];
 
-		f.s = sched_create(&config, malloc, free);
-		sched_set_pool_fn(f.s, letter_pool, NULL);
+		f.s = policy_create(&config, malloc, free);
+		policy_set_pool_fn(f.s, letter_pool, NULL);
 		cached(&f, rows[r].keys);
 		for (const char *k = rows[r].visited; *k; k++)
 		{
@@ -3155,7 +3155,7 @@ test_pools_table(void **state)
 			visit(&f, key);
 		}
 		for (int p = 0; p < 3; p++)
-			before[p] = sched_pool_count(f.s, p);
+			before[p] = policy_pool_count(f.s, p);
 		assert_int_equal(before[0] + before[1] + before[2],
 						 strlen(rows[r].keys));
 		/* the dump's walk still sees every key of every pool */
@@ -3164,21 +3164,21 @@ test_pools_table(void **state)
 
 		for (;;)
 		{
-			SchedEntry *e = sched_memory_victim(f.s, rows[r].pool,
-												test_and_clear, &f.v);
+			PolicyEntry *e = policy_memory_victim(f.s, rows[r].pool,
+												  test_and_clear, &f.v);
 
 			if (e == NULL)
 				break;
 			assert_int_equal(letter_pool(e->key, e->keylen, NULL),
 							 rows[r].pool);
-			sched_evict_victim(f.s, e);
+			policy_evict_victim(f.s, e);
 			evicted++;
 		}
 		assert_int_equal(evicted, rows[r].victims);
 		for (int p = 0; p < 3; p++)
-			assert_int_equal(sched_pool_count(f.s, p),
+			assert_int_equal(policy_pool_count(f.s, p),
 							 p == rows[r].pool ? 0 : before[p]);
-		sched_destroy(f.s);
+		policy_destroy(f.s);
 	}
 }
 
@@ -3190,45 +3190,45 @@ static void
 test_pools_bytes(void **state)
 {
 	SieveFixture *f = *state;
-	SchedEntry *e;
+	PolicyEntry *e;
 
-	sched_set_pool_fn(f->s, letter_pool, NULL);
+	policy_set_pool_fn(f->s, letter_pool, NULL);
 	cached(f, "ax1");
-	sched_set_bytes(f->s, sched_lookup(f->s, "x", 1), 4000);
-	sched_set_bytes(f->s, sched_lookup(f->s, "a", 1), 100);
-	assert_int_equal(sched_pool_bytes(f->s, 0), 100);
-	assert_int_equal(sched_pool_bytes(f->s, 1), 4000);
-	assert_int_equal(sched_pool_bytes(f->s, 2), 1);
+	policy_set_bytes(f->s, policy_lookup(f->s, "x", 1), 4000);
+	policy_set_bytes(f->s, policy_lookup(f->s, "a", 1), 100);
+	assert_int_equal(policy_pool_bytes(f->s, 0), 100);
+	assert_int_equal(policy_pool_bytes(f->s, 1), 4000);
+	assert_int_equal(policy_pool_bytes(f->s, 2), 1);
 
-	e = sched_memory_victim(f->s, 1, test_and_clear, &f->v);
+	e = policy_memory_victim(f->s, 1, test_and_clear, &f->v);
 	assert_non_null(e);
 	assert_memory_equal(e->key, "x", 1);
-	sched_evict_victim(f->s, e);
-	assert_int_equal(sched_pool_bytes(f->s, 1), 0);
-	assert_int_equal(sched_pool_bytes(f->s, 0), 100);
+	policy_evict_victim(f->s, e);
+	assert_int_equal(policy_pool_bytes(f->s, 1), 0);
+	assert_int_equal(policy_pool_bytes(f->s, 0), 100);
 
 	cached(f, "x");
-	e = sched_lookup(f->s, "x", 1);
+	e = policy_lookup(f->s, "x", 1);
 	assert_int_equal(e->pool, 1);
 	assert_true(e->in_main);	/* back from the ghost FIFO */
-	assert_int_equal(sched_pool_count(f->s, 1), 1);
-	assert_int_equal(sched_pool_count(f->s, 0), 1);
+	assert_int_equal(policy_pool_count(f->s, 1), 1);
+	assert_int_equal(policy_pool_count(f->s, 0), 1);
 }
 
 /*
  * Dispatch the n keys due at now, in one batch, and complete each with
  * answer; what the last completion said.
  */
-static SchedCompletion
-complete_all(Store *st, int n, Answer answer, SchedTime now)
+static PolicyCompletion
+complete_all(Store *st, int n, Answer answer, PolicyTime now)
 {
-	SchedEntry **batch = NULL;
-	SchedEntry *taken[8];
-	SchedCompletion last = SCHED_DONE;
+	PolicyEntry **batch = NULL;
+	PolicyEntry *taken[8];
+	PolicyCompletion last = POLICY_DONE;
 
-	assert_int_equal(sched_ready_batch(st->sched, now, DISPATCH_BATCH_SIZE, 0,
-									   &batch), n);
-	memcpy(taken, batch, n * sizeof(SchedEntry *));
+	assert_int_equal(policy_ready_batch(st->policy, now, DISPATCH_BATCH_SIZE, 0,
+										&batch), n);
+	memcpy(taken, batch, n * sizeof(PolicyEntry *));
 	for (int i = 0; i < n; i++)
 		last = complete(st, taken[i], answer, now);
 	return last;
@@ -3236,7 +3236,7 @@ complete_all(Store *st, int n, Answer answer, SchedTime now)
 
 /*
  * A pool's own max_retry_backoff and refresh_interval
- * (sched_set_pool_config) apply to its keys only.  Each row: the pool's
+ * (policy_set_pool_config) apply to its keys only.  Each row: the pool's
  * own settings (-1: the config's, 60 s backoff and no refresh) and the
  * delays its key waits after consecutive failures, beside a pool 0 key
  * that keeps the config's.
@@ -3260,23 +3260,23 @@ test_pool_config_table(void **state)
 	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
 	{
 		Store		st;
-		SchedTime	now = 0;
-		SchedEntry *e;
+		PolicyTime	now = 0;
+		PolicyEntry *e;
 
 		store_init_full(&st, 5000, 5000, 0, 60000);
-		sched_set_pool_fn(st.sched, letter_pool, NULL);
-		sched_set_pool_config(st.sched, 1, rows[r].backoff, rows[r].refresh);
+		policy_set_pool_fn(st.policy, letter_pool, NULL);
+		policy_set_pool_config(st.policy, 1, rows[r].backoff, rows[r].refresh);
 		assert_non_null(begin_fetch(&st, "x", now));
 		assert_non_null(begin_fetch(&st, "a", now));
 		assert_int_equal(lookup(&st, "x")->pool, 1);
 		for (int i = 0; i < 4; i++)
 		{
 			static const int64_t config_delays[] = {0, 1000, 1500, 2250};
-			SchedEntry *x;
-			SchedEntry *a;
+			PolicyEntry *x;
+			PolicyEntry *a;
 
 			assert_int_equal(complete_all(&st, 2, ANSWER_PENDING, now),
-							 SCHED_RESCHEDULED);
+							 POLICY_RESCHEDULED);
 			x = in_progress(&st, "x");
 			a = in_progress(&st, "a");
 			assert_int_equal(x->has_fetch_when ? x->fetch_when - now : 0,
@@ -3287,13 +3287,13 @@ test_pool_config_table(void **state)
 		}
 		/* A value: the pool's refresh is scheduled, the config's is none. */
 		assert_int_equal(complete_all(&st, 2, ANSWER_ENABLED, now),
-						 SCHED_DONE);
+						 POLICY_DONE);
 		e = lookup(&st, "x");
 		if (rows[r].refresh > 0)
-			assert_true(e->heap_pos[SCHED_QUEUE_REFRESH] >= 0);
+			assert_true(e->heap_pos[POLICY_QUEUE_REFRESH] >= 0);
 		else
-			assert_true(e->heap_pos[SCHED_QUEUE_REFRESH] < 0);
-		assert_true(lookup(&st, "a")->heap_pos[SCHED_QUEUE_REFRESH] < 0);
+			assert_true(e->heap_pos[POLICY_QUEUE_REFRESH] < 0);
+		assert_true(lookup(&st, "a")->heap_pos[POLICY_QUEUE_REFRESH] < 0);
 		store_free(&st);
 	}
 }
@@ -3307,31 +3307,31 @@ static void
 test_expiry_change_moves_evictions(void **state)
 {
 	Store		st;
-	SchedConfig config;
-	SchedTime	when;
+	PolicyConfig config;
+	PolicyTime	when;
 
 	(void) state;
 	store_init(&st, 1000, 500, 0);
-	(void) sched_restore_complete(st.sched, "a", 1, 0, 1500, NULL, false, 0);
-	(void) sched_restore_complete(st.sched, "b", 1, 100, 1600, NULL, false, 0);
+	(void) policy_restore_complete(st.policy, "a", 1, 0, 1500, NULL, false, 0);
+	(void) policy_restore_complete(st.policy, "b", 1, 100, 1600, NULL, false, 0);
 
-	config = *sched_config(st.sched);
+	config = *policy_config(st.policy);
 	config.expiry_ms = 5000;
-	assert_int_equal(sched_set_config(st.sched, &config), 2);
-	assert_true(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_int_equal(policy_set_config(st.policy, &config), 2);
+	assert_true(policy_peek(st.policy, POLICY_QUEUE_EVICT, &when));
 	assert_int_equal(when, 5500);
 	assert_int_equal(lookup(&st, "b")->expiry, 5600);
-	assert_null(sched_pop_eviction(st.sched, 1600));
-	assert_true(entry_is_key(sched_pop_eviction(st.sched, 5500), "a"));
+	assert_null(policy_pop_eviction(st.policy, 1600));
+	assert_true(entry_is_key(policy_pop_eviction(st.policy, 5500), "a"));
 
 	/* lowered: due at once */
 	config.expiry_ms = 100;
 	config.grace_period_ms = 0;
-	assert_int_equal(sched_set_config(st.sched, &config), 2);
-	assert_true(entry_is_key(sched_pop_eviction(st.sched, 300), "b"));
+	assert_int_equal(policy_set_config(st.policy, &config), 2);
+	assert_true(entry_is_key(policy_pop_eviction(st.policy, 300), "b"));
 
 	/* unchanged: nothing moves */
-	assert_int_equal(sched_set_config(st.sched, &config), 0);
+	assert_int_equal(policy_set_config(st.policy, &config), 0);
 	store_free(&st);
 }
 
@@ -3341,17 +3341,17 @@ test_expiry_change_moves_evictions(void **state)
  */
 
 /* Fetch key and complete it with a value and these periods (-1: default). */
-static SchedEntry *
+static PolicyEntry *
 fetch_with_periods(Store *st, const char *key, int64_t max_age_ms,
-				   int64_t stale_for_ms, SchedTime now)
+				   int64_t stale_for_ms, PolicyTime now)
 {
-	SchedPeriods periods = {max_age_ms, stale_for_ms};
-	SchedEntry *e;
+	PolicyPeriods periods = {max_age_ms, stale_for_ms};
+	PolicyEntry *e;
 
 	(void) begin_fetch(st, key, now);
 	e = dispatch(st, key, now);
 	assert_int_equal(complete_periods(st, e, ANSWER_ENABLED, &periods, now),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	return lookup(st, key);
 }
 
@@ -3359,9 +3359,9 @@ static void
 test_period_helpers(void **state)
 {
 	(void) state;
-	assert_int_equal(sched_period(SCHED_PERIOD_DEFAULT, 300000), 300000);
-	assert_int_equal(sched_period(0, 300000), 0);
-	assert_int_equal(sched_period(1500, 300000), 1500);
+	assert_int_equal(policy_period(POLICY_PERIOD_DEFAULT, 300000), 300000);
+	assert_int_equal(policy_period(0, 300000), 0);
+	assert_int_equal(policy_period(1500, 300000), 1500);
 }
 
 /*
@@ -3372,8 +3372,8 @@ static void
 test_periods_freshness_and_eviction(void **state)
 {
 	Store		st;
-	SchedEntry *e;
-	SchedTime	when;
+	PolicyEntry *e;
+	PolicyTime	when;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 0);
@@ -3381,11 +3381,11 @@ test_periods_freshness_and_eviction(void **state)
 	e = fetch_with_periods(&st, KEY1, 1000, 2000, 0);
 	assert_int_equal(e->max_age_ms, 1000);
 	assert_int_equal(e->stale_for_ms, 2000);
-	assert_int_equal(sched_max_age(st.sched, e), 1000);
-	assert_int_equal(sched_stale_for(st.sched, e), 2000);
+	assert_int_equal(policy_max_age(st.policy, e), 1000);
+	assert_int_equal(policy_stale_for(st.policy, e), 2000);
 	assert_true(e->has_expiry);
 	assert_int_equal(e->expiry, 3000);
-	assert_true(sched_peek(st.sched, SCHED_QUEUE_EVICT, &when));
+	assert_true(policy_peek(st.policy, POLICY_QUEUE_EVICT, &when));
 	assert_int_equal(when, 3000);
 
 	/* fresh at 999 ms: no fetch; stale at 1,000 ms (not 5,000): fetched */
@@ -3393,25 +3393,25 @@ test_periods_freshness_and_eviction(void **state)
 	assert_non_null(begin_fetch(&st, KEY1, 1000));
 	/* this time the source gives none: the configuration's apply again */
 	assert_int_equal(dispatch_and_complete(&st, KEY1, ANSWER_ENABLED, 1000),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	e = lookup(&st, KEY1);
-	assert_int_equal(e->max_age_ms, SCHED_PERIOD_DEFAULT);
-	assert_int_equal(e->stale_for_ms, SCHED_PERIOD_DEFAULT);
+	assert_int_equal(e->max_age_ms, POLICY_PERIOD_DEFAULT);
+	assert_int_equal(e->stale_for_ms, POLICY_PERIOD_DEFAULT);
 	assert_int_equal(e->expiry, 11000);
 	assert_null(begin_fetch(&st, KEY1, 5999));
 
 	/* expired at the end of its periods, and evicted then */
 	e = fetch_with_periods(&st, KEY2, 100, 200, 0);
-	assert_int_equal(sched_freshness(e->last_fetch, 299,
-									 sched_max_age(st.sched, e),
-									 sched_stale_for(st.sched, e)),
-					 SCHED_STALE);
-	assert_int_equal(sched_freshness(e->last_fetch, 300,
-									 sched_max_age(st.sched, e),
-									 sched_stale_for(st.sched, e)),
-					 SCHED_EXPIRED);
-	assert_null(sched_pop_eviction(st.sched, 299));
-	e = sched_pop_eviction(st.sched, 300);
+	assert_int_equal(policy_freshness(e->last_fetch, 299,
+									  policy_max_age(st.policy, e),
+									  policy_stale_for(st.policy, e)),
+					 POLICY_STALE);
+	assert_int_equal(policy_freshness(e->last_fetch, 300,
+									  policy_max_age(st.policy, e),
+									  policy_stale_for(st.policy, e)),
+					 POLICY_EXPIRED);
+	assert_null(policy_pop_eviction(st.policy, 299));
+	e = policy_pop_eviction(st.policy, 300);
 	assert_non_null(e);
 	assert_true(entry_is_key(e, KEY2));
 	store_free(&st);
@@ -3422,15 +3422,15 @@ static void
 test_periods_one_own(void **state)
 {
 	Store		st;
-	SchedEntry *e;
+	PolicyEntry *e;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 0);
-	e = fetch_with_periods(&st, KEY1, 1000, SCHED_PERIOD_DEFAULT, 0);
-	assert_int_equal(sched_stale_for(st.sched, e), 5000);
+	e = fetch_with_periods(&st, KEY1, 1000, POLICY_PERIOD_DEFAULT, 0);
+	assert_int_equal(policy_stale_for(st.policy, e), 5000);
 	assert_int_equal(e->expiry, 6000);
-	e = fetch_with_periods(&st, KEY2, SCHED_PERIOD_DEFAULT, 0, 0);
-	assert_int_equal(sched_max_age(st.sched, e), 5000);
+	e = fetch_with_periods(&st, KEY2, POLICY_PERIOD_DEFAULT, 0, 0);
+	assert_int_equal(policy_max_age(st.policy, e), 5000);
 	assert_int_equal(e->expiry, 5000);
 	/* max_age 0: stale at once, so every request fetches it */
 	e = fetch_with_periods(&st, KEY3, 0, 1000, 0);
@@ -3446,10 +3446,10 @@ static void
 test_periods_pending_not_modified_refresh(void **state)
 {
 	Store		st;
-	SchedEntry *e;
-	SchedPeriods shorter = {500, 500};
-	SchedPeriods longer = {8000, 1000};
-	SchedConfig config;
+	PolicyEntry *e;
+	PolicyPeriods shorter = {500, 500};
+	PolicyPeriods longer = {8000, 1000};
+	PolicyConfig config;
 
 	(void) state;
 	store_init(&st, 5000, 5000, 0);
@@ -3458,24 +3458,24 @@ test_periods_pending_not_modified_refresh(void **state)
 	assert_non_null(begin_fetch(&st, KEY1, 1500));
 	e = dispatch(&st, KEY1, 1500);
 	assert_int_equal(complete_periods(&st, e, ANSWER_PENDING, &shorter, 1500),
-					 SCHED_RESCHEDULED);
+					 POLICY_RESCHEDULED);
 	assert_int_equal(e->max_age_ms, 1000);
 	assert_int_equal(e->stale_for_ms, 2000);
 
 	e = dispatch(&st, KEY1, 1500);	/* the first retry is immediate */
 	assert_int_equal(complete_periods(&st, e, ANSWER_NOT_MODIFIED, &shorter,
-									  1500), SCHED_DONE);
+									  1500), POLICY_DONE);
 	assert_int_equal(e->max_age_ms, 500);
 	assert_int_equal(e->expiry, 2500);
 
 	/* a refresh (valid for 500 / 500: 700 ms) takes new periods only */
-	config = *sched_config(st.sched);
+	config = *policy_config(st.policy);
 	config.refresh_interval_ms = 700;
-	(void) sched_set_config(st.sched, &config);
+	(void) policy_set_config(st.policy, &config);
 	assert_non_null(refresh_key(&st, KEY1, 2200));
 	e = dispatch(&st, KEY1, 2200);
 	assert_int_equal(complete_periods(&st, e, ANSWER_ENABLED, &longer, 2200),
-					 SCHED_DONE);
+					 POLICY_DONE);
 	assert_int_equal(e->max_age_ms, 8000);
 	assert_int_equal(e->expiry, 2500);	/* not pushed */
 	store_free(&st);
@@ -3490,10 +3490,10 @@ test_periods_pending_not_modified_refresh(void **state)
 static void
 test_periods_refresh_rule(void **state)
 {
-	SchedConfig config = {5000, 5000, 2500, DEFAULT_MAX_BACKOFF_MS};
+	PolicyConfig config = {5000, 5000, 2500, DEFAULT_MAX_BACKOFF_MS};
 	Store		st;
-	SchedEntry *e;
-	SchedTime	when;
+	PolicyEntry *e;
+	PolicyTime	when;
 
 	(void) state;
 
@@ -3501,26 +3501,26 @@ test_periods_refresh_rule(void **state)
 	 * 2,500 ms is outside (5 s, 10 s): no key following the settings
 	 * refreshes
 	 */
-	st.sched = sched_create(&config, malloc, free);
+	st.policy = policy_create(&config, malloc, free);
 	st.shared = calloc(1, sizeof(FakeShared));
 	assert_non_null(st.shared);
 
-	e = fetch_with_periods(&st, KEY1, SCHED_PERIOD_DEFAULT,
-						   SCHED_PERIOD_DEFAULT, 0);
-	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+	e = fetch_with_periods(&st, KEY1, POLICY_PERIOD_DEFAULT,
+						   POLICY_PERIOD_DEFAULT, 0);
+	assert_int_equal(e->heap_pos[POLICY_QUEUE_REFRESH], -1);
 
 	/* (1 s, 3 s) holds it */
 	e = fetch_with_periods(&st, KEY2, 1000, 2000, 0);
-	assert_true(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+	assert_true(policy_peek(st.policy, POLICY_QUEUE_REFRESH, &when));
 	assert_int_equal(when, 2500);
 	/* bounds are strict, as for the settings */
 	e = fetch_with_periods(&st, KEY3, 2500, 1000, 0);
-	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+	assert_int_equal(e->heap_pos[POLICY_QUEUE_REFRESH], -1);
 	e = fetch_with_periods(&st, "k4", 1000, 1500, 0);
-	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
+	assert_int_equal(e->heap_pos[POLICY_QUEUE_REFRESH], -1);
 
 	/* KEY2 refreshes at 2.5 s, by itself */
-	e = sched_pop_refresh(st.sched, 2500);
+	e = policy_pop_refresh(st.policy, 2500);
 	assert_non_null(e);
 	assert_true(entry_is_key(e, KEY2));
 	assert_non_null(refresh_key(&st, KEY2, 2500));
@@ -3530,13 +3530,13 @@ test_periods_refresh_rule(void **state)
 	 * its source now says 10 s fresh: 2.5 s no longer fits, none is scheduled
 	 */
 	{
-		SchedPeriods p = {10000, 1000};
+		PolicyPeriods p = {10000, 1000};
 
 		assert_int_equal(complete_periods(&st, e, ANSWER_ENABLED, &p, 2500),
-						 SCHED_DONE);
+						 POLICY_DONE);
 	}
-	assert_int_equal(e->heap_pos[SCHED_QUEUE_REFRESH], -1);
-	assert_false(sched_peek(st.sched, SCHED_QUEUE_REFRESH, &when));
+	assert_int_equal(e->heap_pos[POLICY_QUEUE_REFRESH], -1);
+	assert_false(policy_peek(st.policy, POLICY_QUEUE_REFRESH, &when));
 	store_free(&st);
 }
 
@@ -3549,26 +3549,26 @@ static void
 test_periods_config_change(void **state)
 {
 	Store		st;
-	SchedConfig config;
-	SchedPeriods both = {100, 100};
-	SchedPeriods age_only = {100, SCHED_PERIOD_DEFAULT};
+	PolicyConfig config;
+	PolicyPeriods both = {100, 100};
+	PolicyPeriods age_only = {100, POLICY_PERIOD_DEFAULT};
 
 	(void) state;
 	store_init(&st, 1000, 500, 0);
-	(void) sched_restore_complete(st.sched, "own", 3, 0, 200, &both, false, 0);
-	(void) sched_restore_complete(st.sched, "age", 3, 0, 600, &age_only,
-								  false, 0);
-	(void) sched_restore_complete(st.sched, "cfg", 3, 0, 1500, NULL, false, 0);
+	(void) policy_restore_complete(st.policy, "own", 3, 0, 200, &both, false, 0);
+	(void) policy_restore_complete(st.policy, "age", 3, 0, 600, &age_only,
+								   false, 0);
+	(void) policy_restore_complete(st.policy, "cfg", 3, 0, 1500, NULL, false, 0);
 
-	config = *sched_config(st.sched);
+	config = *policy_config(st.policy);
 	config.expiry_ms = 5000;
-	assert_int_equal(sched_set_config(st.sched, &config), 1);
+	assert_int_equal(policy_set_config(st.policy, &config), 1);
 	assert_int_equal(lookup(&st, "own")->expiry, 200);
 	assert_int_equal(lookup(&st, "age")->expiry, 600);
 	assert_int_equal(lookup(&st, "cfg")->expiry, 5500);
 
 	config.grace_period_ms = 1500;
-	assert_int_equal(sched_set_config(st.sched, &config), 2);
+	assert_int_equal(policy_set_config(st.policy, &config), 2);
 	assert_int_equal(lookup(&st, "own")->expiry, 200);
 	assert_int_equal(lookup(&st, "age")->expiry, 1600);
 	assert_int_equal(lookup(&st, "cfg")->expiry, 6500);
@@ -3579,13 +3579,13 @@ test_periods_config_change(void **state)
 	store_free(&st);
 }
 
-#define NW SCHED_ROOM_NO_WRITER
-#define FITS SCHED_ROOM_FITS
-#define REFUSED SCHED_ROOM_REFUSED
-#define TOO_LARGE SCHED_ROOM_TOO_LARGE
+#define NW POLICY_ROOM_NO_WRITER
+#define FITS POLICY_ROOM_FITS
+#define REFUSED POLICY_ROOM_REFUSED
+#define TOO_LARGE POLICY_ROOM_TOO_LARGE
 
 /*
- * Who pays for room (sched_room_payer), per setting: three pools, the
+ * Who pays for room (policy_room_payer), per setting: three pools, the
  * default cache's (0, no budget) and two named caches', with or without a
  * budget; target 1000 bytes.  A cache with a budget pays for its own
  * writes only, and a write larger than its budget never fits; the pools
@@ -3652,7 +3652,7 @@ test_room_payer_table(void **state)
 	(void) state;
 	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
 	{
-		SchedPoolUse pools[3];
+		PolicyPoolUse pools[3];
 		size_t		used = rows[r].used;
 
 		for (int p = 0; p < 3; p++)
@@ -3663,11 +3663,11 @@ test_room_payer_table(void **state)
 			if (rows[r].used == 0)
 				used += rows[r].bytes[p];
 		}
-		if (sched_room_payer(pools, 3, rows[r].writer, rows[r].need,
-							 rows[r].freed, used, 1000) != rows[r].payer)
+		if (policy_room_payer(pools, 3, rows[r].writer, rows[r].need,
+							  rows[r].freed, used, 1000) != rows[r].payer)
 			fail_msg("row %zu (%s): payer %d, expected %d", r, rows[r].name,
-					 sched_room_payer(pools, 3, rows[r].writer, rows[r].need,
-									  rows[r].freed, used, 1000),
+					 policy_room_payer(pools, 3, rows[r].writer, rows[r].need,
+									   rows[r].freed, used, 1000),
 					 rows[r].payer);
 	}
 }
@@ -3680,7 +3680,7 @@ test_room_payer_table(void **state)
 static void
 test_room_payer_loop(void **state)
 {
-	SchedPoolUse pools[2] = {{680, 0, true}, {0, 300, false}};
+	PolicyPoolUse pools[2] = {{680, 0, true}, {0, 300, false}};
 	size_t		sizes[2][64];
 	int			held[2] = {68, 0};
 	size_t		overhead = 20;
@@ -3690,9 +3690,9 @@ test_room_payer_loop(void **state)
 	{
 		int			payer;
 
-		while ((payer = sched_room_payer(pools, 2, 1, 200, 1,
-										 overhead + pools[0].bytes +
-										 pools[1].bytes, 1000)) >= 0)
+		while ((payer = policy_room_payer(pools, 2, 1, 200, 1,
+										  overhead + pools[0].bytes +
+										  pools[1].bytes, 1000)) >= 0)
 		{
 			assert_int_equal(payer, 1);
 			/* the oldest of its own goes */
@@ -3702,7 +3702,7 @@ test_room_payer_loop(void **state)
 			held[1]--;
 			pools[1].can_give = held[1] > 0;
 		}
-		assert_int_equal(payer, SCHED_ROOM_FITS);
+		assert_int_equal(payer, POLICY_ROOM_FITS);
 		sizes[1][held[1]++] = 200;
 		pools[1].bytes += 200;
 		pools[1].can_give = true;
@@ -3745,12 +3745,12 @@ test_role_bounds_table(void **state)
 	(void) state;
 	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
 	{
-		if (sched_role_fits(rows[r].keys, rows[r].bytes, rows[r].add,
-							rows[r].key_bound, rows[r].byte_bound) !=
+		if (policy_role_fits(rows[r].keys, rows[r].bytes, rows[r].add,
+							 rows[r].key_bound, rows[r].byte_bound) !=
 			rows[r].fits)
 			fail_msg("row %zu: fits", r);
-		if (sched_role_over_low(rows[r].keys, rows[r].bytes,
-								rows[r].key_bound, rows[r].byte_bound) !=
+		if (policy_role_over_low(rows[r].keys, rows[r].bytes,
+								 rows[r].key_bound, rows[r].byte_bound) !=
 			rows[r].over_low)
 			fail_msg("row %zu: over its low marks", r);
 	}
@@ -3780,17 +3780,17 @@ test_value_in_use_table(void **state)
 		{true, 101, 100, 10, true},
 		{true, 104, 100, 10, true},
 		{true, 105, 100, 10, false},
-		{true, SCHED_STAMP_MODULUS - 3, 4, 10, true},
-		{true, SCHED_STAMP_MODULUS - 6, 4, 10, false},
-		{true, 2, SCHED_STAMP_MODULUS - 1, 10, true},
-		{true, 100, 100 + SCHED_STAMP_MODULUS / 2, SCHED_STAMP_MODULUS / 2,
+		{true, POLICY_STAMP_MODULUS - 3, 4, 10, true},
+		{true, POLICY_STAMP_MODULUS - 6, 4, 10, false},
+		{true, 2, POLICY_STAMP_MODULUS - 1, 10, true},
+		{true, 100, 100 + POLICY_STAMP_MODULUS / 2, POLICY_STAMP_MODULUS / 2,
 		false},
 	};
 
 	(void) state;
 	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
-		assert_int_equal(sched_value_in_use(rows[r].has_value, rows[r].stamp,
-											rows[r].now, rows[r].window),
+		assert_int_equal(policy_value_in_use(rows[r].has_value, rows[r].stamp,
+											 rows[r].now, rows[r].window),
 						 rows[r].in_use);
 }
 
@@ -3821,17 +3821,17 @@ test_scan_pace_table(void **state)
 	(void) state;
 	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
 	{
-		SchedScanPace pace;
-		SchedTime	start = 5000;
-		SchedTime	end = start + rows[r].took;
-		SchedTime	asked = end + rows[r].asked_after;
+		PolicyScanPace pace;
+		PolicyTime	start = 5000;
+		PolicyTime	end = start + rows[r].took;
+		PolicyTime	asked = end + rows[r].asked_after;
 
-		sched_scan_pace_init(&pace);
-		assert_true(sched_scan_due(&pace, start));
-		assert_int_equal(sched_scan_wait(&pace, start), 0);
-		sched_scan_done(&pace, start, end);
-		assert_int_equal(sched_scan_due(&pace, asked), rows[r].due);
-		assert_int_equal(sched_scan_wait(&pace, asked), rows[r].wait);
+		policy_scan_pace_init(&pace);
+		assert_true(policy_scan_due(&pace, start));
+		assert_int_equal(policy_scan_wait(&pace, start), 0);
+		policy_scan_done(&pace, start, end);
+		assert_int_equal(policy_scan_due(&pace, asked), rows[r].due);
+		assert_int_equal(policy_scan_wait(&pace, asked), rows[r].wait);
 	}
 }
 
