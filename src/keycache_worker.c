@@ -2181,7 +2181,7 @@ dump_step(void)
 	{
 		next_dump_ms = real_now + (int64) pc_dump_interval_s * 1000;
 		/* The snapshots are small: written at once, beside the keys. */
-		pc_snapshots_dump();
+		pc_snap_dump_all();
 		key_dump = begin_key_dump();
 		/* Listing the keys was the first slice. */
 		rest_after_slice(real_now);
@@ -2220,7 +2220,7 @@ dump_at_exit(int code, Datum arg)
 		return;
 	/* Exiting on an ERROR: no lock of ours may stay held while we read. */
 	LWLockReleaseAll();
-	pc_snapshots_dump();
+	pc_snap_dump_all();
 	d = begin_key_dump();
 	if (d == NULL)
 		return;

@@ -43,8 +43,8 @@ int			pc_batch_interval_ms = 100;
 int			pc_fetch_timeout_ms = 30 * 1000;
 int			pc_max_memory_kb = 64 * 1024;
 int			pc_max_snapshots = 64;
-int			pc_snapshot_memory_kb = -1;
-int			pc_snapshot_memory_per_owner_kb = -1;
+int			pc_snap_memory_kb = -1;
+int			pc_snap_memory_per_owner_kb = -1;
 int			pc_max_snapshots_per_owner = -1;
 int			pc_max_snapshots_per_database = -1;
 bool		pc_debug_clock = false;
@@ -245,7 +245,7 @@ define_settings(void)
 	DefineCustomIntVariable("projcache.snapshot_memory",
 							"Sets the part of projcache.max_memory that holds snapshot rows.",
 							"Keys cannot use it, and snapshots cannot use the rest. -1 means a quarter of projcache.max_memory.",
-							&pc_snapshot_memory_kb,
+							&pc_snap_memory_kb,
 							-1, -1, INT_MAX / 2,
 							PGC_POSTMASTER,
 							GUC_UNIT_KB,
@@ -254,7 +254,7 @@ define_settings(void)
 	DefineCustomIntVariable("projcache.snapshot_memory_per_owner",
 							"Sets the most of projcache.snapshot_memory the snapshots of one role may hold.",
 							"Snapshots owned by superusers are not bound by it. -1 means half of projcache.snapshot_memory.",
-							&pc_snapshot_memory_per_owner_kb,
+							&pc_snap_memory_per_owner_kb,
 							-1, -1, INT_MAX / 2,
 							PGC_SIGHUP,
 							GUC_UNIT_KB,

@@ -232,7 +232,7 @@ pc_shmem_startup(void)
 	if (!found)
 	{
 		pc_keys_restore_begin();
-		pc_snapshots_adopt_dump();
+		pc_snap_adopt_dump();
 	}
 }
 
@@ -389,9 +389,9 @@ pc_message_reserve(void)
 Size
 pc_snap_memory_limit(void)
 {
-	if (pc_snapshot_memory_kb < 0)
+	if (pc_snap_memory_kb < 0)
 		return pc_memory_limit() / 4;
-	return (Size) pc_snapshot_memory_kb * 1024;
+	return (Size) pc_snap_memory_kb * 1024;
 }
 
 /*

@@ -192,19 +192,19 @@ extern const PcSnapIndex *pc_snap_find_index(const char *chunk, Size size,
 extern void pc_snap_probe_begin(PcSnapIndexProbe *probe,
 								const PcSnapIndex *index, uint32 hash);
 extern bool pc_snap_probe_next(PcSnapIndexProbe *probe, uint64 *offset);
-extern PGDLLEXPORT void pc_snapshot_load_main(Datum main_arg);
+extern PGDLLEXPORT void pc_snap_load_main(Datum main_arg);
 
 
 /* ----------------------------------------------------------------
  * The snapshots' dump (snapshot_dump.c)
  * ----------------------------------------------------------------
  */
-#define PC_SNAPSHOTS_DUMP_FILE	"projcache_snapshots.dump"
-#define PC_SNAPSHOTS_RESTORE_FILE	"projcache_snapshots.restore"
-#define PC_SNAPSHOTS_TOMBSTONE_FILE	"projcache_snapshots.tombstones"
+#define PC_SNAP_DUMP_FILE	"projcache_snapshots.dump"
+#define PC_SNAP_RESTORE_FILE	"projcache_snapshots.restore"
+#define PC_SNAP_TOMBSTONE_FILE	"projcache_snapshots.tombstones"
 
-extern void pc_snapshots_dump(void);
-extern void pc_snapshots_adopt_dump(void);
+extern void pc_snap_dump_all(void);
+extern void pc_snap_adopt_dump(void);
 
 /* A loaded snapshot as the dump sees it (pc_snap_dump_slots). */
 typedef struct PcSnapDumped
@@ -319,7 +319,7 @@ extern void pc_snap_place_values(TupleDesc out, TupleTableSlot *stored,
 								 Datum *values, bool *nulls);
 
 /* Rows from the dump for a slot that has none (snapshot_dump.c). */
-extern bool pc_snapshot_restore(SnapReg *reg, PcSnapRef ref);
-extern void pc_snapshot_bury(SnapReg *reg);
+extern bool pc_snap_restore(SnapReg *reg, PcSnapRef ref);
+extern void pc_snap_bury(SnapReg *reg);
 
 #endif							/* PROJCACHE_SNAPSHOT_H */

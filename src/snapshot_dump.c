@@ -7,12 +7,12 @@
  * Whenever the worker dumps the key map (keycache_dump.c), it writes
  * every loaded snapshot's rows, key index included, with the registration
  * they belong to (database, name, registry id and creation stamp) and
- * their age, to PC_SNAPSHOTS_DUMP_FILE.
+ * their age, to PC_SNAP_DUMP_FILE.
  *
  * Nothing is loaded at start: the first read (or refresh_snapshot()) of a
  * snapshot whose slot has no rows looks for rows of that very
- * registration, once per slot, in PC_SNAPSHOTS_RESTORE_FILE, the dump
- * found when the server started (pc_snapshots_adopt_dump, run as shared
+ * registration, once per slot, in PC_SNAP_RESTORE_FILE, the dump
+ * found when the server started (pc_snap_adopt_dump, run as shared
  * memory is set up, before any reader can look: a read that came before
  * the worker had adopted it would have found the file of an earlier
  * start, or none, and started cold).  So
@@ -37,7 +37,7 @@
  * Rows not read yet must outlive the next dumps, or a dump written before
  * the first read would lose them: each dump carries over the records of
  * the restore file whose registration has no rows loaded, for at most
- * PC_SNAPSHOT_CARRIES restarts (a registration dropped while the server
+ * PC_SNAP_CARRIES restarts (a registration dropped while the server
  * was down is never read again), with their age grown by the time between
  * the two files.
  *
@@ -45,7 +45,7 @@
  * of these ways, after a clean restart or a crash.  The slot is buried
  * (snapshot_store.c): no dump holds or carries its registration's rows,
  * and the restore file is not looked at for them again.  And the reader
- * that dropped them appends a tombstone to PC_SNAPSHOTS_TOMBSTONE_FILE at
+ * that dropped them appends a tombstone to PC_SNAP_TOMBSTONE_FILE at
  * once, fsynced, before its error is raised: rows of that registration in
  * a dump or restore file written before the tombstone are neither restored
  * nor carried, so the periodic dump that a crash leaves behind does not
@@ -86,7 +86,7 @@
 #include "snapshot_slot.h"
 
 /* One snapshot, as written: this header, then its rows. */
-#define PC_SNAPSHOT_CARRIES 3
+#define PC_SNAP_CARRIES 3
 
 typedef struct SnapRecord
 {
@@ -110,7 +110,7 @@ typedef struct DumpCtx
 } DumpCtx;
 
 /*
- * A tombstone, as appended to PC_SNAPSHOTS_TOMBSTONE_FILE: rows of this
+ * A tombstone, as appended to PC_SNAP_TOMBSTONE_FILE: rows of this
  * registration in a file written before buried_at are not restored nor
  * carried.
  */
@@ -163,7 +163,7 @@ tombstone_crc(const SnapTombstone *t)
  * a load (see the top of this file).
  */
 void
-pc_snapshot_bury(SnapReg *reg)
+pc_snap_bury(SnapReg *reg)
 {
 	SnapTombstone t;
 	struct stat st;
@@ -183,8 +183,8 @@ pc_snapshot_bury(SnapReg *reg)
 
 	/* Not while the worker rewrites the file: it would lose this one. */
 	pc_lock_alone(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
-	existed = stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) == 0;
-	fd = OpenTransientFilePerm(PC_SNAPSHOTS_TOMBSTONE_FILE,
+	existed = stat(PC_SNAP_TOMBSTONE_FILE, &st) == 0;
+	fd = OpenTransientFilePerm(PC_SNAP_TOMBSTONE_FILE,
 							   O_WRONLY | O_CREAT | O_APPEND | PG_BINARY,
 							   S_IRUSR | S_IWUSR);
 	if (fd < 0)
@@ -193,7 +193,7 @@ pc_snapshot_bury(SnapReg *reg)
 		ereport(LOG,
 				(errcode_for_file_access(),
 				 errmsg("could not open file \"%s\": %m",
-						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+						PC_SNAP_TOMBSTONE_FILE)));
 		return;
 	}
 	errno = 0;
@@ -204,13 +204,13 @@ pc_snapshot_bury(SnapReg *reg)
 		ereport(LOG,
 				(errcode_for_file_access(),
 				 errmsg("could not write file \"%s\": %m",
-						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+						PC_SNAP_TOMBSTONE_FILE)));
 	}
 	else if (pg_fsync(fd) != 0)
 		ereport(LOG,
 				(errcode_for_file_access(),
 				 errmsg("could not fsync file \"%s\": %m",
-						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+						PC_SNAP_TOMBSTONE_FILE)));
 	CloseTransientFile(fd);
 	if (!existed)
 		(void) fsync_fname_ext(".", true, false, LOG);
@@ -233,16 +233,16 @@ read_tombstones(void)
 	int			fd;
 	ssize_t		got;
 
-	if (stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) != 0 || st.st_size <= 0)
+	if (stat(PC_SNAP_TOMBSTONE_FILE, &st) != 0 || st.st_size <= 0)
 		return NIL;
 	size = Min((Size) st.st_size, PC_TOMBSTONES_MAX_BYTES);
-	fd = OpenTransientFile(PC_SNAPSHOTS_TOMBSTONE_FILE, O_RDONLY | PG_BINARY);
+	fd = OpenTransientFile(PC_SNAP_TOMBSTONE_FILE, O_RDONLY | PG_BINARY);
 	if (fd < 0)
 	{
 		ereport(LOG,
 				(errcode_for_file_access(),
 				 errmsg("could not open file \"%s\": %m",
-						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+						PC_SNAP_TOMBSTONE_FILE)));
 		return NIL;
 	}
 	buf = palloc(size);
@@ -253,7 +253,7 @@ read_tombstones(void)
 		ereport(LOG,
 				(errcode_for_file_access(),
 				 errmsg("could not read file \"%s\": %m",
-						PC_SNAPSHOTS_TOMBSTONE_FILE)));
+						PC_SNAP_TOMBSTONE_FILE)));
 		got = 0;
 	}
 	while (off + sizeof(SnapTombstone) <= (Size) got)
@@ -317,7 +317,7 @@ prune_tombstones(TimestampTz needed_since)
 static void
 prune_tombstones_locked(TimestampTz needed_since)
 {
-	const char *tmp = PC_SNAPSHOTS_TOMBSTONE_FILE ".tmp";
+	const char *tmp = PC_SNAP_TOMBSTONE_FILE ".tmp";
 	struct stat st;
 	List	   *tombstones;
 	List	   *kept = NIL;
@@ -325,7 +325,7 @@ prune_tombstones_locked(TimestampTz needed_since)
 	int			fd;
 	bool		ok = true;
 
-	if (stat(PC_SNAPSHOTS_TOMBSTONE_FILE, &st) != 0)
+	if (stat(PC_SNAP_TOMBSTONE_FILE, &st) != 0)
 		return;
 	tombstones = read_tombstones();
 	foreach(lc, tombstones)
@@ -334,7 +334,7 @@ prune_tombstones_locked(TimestampTz needed_since)
 			kept = lappend(kept, lfirst(lc));
 	}
 	if (kept == NIL)
-		(void) durable_unlink(PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
+		(void) durable_unlink(PC_SNAP_TOMBSTONE_FILE, LOG);
 	else if (list_length(kept) < list_length(tombstones) ||
 			 (Size) st.st_size != list_length(kept) * sizeof(SnapTombstone))
 	{
@@ -366,7 +366,7 @@ prune_tombstones_locked(TimestampTz needed_since)
 			(void) unlink(tmp);
 		}
 		else
-			(void) durable_rename(tmp, PC_SNAPSHOTS_TOMBSTONE_FILE, LOG);
+			(void) durable_rename(tmp, PC_SNAP_TOMBSTONE_FILE, LOG);
 	}
 	list_free(kept);
 	list_free_deep(tombstones);
@@ -428,7 +428,7 @@ ms_between(TimestampTz a, TimestampTz b)
 static void
 carry_unread(DumpCtx *ctx)
 {
-	PcDumpReader *r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE,
+	PcDumpReader *r = pc_dump_open(PC_SNAP_RESTORE_FILE,
 								   PC_DUMP_SNAPSHOTS);
 	List	   *tombstones;
 	TimestampTz restore_written_at;
@@ -456,7 +456,7 @@ carry_unread(DumpCtx *ctx)
 		rec.name[NAMEDATALEN - 1] = '\0';
 		foreach(lc, ctx->written)
 			live |= same_registration(&rec, lfirst(lc));
-		if (!live && rec.carried < PC_SNAPSHOT_CARRIES &&
+		if (!live && rec.carried < PC_SNAP_CARRIES &&
 			!buried_since(tombstones, &rec, restore_written_at))
 		{
 			/* The restore file was adopted at start: one restart more. */
@@ -480,7 +480,7 @@ carry_unread(DumpCtx *ctx)
  * no longer needs are removed.
  */
 void
-pc_snapshots_adopt_dump(void)
+pc_snap_adopt_dump(void)
 {
 	PcDumpReader *r;
 	struct stat st;
@@ -488,17 +488,17 @@ pc_snapshots_adopt_dump(void)
 
 	if (pc_dump_interval_s < 0)
 		return;
-	if (stat(PC_SNAPSHOTS_DUMP_FILE, &st) == 0)
-		(void) durable_rename(PC_SNAPSHOTS_DUMP_FILE, PC_SNAPSHOTS_RESTORE_FILE,
+	if (stat(PC_SNAP_DUMP_FILE, &st) == 0)
+		(void) durable_rename(PC_SNAP_DUMP_FILE, PC_SNAP_RESTORE_FILE,
 							  LOG);
-	r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
+	r = pc_dump_open(PC_SNAP_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
 	if (r != NULL)
 	{
 		written_at = pc_dump_written_at(r);
 		pc_dump_close(r);
 	}
-	else if (stat(PC_SNAPSHOTS_RESTORE_FILE, &st) == 0)
-		(void) durable_unlink(PC_SNAPSHOTS_RESTORE_FILE, LOG);
+	else if (stat(PC_SNAP_RESTORE_FILE, &st) == 0)
+		(void) durable_unlink(PC_SNAP_RESTORE_FILE, LOG);
 
 	/*
 	 * Tombstones older than the restore file were known to the worker that
@@ -509,13 +509,13 @@ pc_snapshots_adopt_dump(void)
 
 /* Write the dump of every loaded snapshot (at LOG if it fails). */
 void
-pc_snapshots_dump(void)
+pc_snap_dump_all(void)
 {
 	DumpCtx		ctx;
 
 	if (pc_dump_interval_s < 0)
 		return;
-	ctx.writer = pc_dump_begin(PC_SNAPSHOTS_DUMP_FILE, PC_DUMP_SNAPSHOTS);
+	ctx.writer = pc_dump_begin(PC_SNAP_DUMP_FILE, PC_DUMP_SNAPSHOTS);
 	if (ctx.writer == NULL)
 		return;
 	ctx.written_at = GetCurrentTimestamp();
@@ -546,7 +546,7 @@ static bool restore_from_file(SnapReg *reg, PcSnapRef ref);
  * rather than find no rows and start cold.
  */
 bool
-pc_snapshot_restore(SnapReg *reg, PcSnapRef ref)
+pc_snap_restore(SnapReg *reg, PcSnapRef ref)
 {
 	volatile bool restored = false;
 
@@ -577,7 +577,7 @@ restore_from_file(SnapReg *reg, PcSnapRef ref)
 	TimestampTz written_at;
 	int64		since_dump_ms;
 
-	r = pc_dump_open(PC_SNAPSHOTS_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
+	r = pc_dump_open(PC_SNAP_RESTORE_FILE, PC_DUMP_SNAPSHOTS);
 	if (r == NULL)
 		return false;
 	written_at = pc_dump_written_at(r);

@@ -714,7 +714,7 @@ load_timeout_ms(LoadTask *task)
  * Entry point of a load worker: bgw_main_arg is the task's DSM handle.
  */
 void
-pc_snapshot_load_main(Datum main_arg)
+pc_snap_load_main(Datum main_arg)
 {
 	dsm_segment *seg;
 	LoadTask   *task;
@@ -906,7 +906,7 @@ describe_load_worker(BackgroundWorker *worker, dsm_segment *seg)
 	worker->bgw_start_time = BgWorkerStart_ConsistentState;
 	worker->bgw_restart_time = BGW_NEVER_RESTART;
 	snprintf(worker->bgw_library_name, BGW_MAXLEN, "projcache");
-	snprintf(worker->bgw_function_name, BGW_MAXLEN, "pc_snapshot_load_main");
+	snprintf(worker->bgw_function_name, BGW_MAXLEN, "pc_snap_load_main");
 	snprintf(worker->bgw_name, BGW_MAXLEN, "projcache snapshot load");
 	snprintf(worker->bgw_type, BGW_MAXLEN, "projcache snapshot load");
 	worker->bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));

@@ -103,7 +103,7 @@ static void
 drop_for_lost_rights(SnapReg *reg, PcSnapRef ref, const char *error)
 {
 	if (pc_snap_record_lost_rights(ref, error, pc_now_ms()))
-		pc_snapshot_bury(reg);
+		pc_snap_bury(reg);
 }
 
 /* The same, and readers get this error. */
@@ -437,7 +437,7 @@ retry:
 
 		(void) pc_snap_is_fresh(ref, now, reg->ttl_ms, &loaded);
 		/* No rows yet: the last good ones from before a restart, if dumped. */
-		if (!loaded && !pc_snapshot_restore(reg, ref) && may_wait &&
+		if (!loaded && !pc_snap_restore(reg, ref) && may_wait &&
 			pc_snap_wait_restore(ref, deadline) == PC_SNAP_WAIT_WOKEN)
 			continue;			/* another reader looked at the dump */
 		if (!loaded)
@@ -673,7 +673,7 @@ projcache_refresh_snapshot(PG_FUNCTION_ARGS)
 	 * ones should the source fail, and buried with the others if the owner
 	 * lost its rights.
 	 */
-	(void) pc_snapshot_restore(reg, ref);
+	(void) pc_snap_restore(reg, ref);
 	status = load_and_publish(reg, ref, &error, &sqlerrcode);
 	switch (status)
 	{

@@ -573,9 +573,9 @@ pc_snap_slots_of(Oid dbid)
 static Size
 snap_memory_per_owner(void)
 {
-	if (pc_snapshot_memory_per_owner_kb < 0)
+	if (pc_snap_memory_per_owner_kb < 0)
 		return pc_snap_memory_limit() / 2;
-	return Min((Size) pc_snapshot_memory_per_owner_kb * 1024,
+	return Min((Size) pc_snap_memory_per_owner_kb * 1024,
 			   pc_snap_memory_limit());
 }
 
@@ -928,7 +928,7 @@ pc_snap_record_failure(PcSnapRef ref, const char *message, int64 now,
  * and the dump is not looked at for them again, until a load succeeds.
  * True if a file may hold its rows that was written after the slot's last
  * tombstone, or in an earlier server lifetime: the caller then writes the
- * tombstone that outlives a crash (pc_snapshot_bury).  So a role that
+ * tombstone that outlives a crash (pc_snap_bury).  So a role that
  * loses and regains its rights over and over writes at most one tombstone
  * per dump of its rows.
  */
