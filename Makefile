@@ -10,6 +10,8 @@ OBJS = \
 	src/projcache.o \
 	src/clock.o \
 	src/shmem.o \
+	src/locks.o \
+	src/counters.o \
 	src/subxact.o \
 	src/user_switch.o \
 	src/keycache_policy.o \

@@ -14,6 +14,10 @@
  * With projcache.debug_clock = on, projcache.debug_advance_clock() adds to a
  * shared offset, so tests can cross a TTL in milliseconds.
  *
+ * The offset and the start's pair of readings are the clock's own part of
+ * shared memory ("projcache clock"); the readings are written once, before
+ * any other process starts, and the offset is an atomic.
+ *
  * Copyright (c) 2026, projcache developers
  *
  *-------------------------------------------------------------------------
@@ -24,10 +28,41 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "shmem.h"
+#include "keycache.h"
+
+typedef struct PcClockShared
+{
+	pg_atomic_uint64 offset_ms; /* projcache.debug_clock's steps */
+	TimestampTz wall_anchor;	/* the wall clock when projcache's clock read
+								 * mono_anchor_ms (set once, at start) */
+	int64		mono_anchor_ms;
+} PcClockShared;
+
+static PcClockShared *clock_shared = NULL;
+
+void
+pc_clock_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PcClockShared)));
+}
+
+void
+pc_clock_shmem_startup(void)
+{
+	bool		found;
+
+	clock_shared = ShmemInitStruct("projcache clock", sizeof(PcClockShared),
+								   &found);
+	if (found)
+		return;
+	pg_atomic_init_u64(&clock_shared->offset_ms, 0);
+	clock_shared->mono_anchor_ms = pc_real_now_ms();
+	clock_shared->wall_anchor = GetCurrentTimestamp();
+}
 
 /* Monotonic milliseconds, without the test offset: for real waits. */
 int64
@@ -46,8 +81,8 @@ pc_now_ms(void)
 	int64		offset = 0;
 
 	/* Without the test clock there is no offset to read (a shared line). */
-	if (pc_debug_clock && pc_shared != NULL)
-		offset = (int64) pg_atomic_read_u64(&pc_shared->clock_offset_ms);
+	if (pc_debug_clock && clock_shared != NULL)
+		offset = (int64) pg_atomic_read_u64(&clock_shared->offset_ms);
 	return pc_real_now_ms() + offset;
 }
 
@@ -62,9 +97,9 @@ pc_mono_to_timestamp(int64 mono_ms)
 	int64		offset = 0;
 
 	if (pc_debug_clock)
-		offset = (int64) pg_atomic_read_u64(&pc_shared->clock_offset_ms);
-	return pc_shared->wall_anchor +
-		(mono_ms - offset - pc_shared->mono_anchor_ms) * INT64CONST(1000);
+		offset = (int64) pg_atomic_read_u64(&clock_shared->offset_ms);
+	return clock_shared->wall_anchor +
+		(mono_ms - offset - clock_shared->mono_anchor_ms) * INT64CONST(1000);
 }
 
 /* An interval datum of ms milliseconds, for the views. */
@@ -120,7 +155,7 @@ projcache_debug_advance_clock(PG_FUNCTION_ARGS)
 				 errmsg("the projcache clock only moves forward")));
 
 	step_ms = step->time / 1000;
-	pg_atomic_fetch_add_u64(&pc_shared->clock_offset_ms, (uint64) step_ms);
+	pg_atomic_fetch_add_u64(&clock_shared->offset_ms, (uint64) step_ms);
 	pc_wake_worker();
 	PG_RETURN_VOID();
 }

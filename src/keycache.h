@@ -11,7 +11,47 @@
 #ifndef PROJCACHE_KEYCACHE_H
 #define PROJCACHE_KEYCACHE_H
 
+#include "counters.h"
 #include "shmem.h"
+
+/*
+ * Keys per role (keycache_map.c): each key of the map counts for the role
+ * that created it, in one of a fixed number of slots; PcEntry.owner is
+ * the slot's index.  Keys created by superusers or by the worker (a warm
+ * restart's load) count for none (PC_ROLE_NONE).  A role gets a slot the
+ * first time it creates a key and keeps it while it has keys; once every
+ * slot counts for a role with keys, the roles that come next share the
+ * last one (PC_ROLE_OVERFLOW), and its bound.
+ *
+ * The slots are a part of shared memory of their own ("projcache roles").
+ * Its lock (tranche "projcache_roles", taken alone) says which role each
+ * slot counts keys for (PcRoleSlot.role): shared to find a role's slot and
+ * add a key to its count, exclusive to give a slot whose count is zero to
+ * another role.  The counts themselves (PcRoleSlot.keys and .bytes) are
+ * atomics: a key is added under the lock before its entry is created, and
+ * taken off, without it, by whoever unlinks the entry (pc_keymap_delete,
+ * the worker) or gives up creating it; the worker changes .bytes, under
+ * the entry's lock, when it replaces the entry's chunk.  So a slot's count
+ * is the number of entries whose owner it is, plus the creations under
+ * way, and a slot counted for a role is never given to another while an
+ * entry names it.
+ */
+#define PC_ROLE_SLOTS		256
+#define PC_ROLE_NONE		0
+#define PC_ROLE_OVERFLOW	(PC_ROLE_SLOTS - 1)
+
+typedef struct PcRoleSlot
+{
+	Oid			role;			/* InvalidOid: never used (the part's lock) */
+	pg_atomic_uint32 keys;		/* entries it owns, and creations under way */
+	pg_atomic_uint64 bytes;		/* what their chunks take (pc_dsa_footprint) */
+	pg_atomic_uint32 room_wanted;	/* a read found the role at its bound */
+} PcRoleSlot;
+
+extern void pc_roles_shmem_request(void);
+extern void pc_roles_shmem_startup(void);
+extern PcRoleSlot *pc_role_slot(int n);
+extern bool pc_roles_take_room_wanted(void);
 
 /* ----------------------------------------------------------------
  * The key map (keycache_map.c)
@@ -109,9 +149,9 @@ typedef struct PcEntry
 	uint16		keylen;
 	uint16		attempts;		/* failed or pending attempts in a row, up to
 								 * PG_UINT16_MAX */
-	uint8		owner;			/* the slot of pc_shared->role_slots that
-								 * counts this key, or PC_ROLE_NONE; set at
-								 * creation, never changed */
+	uint8		owner;			/* the pc_role_slot() that counts this key, or
+								 * PC_ROLE_NONE; set at creation, never
+								 * changed */
 	uint8		state:2,		/* PcKeyState */
 				fetch_state:2,	/* PcFetchState */
 				invalidated:1,	/* stale until the next successful fetch */
@@ -248,10 +288,10 @@ typedef struct PcEntryScan
 	bool		exclusive;
 } PcEntryScan;
 
-extern dsa_pointer pc_keymap_create(dsa_area *area, int tranche_id,
-									Size *bytes);
-extern void pc_keymap_attach(dsa_area *area, dsa_pointer handle,
-							 char *segment);
+extern void pc_keymap_shmem_request(void);
+extern void pc_keymap_shmem_startup(void);
+extern uint64 pc_keymap_count(void);
+extern void pc_key_cvs_broadcast(void);
 extern PcKey pc_search_key(const char *key, uint32 len);
 extern uint32 pc_key_hash(const char *key, uint32 len);
 extern ConditionVariable *pc_key_cv(const char *key, uint32 len);
@@ -437,23 +477,35 @@ extern void pc_keys_tombstone(const char *key, uint32 len, bool sync,
 							  bool had_value);
 extern void pc_keys_tombstones_sync(void);
 extern void pc_keys_tombstones_resume(void);
-extern void pc_keys_restore_begin(void);
 extern void pc_keys_restore_end(void);
 extern int64 pc_keys_restore_wait_left(void);
 
-/* Is the key dump still to be loaded?  (Readers wait for it.) */
-static inline bool
-pc_keys_restoring(void)
+extern bool pc_keys_restoring(void);
+extern bool pc_keys_dump_claim_read(void);
+
+/* What projcache.stats shows of the key dumps. */
+typedef struct PcKeyDumpStats
 {
-	return pg_atomic_read_u32(&pc_shared->keys_restoring) != 0;
-}
+	bool		dump_read;		/* a worker read the key dump (or tried) */
+	uint64		loaded_keys;	/* keys it loaded */
+	int64		loaded_age_ms;	/* how old the dump was then */
+	TimestampTz written_at;		/* the last key dump written, or 0 */
+	uint64		dump_keys;		/* keys in it */
+} PcKeyDumpStats;
+
+extern void pc_keys_dump_shmem_request(void);
+extern void pc_keys_dump_shmem_startup(void);
+extern void pc_keys_dump_stats(PcKeyDumpStats *stats);
 
 /* ----------------------------------------------------------------
  * The request ring (keycache_ring.c)
  * ----------------------------------------------------------------
  */
+extern void pc_ring_shmem_request(void);
+extern void pc_ring_shmem_startup(void);
 extern Size pc_ring_size(void);
-extern void pc_ring_init(PcRequestRing *ring);
+extern bool pc_ring_take_overflow(void);
+extern void pc_ring_note_overflow(void);
 extern bool pc_ring_push(const char *key, uint32 len, Oid role,
 						 bool refused);
 extern Size pc_ring_drain(char *buf, Size bufsize);
@@ -477,6 +529,13 @@ extern PGDLLEXPORT void pc_launcher_main(Datum main_arg);
  * ----------------------------------------------------------------
  */
 extern PGDLLEXPORT void pc_worker_main(Datum main_arg);
+extern void pc_worker_shmem_request(void);
+extern void pc_worker_shmem_startup(void);
+extern void pc_wake_worker(void);
+extern int	pc_worker_pid(void);
+extern uint64 pc_worker_config_generation(void);
+extern void pc_worker_want_room(void);
+extern bool pc_worker_admission_closed(void);
 
 /* One key's answer from the fetch function. */
 typedef enum PcAnswer

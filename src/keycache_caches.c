@@ -57,6 +57,7 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
+#include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -86,11 +87,32 @@ PG_FUNCTION_INFO_V1(projcache_caches);
 static int64 next_reload_ms = 0;
 static int64 last_reload_ms = 0;
 
+/* The named caches' part of shared memory ("projcache caches"). */
+static PcCaches *caches_shared = NULL;
+
+#define PC_CACHES_TRANCHE	"projcache_caches"
+
 void
-pc_caches_init(PcCaches *caches, LWLock *lock)
+pc_caches_shmem_request(void)
 {
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PcCaches)));
+	pc_locks_request(PC_CACHES_TRANCHE, 1);
+}
+
+void
+pc_caches_shmem_startup(void)
+{
+	bool		found;
+	LWLockPadded *lock;
+	PcCaches   *caches;
+
+	caches = ShmemInitStruct("projcache caches", sizeof(PcCaches), &found);
+	lock = pc_locks_get(PC_CACHES_TRANCHE, 1, PC_LOCK_ALONE);
+	caches_shared = caches;
+	if (found)
+		return;
 	memset(caches, 0, sizeof(PcCaches));
-	caches->lock = lock;
+	caches->lock = &lock->lock;
 	pg_atomic_init_u32(&caches->changed, 0);
 	pg_atomic_init_u64(&caches->generation, 0);
 	pg_atomic_init_u64(&caches->narrowings, 0);
@@ -103,11 +125,19 @@ pc_caches_init(PcCaches *caches, LWLock *lock)
 		pg_atomic_init_u32(&caches->overruns[i].overruns, 0);
 }
 
+/* Cache slot s, for the worker's eviction by cache. */
+PcCacheSlot *
+pc_cache_slot(int s)
+{
+	Assert(s >= 0 && s < PC_MAX_CACHES);
+	return &caches_shared->slots[s];
+}
+
 /* A change to the registry committed: the worker reloads it now. */
 void
 pc_caches_changed(void)
 {
-	pg_atomic_write_u32(&pc_shared->caches.changed, 1);
+	pg_atomic_write_u32(&caches_shared->changed, 1);
 	pc_wake_worker();
 }
 
@@ -175,7 +205,7 @@ static uint64 local_generation = PG_UINT64_MAX;
 static void
 refresh_local_caches(void)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 
 	if (pg_atomic_read_u64(&caches->generation) == local_generation)
 		return;
@@ -321,7 +351,7 @@ pc_key_restorable(const char *key, uint32 len, bool tagged, TimestampTz tag)
 uint64
 pc_caches_generation(void)
 {
-	return pg_atomic_read_u64(&pc_shared->caches.generation);
+	return pg_atomic_read_u64(&caches_shared->generation);
 }
 
 /*
@@ -351,7 +381,7 @@ bool
 pc_caches_in_use(void)
 {
 	for (int s = 0; s < PC_MAX_CACHES; s++)
-		if (pc_shared->caches.slots[s].in_use)
+		if (caches_shared->slots[s].in_use)
 			return true;
 	return false;
 }
@@ -362,9 +392,9 @@ pc_caches_published(void)
 {
 	bool		loaded;
 
-	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
-	loaded = pc_shared->caches.loaded;
-	LWLockRelease(pc_shared->caches.lock);
+	pc_lock_alone(caches_shared->lock, LW_SHARED);
+	loaded = caches_shared->loaded;
+	LWLockRelease(caches_shared->lock);
 	return loaded;
 }
 
@@ -387,7 +417,7 @@ pc_caches_published(void)
 void
 pc_caches_narrow_at_commit(const char *name, bool drop, Oid reader)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 
 	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
@@ -427,7 +457,7 @@ pc_caches_narrow_at_commit(const char *name, bool drop, Oid reader)
 void
 pc_cache_note_overrun(int entry)
 {
-	pg_atomic_fetch_add_u32(&pc_shared->caches.overruns[entry].overruns, 1);
+	pg_atomic_fetch_add_u32(&caches_shared->overruns[entry].overruns, 1);
 }
 
 /*
@@ -438,7 +468,7 @@ pc_cache_note_overrun(int entry)
 static int
 find_overrun_entry(Oid owner)
 {
-	PcCacheOverrun *o = pc_shared->caches.overruns;
+	PcCacheOverrun *o = caches_shared->overruns;
 
 	for (int i = 0; i < PC_MAX_CACHE_OVERRUNS; i++)
 		if (o[i].owner == owner && OidIsValid(owner))
@@ -450,7 +480,7 @@ find_overrun_entry(Oid owner)
 static bool
 overrun_entry_in_use(const PcCacheOverrun *o)
 {
-	const PcCacheSlot *slots = pc_shared->caches.slots;
+	const PcCacheSlot *slots = caches_shared->slots;
 
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 		if (slots[s].in_use && slots[s].reg.owner == o->owner)
@@ -470,7 +500,7 @@ overrun_entry_in_use(const PcCacheOverrun *o)
 int
 pc_cache_overrun_entry(const PcCacheReg *reg)
 {
-	PcCacheOverrun *o = pc_shared->caches.overruns;
+	PcCacheOverrun *o = caches_shared->overruns;
 	int			i = find_overrun_entry(reg->owner);
 	int			victim = -1;
 
@@ -517,7 +547,7 @@ pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms)
 
 	if (i < 0)
 		return 0;
-	o = &pc_shared->caches.overruns[i];
+	o = &caches_shared->overruns[i];
 	overruns = pg_atomic_read_u32(&o->overruns);
 	if (overruns != o->overruns_seen)
 	{
@@ -543,7 +573,7 @@ void
 pc_cache_count(int slot, PcCacheCounter counter, uint64 n)
 {
 	if (slot >= 0)
-		pg_atomic_fetch_add_u64(&pc_shared->caches.slots[slot].counters[counter], n);
+		pg_atomic_fetch_add_u64(&caches_shared->slots[slot].counters[counter], n);
 }
 
 /* ----------------------------------------------------------------
@@ -594,7 +624,7 @@ named_entry_free(const PcNamedRole *e, uint64 published)
 void
 pc_caches_reserve_named(const Oid *roles, int n, int *entries)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 	Oid			by = GetUserId();
 	bool		bounded = !superuser_arg(by);
 	uint64		published;
@@ -668,7 +698,7 @@ pc_caches_reserve_named(const Oid *roles, int n, int *entries)
 void
 pc_caches_commit_named(const int *entries, int n)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 	uint64		by_reload = pg_atomic_read_u64(&caches->reloads_started) + 1;
 
 	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
@@ -687,7 +717,7 @@ pc_caches_commit_named(const int *entries, int n)
 void
 pc_caches_release_named(const int *entries, int n)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 
 	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
 	for (int k = 0; k < n; k++)
@@ -708,7 +738,7 @@ pc_caches_release_named(const int *entries, int n)
 static const char *
 published_role_use(Oid role, char *cache)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 	const char *as = NULL;
 	uint64		published;
 
@@ -803,7 +833,7 @@ refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
 
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
-	if (access != OAT_DROP || classId != AuthIdRelationId || pc_shared == NULL)
+	if (access != OAT_DROP || classId != AuthIdRelationId || caches_shared == NULL)
 		return;
 
 	/* What DROP ROLE takes next: changes naming the role end first. */
@@ -846,7 +876,7 @@ pc_caches_reload_due(int64 now_ms, long *sleep_ms)
 {
 	int64		due = next_reload_ms;
 
-	if (pg_atomic_read_u32(&pc_shared->caches.changed) != 0)
+	if (pg_atomic_read_u32(&caches_shared->changed) != 0)
 		due = Min(due, last_reload_ms + PC_CACHES_MIN_GAP_MS);
 	if (now_ms >= due)
 		return true;
@@ -1240,7 +1270,7 @@ static bool
 publish(const PcCacheReg *regs, int n, uint64 narrowings,
 		PcCacheChanges *ch)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 	bool		changed = false;
 	bool		kept[PC_MAX_CACHES] = {false};
 	bool		first;
@@ -1327,7 +1357,7 @@ publish(const PcCacheReg *regs, int n, uint64 narrowings,
 static void
 finish_publish(const PcCacheChanges *ch)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 
 	if (ch->nopening == 0 && ch->nclosing == 0)
 		return;
@@ -1352,7 +1382,7 @@ clear_prefix(int s, PcCacheEvictFn evict_prefix)
 	char		prefix[NAMEDATALEN + 1];
 	uint32		len;
 
-	len = (uint32) strlcpy(prefix, pc_shared->caches.slots[s].reg.name,
+	len = (uint32) strlcpy(prefix, caches_shared->slots[s].reg.name,
 						   NAMEDATALEN);
 	prefix[len++] = ':';
 	evict_prefix(prefix, len);
@@ -1366,7 +1396,7 @@ clear_prefix(int s, PcCacheEvictFn evict_prefix)
 static void
 warn_put_aside(const PcCacheReg *regs, int n)
 {
-	PcCaches   *caches = &pc_shared->caches;
+	PcCaches   *caches = caches_shared;
 	bool		told[PC_MAX_CACHES];
 
 	pc_lock_alone(caches->lock, LW_SHARED);
@@ -1408,10 +1438,10 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	 * committed during the read is read again.  A change committed before the
 	 * count is read by this reload (pc_caches_commit_named()).
 	 */
-	reload = pg_atomic_add_fetch_u64(&pc_shared->caches.reloads_started, 1);
-	pg_atomic_write_u32(&pc_shared->caches.changed, 0);
+	reload = pg_atomic_add_fetch_u64(&caches_shared->reloads_started, 1);
+	pg_atomic_write_u32(&caches_shared->changed, 0);
 	/* Read before the registry's snapshot is taken (see publish()). */
-	narrowings = pg_atomic_read_u64(&pc_shared->caches.narrowings);
+	narrowings = pg_atomic_read_u64(&caches_shared->narrowings);
 	last_reload_ms = now_ms;
 	next_reload_ms = now_ms + PC_CACHES_POLL_MS;
 	PG_TRY();
@@ -1457,7 +1487,7 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	finish_publish(&ch);
 	/* Frees the named-role entries of changes this reload read. */
 	if (ch.published)
-		pg_atomic_write_u64(&pc_shared->caches.published_reload, reload);
+		pg_atomic_write_u64(&caches_shared->published_reload, reload);
 	pfree(regs);
 }
 
@@ -1505,10 +1535,10 @@ join_slot(CacheRowCopy *row)
 
 	row->published = false;
 	memset(row->counters, 0, sizeof(row->counters));
-	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+	pc_lock_alone(caches_shared->lock, LW_SHARED);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 	{
-		PcCacheSlot *slot = &pc_shared->caches.slots[s];
+		PcCacheSlot *slot = &caches_shared->slots[s];
 
 		if (!slot->in_use || slot->reg.created_at != row->reg.created_at ||
 			strcmp(slot->reg.name, row->reg.name) != 0)
@@ -1520,7 +1550,7 @@ join_slot(CacheRowCopy *row)
 			row->counters[c] = pg_atomic_read_u64(&slot->counters[c]);
 		break;
 	}
-	LWLockRelease(pc_shared->caches.lock);
+	LWLockRelease(caches_shared->lock);
 	row->published_may_read = !row->published || pc_cache_may_read(&published);
 }
 
@@ -1555,10 +1585,10 @@ caches_for_view(CacheRowCopy *rows)
 		 * And the slots of caches dropped, whose keys the worker has not
 		 * cleared yet.
 		 */
-		pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+		pc_lock_alone(caches_shared->lock, LW_SHARED);
 		for (int s = 0; s < PC_MAX_CACHES; s++)
 		{
-			PcCacheSlot *slot = &pc_shared->caches.slots[s];
+			PcCacheSlot *slot = &caches_shared->slots[s];
 			bool		registered = false;
 
 			if (!slot->in_use)
@@ -1575,7 +1605,7 @@ caches_for_view(CacheRowCopy *rows)
 				rows[nrows].counters[c] = pg_atomic_read_u64(&slot->counters[c]);
 			nrows++;
 		}
-		LWLockRelease(pc_shared->caches.lock);
+		LWLockRelease(caches_shared->lock);
 		for (int i = n; i < nrows; i++)
 			rows[i].published_may_read = true;
 		pfree(regs);
@@ -1584,10 +1614,10 @@ caches_for_view(CacheRowCopy *rows)
 	pfree(regs);
 
 	n = 0;
-	pc_lock_alone(pc_shared->caches.lock, LW_SHARED);
+	pc_lock_alone(caches_shared->lock, LW_SHARED);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 	{
-		PcCacheSlot *slot = &pc_shared->caches.slots[s];
+		PcCacheSlot *slot = &caches_shared->slots[s];
 
 		if (!slot->in_use)
 			continue;
@@ -1599,7 +1629,7 @@ caches_for_view(CacheRowCopy *rows)
 			rows[n].counters[c] = pg_atomic_read_u64(&slot->counters[c]);
 		n++;
 	}
-	LWLockRelease(pc_shared->caches.lock);
+	LWLockRelease(caches_shared->lock);
 	for (int i = 0; i < n; i++)
 		rows[i].published_may_read = true;
 	return n;

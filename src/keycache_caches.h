@@ -141,6 +141,14 @@ typedef struct PcNamedRole
 								 * that publishes the last */
 } PcNamedRole;
 
+/*
+ * The named caches' part of shared memory ("projcache caches").  lock
+ * (tranche "projcache_caches"): which slots are in use, and each one's
+ * registration.  Exclusive for the worker's publication, shared for
+ * readers' copies and the DROP ROLE guard; taken alone, never with another
+ * lock of ours, and nothing that can raise an ERROR runs under it.  Each
+ * slot's counters, and changed and generation, are atomics.
+ */
 typedef struct PcCaches
 {
 	LWLock	   *lock;			/* the slots' registrations */
@@ -160,7 +168,9 @@ typedef struct PcCaches
 	PcNamedRole named[PC_MAX_NAMED_ROLES];
 } PcCaches;
 
-extern void pc_caches_init(PcCaches *caches, LWLock *lock);
+extern void pc_caches_shmem_request(void);
+extern void pc_caches_shmem_startup(void);
+extern PcCacheSlot *pc_cache_slot(int s);
 extern void pc_caches_install_hooks(void);
 extern void pc_caches_changed(void);
 extern void pc_caches_reserve_named(const Oid *roles, int n, int *entries);

@@ -21,7 +21,7 @@
  *
  * Readers of the restarted server are not served less than the dump
  * holds.  Connections are accepted before the worker has loaded it, so
- * from the server's start (pc_keys_restore_begin, in the postmaster) until
+ * from the server's start (keys_restore_begin, in the postmaster) until
  * the load has ended (pc_keys_restore_end), a read of a key that is not
  * in the map with a value waits for it, on the key's condition variable,
  * which the load broadcasts as it stores each key and, for all, at its
@@ -78,6 +78,8 @@
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -161,14 +163,88 @@ static bool dump_on_disk = false;
 static bloom_filter *dumped_keys = NULL;
 static PcKeyDump *dump_running = NULL;
 
-/* Say what the last dump or load did (projcache.stats). */
+/* ----------------------------------------------------------------
+ * The dump's shared state
+ *
+ * A part of shared memory of its own ("projcache key dump"): whether
+ * readers wait for the load (atomics), and what the last dump and load did
+ * (under mutex, a spinlock).
+ * ----------------------------------------------------------------
+ */
+typedef struct PcKeysDumpShared
+{
+	pg_atomic_uint32 restoring; /* the key dump is to be loaded, and its load
+								 * has not ended yet */
+	pg_atomic_uint64 restore_wait_until;	/* on pc_real_now_ms(): no read
+											 * waits for the load past it; 0
+											 * until a read first asks */
+	slock_t		mutex;			/* protects the rest */
+	PcKeyDumpStats stats;
+} PcKeysDumpShared;
+
+static PcKeysDumpShared *dump_shared = NULL;
+
+static void keys_restore_begin(void);
+
+void
+pc_keys_dump_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PcKeysDumpShared)));
+}
+
+/*
+ * At a start (after a crash too), before any process can read: say whether
+ * the worker has a key dump to load, so that reads wait for it.
+ */
+void
+pc_keys_dump_shmem_startup(void)
+{
+	bool		found;
+
+	dump_shared = ShmemInitStruct("projcache key dump",
+								  sizeof(PcKeysDumpShared), &found);
+	if (found)
+		return;
+	memset(dump_shared, 0, sizeof(PcKeysDumpShared));
+	pg_atomic_init_u32(&dump_shared->restoring, 0);
+	pg_atomic_init_u64(&dump_shared->restore_wait_until, 0);
+	SpinLockInit(&dump_shared->mutex);
+	keys_restore_begin();
+}
+
+/* What projcache.stats shows of the dumps. */
+void
+pc_keys_dump_stats(PcKeyDumpStats *stats)
+{
+	SpinLockAcquire(&dump_shared->mutex);
+	*stats = dump_shared->stats;
+	SpinLockRelease(&dump_shared->mutex);
+}
+
+/*
+ * A worker starts: whether it is the first since the server started, which
+ * alone reads the dump (the next ones find its keys in the map).
+ */
+bool
+pc_keys_dump_claim_read(void)
+{
+	bool		first;
+
+	SpinLockAcquire(&dump_shared->mutex);
+	first = !dump_shared->stats.dump_read;
+	dump_shared->stats.dump_read = true;
+	SpinLockRelease(&dump_shared->mutex);
+	return first;
+}
+
+/* Say what the last dump did (projcache.stats). */
 static void
 note_dump(uint64 keys)
 {
-	SpinLockAcquire(&pc_shared->mutex);
-	pc_shared->dump_written_at = GetCurrentTimestamp();
-	pc_shared->dump_keys = keys;
-	SpinLockRelease(&pc_shared->mutex);
+	SpinLockAcquire(&dump_shared->mutex);
+	dump_shared->stats.written_at = GetCurrentTimestamp();
+	dump_shared->stats.dump_keys = keys;
+	SpinLockRelease(&dump_shared->mutex);
 }
 
 /* ----------------------------------------------------------------
@@ -180,26 +256,30 @@ note_dump(uint64 keys)
  * At the server's start, in the postmaster, before any reader: is there a
  * key dump for the worker to load?
  */
-void
-pc_keys_restore_begin(void)
+static void
+keys_restore_begin(void)
 {
 	bool		expected = pc_dump_interval_s >= 0 && !IsBinaryUpgrade &&
 		access(PC_KEYS_DUMP_FILE, F_OK) == 0;
 
-	pg_atomic_write_u32(&pc_shared->keys_restoring, expected ? 1 : 0);
-	pg_atomic_write_u64(&pc_shared->restore_wait_until, 0);
+	pg_atomic_write_u32(&dump_shared->restoring, expected ? 1 : 0);
+	pg_atomic_write_u64(&dump_shared->restore_wait_until, 0);
+}
+
+/* Is the key dump still to be loaded?  (Readers wait for it.) */
+bool
+pc_keys_restoring(void)
+{
+	return pg_atomic_read_u32(&dump_shared->restoring) != 0;
 }
 
 /* The load has ended, or will not happen: waiting readers read on. */
 void
 pc_keys_restore_end(void)
 {
-	int			i;
-
-	if (pg_atomic_exchange_u32(&pc_shared->keys_restoring, 0) == 0)
+	if (pg_atomic_exchange_u32(&dump_shared->restoring, 0) == 0)
 		return;
-	for (i = 0; i < PC_NUM_KEY_CVS; i++)
-		ConditionVariableBroadcast(&pc_shared->key_cv[i]);
+	pc_key_cvs_broadcast();
 }
 
 static void
@@ -215,7 +295,7 @@ restore_end_callback(int code, Datum arg)
 int64
 pc_keys_restore_wait_left(void)
 {
-	uint64		until = pg_atomic_read_u64(&pc_shared->restore_wait_until);
+	uint64		until = pg_atomic_read_u64(&dump_shared->restore_wait_until);
 	int64		now = pc_real_now_ms();
 
 	if (until == 0)
@@ -223,7 +303,7 @@ pc_keys_restore_wait_left(void)
 		uint64		mine = (uint64) (now + Max(pc_restore_wait_ms, 0));
 
 		/* The first asks for everyone; a loser takes the winner's. */
-		if (pg_atomic_compare_exchange_u64(&pc_shared->restore_wait_until,
+		if (pg_atomic_compare_exchange_u64(&dump_shared->restore_wait_until,
 										   &until, mine))
 			until = mine;
 	}
@@ -1160,10 +1240,10 @@ load_dump(PcDumpRestoreFn restore)
 							  PC_KEYS_TOMB_FILE));
 	free_tombstones(&tombs);
 
-	SpinLockAcquire(&pc_shared->mutex);
-	pc_shared->loaded_keys = counts.loaded;
-	pc_shared->loaded_dump_age_ms = since_dump_ms;
-	SpinLockRelease(&pc_shared->mutex);
+	SpinLockAcquire(&dump_shared->mutex);
+	dump_shared->stats.loaded_keys = counts.loaded;
+	dump_shared->stats.loaded_age_ms = since_dump_ms;
+	SpinLockRelease(&dump_shared->mutex);
 	ereport(LOG,
 			(errmsg("projcache loaded " UINT64_FORMAT " keys from \"%s\", written %.1f s ago",
 					counts.loaded, PC_KEYS_DUMP_FILE,

@@ -41,7 +41,6 @@
 #include "utils/timestamp.h"
 
 #include "keycache.h"
-#include "shmem.h"
 #include "user_switch.h"
 
 /* How long after the worker exited it is started again. */
@@ -155,12 +154,7 @@ wait_for_database(void)
 static bool
 worker_running(void)
 {
-	int			pid;
-
-	SpinLockAcquire(&pc_shared->mutex);
-	pid = pc_shared->worker_pid;
-	SpinLockRelease(&pc_shared->mutex);
-	return pid != 0;
+	return pc_worker_pid() != 0;
 }
 
 /* Start the worker and wait until it exits. */

@@ -35,12 +35,18 @@
  *
  * Keys per role: a reader that creates a key counts it, and the bytes its
  * chunk takes, for its role (the current role outside SECURITY DEFINER
- * functions) in a slot of pc_shared->role_slots, under role_lock and
+ * functions) in one of the role slots (keycache.h), under their lock and
  * before the entry exists; the worker counts what the entry's new chunk
  * takes more or less when it writes a value, and takes the key and its
  * bytes off when it deletes the entry.  A role at
  * projcache.max_keys_per_role, or whose keys take half of the keys'
- * memory, creates no key (see shmem.h for the slots and their lock).
+ * memory, creates no key (see keycache.h for the slots and their lock).
+ *
+ * The map's own part of shared memory ("projcache key map") holds where
+ * the table is in the DSA area, the count of entries, the serial numbers
+ * handed out and the keys' condition variables (all atomics, or set once
+ * at creation); the roles' slots are a part of their own ("projcache
+ * roles").
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -54,8 +60,32 @@
 #include "utils/freepage.h"
 #include "utils/memutils.h"
 
+#include "storage/shmem.h"
+
 #include "keycache.h"
 #include "keycache_policy.h"
+
+typedef struct PcKeymapShared
+{
+	int			tranche;		/* of the partition locks */
+	dsa_pointer handle;			/* the table's PcMapControl */
+	pg_atomic_uint64 nentries;	/* entries in the key map */
+	pg_atomic_uint64 entry_serial;	/* last PcEntry.serial handed out */
+	ConditionVariable key_cv[PC_NUM_KEY_CVS];
+} PcKeymapShared;
+
+static PcKeymapShared *keymap_shared = NULL;
+
+typedef struct PcRolesShared
+{
+	LWLock	   *lock;			/* which role each slot counts for */
+	pg_atomic_uint32 room_wanted;	/* some slot's room_wanted is set */
+	PcRoleSlot	slots[PC_ROLE_SLOTS];
+} PcRolesShared;
+
+static PcRolesShared *roles_shared = NULL;
+
+#define PC_ROLES_TRANCHE	"projcache_roles"
 
 /* ----------------------------------------------------------------
  * The table
@@ -143,18 +173,26 @@ map_address(dsa_pointer dp)
 static PcMapPartition *held_partition = NULL;
 
 /*
- * Create the table in a new DSA area (postmaster); returns its handle and
- * the bytes its bucket arrays take, which the caller counts as used.
+ * Create the table in the area the postmaster is creating; returns its
+ * handle, and counts the bytes its bucket arrays take as used.  The
+ * references above rest on the area being one segment whose pointers are
+ * offsets from its start: checked here, once, with an error.
  */
-dsa_pointer
-pc_keymap_create(dsa_area *area, int tranche_id, Size *bytes)
+static dsa_pointer
+keymap_create(dsa_area *area, char *segment, int tranche_id)
 {
 	dsa_pointer dp = dsa_allocate0(area, sizeof(PcMapControl));
 	PcMapControl *control = dsa_get_address(area, dp);
 	Size		array_size = PC_MAP_INITIAL_BUCKETS * sizeof(PcRef);
 	int			i;
 
-	*bytes = 0;
+	if ((char *) control != segment + dp)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("projcache: the DSA area's chunks are not where the key map expects them"),
+				 errdetail("A chunk at dsa_pointer %llu is at offset %lld from the area's start.",
+						   (unsigned long long) dp,
+						   (long long) ((char *) control - segment))));
 	for (i = 0; i < PC_MAP_PARTITIONS; i++)
 	{
 		PcMapPartition *part = &control->partitions[i].p;
@@ -163,17 +201,72 @@ pc_keymap_create(dsa_area *area, int tranche_id, Size *bytes)
 		part->buckets = dsa_allocate0(area, array_size);
 		part->nbuckets = PC_MAP_INITIAL_BUCKETS;
 		part->count = 0;
-		*bytes += pc_dsa_footprint(array_size);
+		pc_area_charge(pc_dsa_footprint(array_size));
 	}
 	return dp;
 }
 
-void
-pc_keymap_attach(dsa_area *area, dsa_pointer handle, char *segment)
+/* A process attaching to the area maps the table (a PcAreaAttachFn). */
+static void
+keymap_attach(dsa_area *area, char *segment)
 {
+	LWLockRegisterTranche(keymap_shared->tranche, "projcache_keymap");
 	map_segment = segment;
-	map_control = (PcMapControl *) (segment + handle);
-	Assert((void *) map_control == dsa_get_address(area, handle));
+	map_control = (PcMapControl *) (segment + keymap_shared->handle);
+	Assert((void *) map_control == dsa_get_address(area, keymap_shared->handle));
+}
+
+void
+pc_keymap_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PcKeymapShared)));
+}
+
+/* After the area's startup: it creates the table in a new area. */
+void
+pc_keymap_shmem_startup(void)
+{
+	bool		found;
+	dsa_area   *area;
+	char	   *segment;
+	int			i;
+
+	map_control = NULL;
+	map_segment = NULL;
+	keymap_shared = ShmemInitStruct("projcache key map",
+									sizeof(PcKeymapShared), &found);
+#ifdef USE_ASSERT_CHECKING
+	pc_locks_register_count(&pc_entry_locks_held, PC_LOCK_ALONE);
+#endif
+	pc_area_on_attach(keymap_attach);
+	if (found)
+		return;
+	area = pc_area_being_created(&segment);
+	Assert(area != NULL);
+	keymap_shared->tranche = LWLockNewTrancheId();
+	pg_atomic_init_u64(&keymap_shared->nentries, 0);
+	pg_atomic_init_u64(&keymap_shared->entry_serial, 0);
+	for (i = 0; i < PC_NUM_KEY_CVS; i++)
+		ConditionVariableInit(&keymap_shared->key_cv[i]);
+	keymap_shared->handle = keymap_create(area, segment,
+										  keymap_shared->tranche);
+}
+
+/* Entries in the map now. */
+uint64
+pc_keymap_count(void)
+{
+	return pg_atomic_read_u64(&keymap_shared->nentries);
+}
+
+/* Wake every reader waiting on any key. */
+void
+pc_key_cvs_broadcast(void)
+{
+	int			i;
+
+	for (i = 0; i < PC_NUM_KEY_CVS; i++)
+		ConditionVariableBroadcast(&keymap_shared->key_cv[i]);
 }
 
 PcKey
@@ -198,7 +291,7 @@ pc_key_hash(const char *key, uint32 len)
 ConditionVariable *
 pc_key_cv(const char *key, uint32 len)
 {
-	return &pc_shared->key_cv[pc_key_hash(key, len) % PC_NUM_KEY_CVS];
+	return &keymap_shared->key_cv[pc_key_hash(key, len) % PC_NUM_KEY_CVS];
 }
 
 static PcMapPartition *
@@ -747,6 +840,51 @@ pc_bytes_per_role_bound(void)
 	return (uint64) Max(1, pc_key_memory_bound() / 2);
 }
 
+void
+pc_roles_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PcRolesShared)));
+	pc_locks_request(PC_ROLES_TRANCHE, 1);
+}
+
+void
+pc_roles_shmem_startup(void)
+{
+	bool		found;
+	LWLockPadded *lock;
+	int			i;
+
+	roles_shared = ShmemInitStruct("projcache roles", sizeof(PcRolesShared),
+								   &found);
+	lock = pc_locks_get(PC_ROLES_TRANCHE, 1, PC_LOCK_ALONE);
+	if (found)
+		return;
+	roles_shared->lock = &lock->lock;
+	pg_atomic_init_u32(&roles_shared->room_wanted, 0);
+	for (i = 0; i < PC_ROLE_SLOTS; i++)
+	{
+		roles_shared->slots[i].role = InvalidOid;
+		pg_atomic_init_u32(&roles_shared->slots[i].keys, 0);
+		pg_atomic_init_u64(&roles_shared->slots[i].bytes, 0);
+		pg_atomic_init_u32(&roles_shared->slots[i].room_wanted, 0);
+	}
+}
+
+/* Role slot n, for the worker's eviction by role. */
+PcRoleSlot *
+pc_role_slot(int n)
+{
+	Assert(n >= 0 && n < PC_ROLE_SLOTS);
+	return &roles_shared->slots[n];
+}
+
+/* Whether a slot's room_wanted was set since the worker last asked. */
+bool
+pc_roles_take_room_wanted(void)
+{
+	return pg_atomic_exchange_u32(&roles_shared->room_wanted, 0) != 0;
+}
+
 /* The role a slot counts keys for; InvalidOid for none or for many. */
 Oid
 pc_role_of_slot(int slot)
@@ -754,12 +892,12 @@ pc_role_of_slot(int slot)
 	Assert(slot >= 0 && slot < PC_ROLE_SLOTS);
 	if (slot == PC_ROLE_NONE || slot == PC_ROLE_OVERFLOW)
 		return InvalidOid;
-	return pc_shared->role_slots[slot].role;
+	return roles_shared->slots[slot].role;
 }
 
 /*
  * The slot that counts role's keys, or -1 if it has none and one could be
- * given.  With claim (and role_lock held exclusively), one is given if it
+ * given.  With claim (and the slots' lock held exclusively), one is given if it
  * has none: in the order the role's hash says, the first never used or
  * whose role has no keys left.  With or without claim, the overflow slot
  * if no slot can be given.  A role's slot comes before the first
@@ -774,12 +912,12 @@ role_slot_find(Oid role, bool claim)
 	int			free_slot = -1;
 	int			i;
 
-	Assert(LWLockHeldByMe(pc_shared->role_lock));
-	Assert(!claim || LWLockHeldByMeInMode(pc_shared->role_lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMe(roles_shared->lock));
+	Assert(!claim || LWLockHeldByMeInMode(roles_shared->lock, LW_EXCLUSIVE));
 	for (i = 0; i < nslots; i++)
 	{
 		int			n = 1 + (start + i) % nslots;
-		PcRoleSlot *slot = &pc_shared->role_slots[n];
+		PcRoleSlot *slot = &roles_shared->slots[n];
 
 		if (slot->role == role)
 			return n;
@@ -793,7 +931,7 @@ role_slot_find(Oid role, bool claim)
 		return PC_ROLE_OVERFLOW;	/* without claim too: no lock to upgrade */
 	if (!claim)
 		return -1;
-	pc_shared->role_slots[free_slot].role = role;
+	roles_shared->slots[free_slot].role = role;
 	return free_slot;
 }
 
@@ -819,19 +957,19 @@ role_reserve(Oid role, Size bytes)
 
 	if (!OidIsValid(role) || superuser_arg(role))
 	{
-		pg_atomic_fetch_add_u64(&pc_shared->role_slots[PC_ROLE_NONE].bytes,
+		pg_atomic_fetch_add_u64(&roles_shared->slots[PC_ROLE_NONE].bytes,
 								(int64) bytes);
 		return PC_ROLE_NONE;
 	}
-	pc_lock_alone(pc_shared->role_lock, LW_SHARED);
+	pc_lock_alone(roles_shared->lock, LW_SHARED);
 	n = role_slot_find(role, false);
 	if (n < 0)
 	{
-		LWLockRelease(pc_shared->role_lock);
-		pc_lock_alone(pc_shared->role_lock, LW_EXCLUSIVE);
+		LWLockRelease(roles_shared->lock);
+		pc_lock_alone(roles_shared->lock, LW_EXCLUSIVE);
 		n = role_slot_find(role, true);
 	}
-	slot = &pc_shared->role_slots[n];
+	slot = &roles_shared->slots[n];
 	/* Reserve first, so that concurrent creations cannot all pass. */
 	keys = pg_atomic_add_fetch_u32(&slot->keys, 1);
 	held = pg_atomic_add_fetch_u64(&slot->bytes, (int64) bytes);
@@ -841,11 +979,11 @@ role_reserve(Oid role, Size bytes)
 		pg_atomic_fetch_sub_u64(&slot->bytes, (int64) bytes);
 		n = -1;
 	}
-	LWLockRelease(pc_shared->role_lock);
+	LWLockRelease(roles_shared->lock);
 	if (n < 0)
 	{
 		pg_atomic_write_u32(&slot->room_wanted, 1);
-		pg_atomic_write_u32(&pc_shared->role_room_wanted, 1);
+		pg_atomic_write_u32(&roles_shared->room_wanted, 1);
 		pc_wake_worker();
 	}
 	return n;
@@ -858,12 +996,12 @@ role_reserve(Oid role, Size bytes)
 static void
 role_unreserve(int slot, Size bytes)
 {
-	Assert(pg_atomic_read_u64(&pc_shared->role_slots[slot].bytes) >= bytes);
-	pg_atomic_fetch_sub_u64(&pc_shared->role_slots[slot].bytes, (int64) bytes);
+	Assert(pg_atomic_read_u64(&roles_shared->slots[slot].bytes) >= bytes);
+	pg_atomic_fetch_sub_u64(&roles_shared->slots[slot].bytes, (int64) bytes);
 	if (slot == PC_ROLE_NONE)
 		return;
-	Assert(pg_atomic_read_u32(&pc_shared->role_slots[slot].keys) > 0);
-	pg_atomic_fetch_sub_u32(&pc_shared->role_slots[slot].keys, 1);
+	Assert(pg_atomic_read_u32(&roles_shared->slots[slot].keys) > 0);
+	pg_atomic_fetch_sub_u32(&roles_shared->slots[slot].keys, 1);
 }
 
 /* ----------------------------------------------------------------
@@ -1012,7 +1150,7 @@ init_entry(PcEntry *entry, const char *key, uint32 len, int owner)
 	entry->next = InvalidDsaPointer;
 	pg_atomic_init_u32(&entry->marks, 0);
 	entry->serial = (uint32)
-		pg_atomic_add_fetch_u64(&pc_shared->entry_serial, 1);
+		pg_atomic_add_fetch_u64(&keymap_shared->entry_serial, 1);
 	entry->keylen = (uint16) len;
 	entry->owner = (uint8) owner;
 	entry->state = PC_STATE_PENDING;
@@ -1054,7 +1192,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 		entry = pc_entry_find(&search, true);
 		if (entry == NULL)
 		{
-			pg_atomic_write_u32(&pc_shared->room_wanted, 1);
+			pc_worker_want_room();
 			pc_wake_worker();
 		}
 		return entry;
@@ -1086,7 +1224,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 	buckets[search.hash & (part->nbuckets - 1)] = ref_of(dp);
 	part->count++;
 	entry_locked(part);
-	pg_atomic_fetch_add_u64(&pc_shared->nentries, 1);
+	pg_atomic_fetch_add_u64(&keymap_shared->nentries, 1);
 	*created = true;
 	return entry;
 }
@@ -1147,7 +1285,7 @@ pc_keymap_delete(PcEntry *entry)
 	part->count--;
 	pc_entry_release(entry);
 
-	pg_atomic_fetch_sub_u64(&pc_shared->nentries, 1);
+	pg_atomic_fetch_sub_u64(&keymap_shared->nentries, 1);
 	role_unreserve(owner, chunks_footprint(head_size, tail_size));
 	pc_free(dp, head_size);
 	pc_free(tail, tail_size);
@@ -1480,10 +1618,10 @@ pc_entry_commit(const char *key, uint32 len, const PcEntryWrite *w,
 		old_head = ref_dsa(*link);
 		*link = ref_of(prep->head);
 		/* The owner's bytes follow (keys per role). */
-		pg_atomic_fetch_add_u64(&pc_shared->role_slots[entry->owner].bytes,
+		pg_atomic_fetch_add_u64(&roles_shared->slots[entry->owner].bytes,
 								(int64) chunks_footprint(prep->head_size,
 														 prep->tail_size));
-		pg_atomic_fetch_sub_u64(&pc_shared->role_slots[entry->owner].bytes,
+		pg_atomic_fetch_sub_u64(&roles_shared->slots[entry->owner].bytes,
 								(int64) chunks_footprint(old_head_size,
 														 old_tail_size));
 	}
@@ -1532,42 +1670,6 @@ pc_request_mark(PcEntry *entry, uint32 bits)
 	PC_ASSERT_ENTRY_LOCKED();
 	old = pg_atomic_fetch_or_u32(&entry->marks, bits);
 	return (old & bits) != bits;
-}
-
-/*
- * Tell the worker that the key has a request, and wake it.  The request
- * names the role that made it (the current role outside SECURITY DEFINER
- * functions): a new key's fetch waits for that role's turn.
- */
-void
-pc_request_send(const char *key, uint32 len)
-{
-	if (!pc_ring_push(key, len, GetOuterUserId(), false))
-	{
-		/* Ring full: the worker will scan the map for request bits. */
-		pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
-		pc_count(PC_CTR_REQUEST_OVERFLOWS, 1);
-	}
-	pc_count(PC_CTR_FETCH_REQUESTS, 1);
-	pc_wake_worker();
-}
-
-/*
- * A read found no room to create the key (memory, or the role's
- * projcache.max_keys_per_role): ask the worker to create it once it has
- * made room, and to fetch it with the other keys asked for meanwhile.
- * Without this, the request would be lost, and a reader waiting for the
- * key later would have it fetched alone.
- */
-void
-pc_request_send_refused(const char *key, uint32 len)
-{
-	/* Lost when its share of the ring is full: no scan finds it. */
-	if (pc_ring_push(key, len, GetOuterUserId(), true))
-	{
-		pc_count(PC_CTR_FETCH_REQUESTS, 1);
-		pc_wake_worker();
-	}
 }
 
 /* ----------------------------------------------------------------

@@ -164,13 +164,13 @@ tell_worker_at_commit(XactEvent event, void *arg)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that changed named caches"),
 				 errdetail("A change to the named caches is obeyed at its commit by the committing backend, which COMMIT PREPARED cannot do.")));
-	if (event == XACT_EVENT_PRE_COMMIT && pc_shared != NULL &&
+	if (event == XACT_EVENT_PRE_COMMIT && pc_loaded() &&
 		nnamed_roles > 0)
 	{
 		pc_caches_reserve_named(named_roles, nnamed_roles, named_entries);
 		nnamed_entries = nnamed_roles;
 	}
-	if (event == XACT_EVENT_COMMIT && pc_shared != NULL)
+	if (event == XACT_EVENT_COMMIT && pc_loaded())
 	{
 		pc_caches_commit_named(named_entries, nnamed_entries);
 		for (int i = 0; i < nnarrowings; i++)
@@ -178,7 +178,7 @@ tell_worker_at_commit(XactEvent event, void *arg)
 									   narrowings[i].reader);
 		pc_caches_changed();
 	}
-	if (event == XACT_EVENT_ABORT && pc_shared != NULL)
+	if (event == XACT_EVENT_ABORT && pc_loaded())
 		pc_caches_release_named(named_entries, nnamed_entries);
 	if (ends)
 	{

@@ -125,10 +125,10 @@ pc_replay_init(void)
 	 * their keys' flags: clear every flag, then mark again from the list.
 	 */
 	set_awaiting_all(false);
-	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_wal_pending_lock(), LW_EXCLUSIVE);
 	pending->marked = 0;
 	pending->overflow_marked = false;
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(pc_wal_pending_lock());
 }
 
 /*
@@ -234,10 +234,10 @@ take_new_items(void)
 	bool		mark_all;
 	int			ndropped;
 
-	pc_lock_alone(pc_shared->wal_lock, LW_SHARED);
+	pc_lock_alone(pc_wal_pending_lock(), LW_SHARED);
 	n = pending->used - pending->marked;
 	mark_all = pending->overflowed && !pending->overflow_marked;
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(pc_wal_pending_lock());
 	if (n == 0 && !mark_all)
 		return false;
 
@@ -247,14 +247,14 @@ take_new_items(void)
 	 * under the exclusive lock.
 	 */
 	copy = palloc(Max(n, 1));
-	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_wal_pending_lock(), LW_EXCLUSIVE);
 	memcpy(copy, pending->data + pending->marked, n);
 	pending->marked += n;
 	mark_all = pending->overflowed && !pending->overflow_marked;
 	ndropped = pending->ndropped;
 	if (mark_all)
 		pending->overflow_marked = true;
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(pc_wal_pending_lock());
 
 	for (pos = 0; pos < n;)
 	{
@@ -309,9 +309,9 @@ resolve_items(PcRefetchFn refetch)
 	bool		any_ended = false;
 
 	/* Items before 'marked' change only here: read them without the lock. */
-	pc_lock_alone(pc_shared->wal_lock, LW_SHARED);
+	pc_lock_alone(pc_wal_pending_lock(), LW_SHARED);
 	marked = pending->marked;
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(pc_wal_pending_lock());
 	if (marked == 0)
 		return false;
 
@@ -338,7 +338,7 @@ resolve_items(PcRefetchFn refetch)
 
 	/* Copy the ended items out, and close the gaps under the lock. */
 	ended = palloc(marked);
-	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_wal_pending_lock(), LW_EXCLUSIVE);
 	for (pos = 0, kept = 0; pos < marked;)
 	{
 		PcWalItem  *item = (PcWalItem *) (pending->data + pos);
@@ -364,7 +364,7 @@ resolve_items(PcRefetchFn refetch)
 			pending->used - marked);
 	pending->used -= marked - kept;
 	pending->marked = kept;
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(pc_wal_pending_lock());
 
 	for (pos = 0; pos < ended_len;)
 	{
@@ -422,18 +422,18 @@ resolve_overflow(void)
 	int			i;
 	int			kept;
 
-	pc_lock_alone(pc_shared->wal_lock, LW_SHARED);
+	pc_lock_alone(pc_wal_pending_lock(), LW_SHARED);
 	n = pending->ndropped;
 	memcpy(xids, pending->dropped_xids, n * sizeof(TransactionId));
 	lost_xid = pending->lost_xid;
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(pc_wal_pending_lock());
 
 	for (i = 0; i < n; i++)
 		ended[i] = xid_fate(xids[i]) != XID_RUNNING;
 	if (TransactionIdIsValid(lost_xid))
 		lost_ended = TransactionIdPrecedes(lost_xid, oldest_running_xid());
 
-	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(pc_wal_pending_lock(), LW_EXCLUSIVE);
 	Assert(pending->overflowed && pending->ndropped >= n);
 	for (i = 0, kept = 0; i < pending->ndropped; i++)
 	{
@@ -456,7 +456,7 @@ resolve_overflow(void)
 		pending->overflow_marked = false;
 		over = true;
 	}
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(pc_wal_pending_lock());
 	if (!over)
 		return moved;
 

@@ -19,8 +19,12 @@
  *
  * Records are a uint32 length, the Oid of the role that made the request
  * (a new key's fetch waits for that role's turn, see keycache_policy.h),
- * and the key's bytes, padded to 4 bytes, written circularly.  ring_lock
- * protects the positions and data of both rings.
+ * and the key's bytes, padded to 4 bytes, written circularly.
+ *
+ * The rings are a part of shared memory of their own ("projcache request
+ * ring"): PcRingShared, then the two rings.  Its lock (tranche
+ * "projcache_ring", taken alone) protects the positions and data of both
+ * rings; overflow is an atomic.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -28,7 +32,28 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "storage/shmem.h"
+
+#include "counters.h"
 #include "keycache.h"
+
+typedef struct PcRequestRing
+{
+	uint64		write_pos;		/* bytes ever written */
+	uint64		read_pos;		/* bytes ever consumed */
+	uint32		capacity;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} PcRequestRing;
+
+typedef struct PcRingShared
+{
+	LWLock	   *lock;			/* both rings' positions and data */
+	pg_atomic_uint32 overflow;	/* a request did not fit in the ring */
+	/* the two rings follow, at ring_base() */
+} PcRingShared;
+
+static PcRingShared *ring_shared = NULL;
 
 #define PC_RING_BYTES		(256 * 1024)
 #define PC_RING_HEADER		(sizeof(uint32) + sizeof(Oid))
@@ -36,8 +61,9 @@
 
 StaticAssertDecl(sizeof(Oid) == 4, "ring records stay 4-byte aligned");
 
-/* The two rings lie one after the other at pc_ring(). */
+/* The two rings lie one after the other at ring_base(). */
 #define PC_RING_STRIDE	MAXALIGN(offsetof(PcRequestRing, data) + PC_RING_BYTES)
+#define PC_RING_TRANCHE "projcache_ring"
 
 /* Both rings' size; a buffer this large takes all that pc_ring_drain has. */
 Size
@@ -46,23 +72,46 @@ pc_ring_size(void)
 	return 2 * PC_RING_STRIDE;
 }
 
+static char *
+ring_base(void)
+{
+	return (char *) ring_shared + MAXALIGN(sizeof(PcRingShared));
+}
+
 /* The ring of refused reads' records, or the one of the other requests. */
 static PcRequestRing *
 ring_of(bool refused)
 {
-	return (PcRequestRing *) ((char *) pc_ring() +
-							  (refused ? PC_RING_STRIDE : 0));
+	return (PcRequestRing *) (ring_base() + (refused ? PC_RING_STRIDE : 0));
 }
 
 void
-pc_ring_init(PcRequestRing *rings)
+pc_ring_shmem_request(void)
 {
+	RequestAddinShmemSpace(add_size(MAXALIGN(sizeof(PcRingShared)),
+									pc_ring_size()));
+	pc_locks_request(PC_RING_TRANCHE, 1);
+}
+
+void
+pc_ring_shmem_startup(void)
+{
+	bool		found;
+	LWLockPadded *lock;
 	int			i;
 
+	ring_shared = ShmemInitStruct("projcache request ring",
+								  add_size(MAXALIGN(sizeof(PcRingShared)),
+										   pc_ring_size()),
+								  &found);
+	lock = pc_locks_get(PC_RING_TRANCHE, 1, PC_LOCK_ALONE);
+	if (found)
+		return;
+	ring_shared->lock = &lock->lock;
+	pg_atomic_init_u32(&ring_shared->overflow, 0);
 	for (i = 0; i < 2; i++)
 	{
-		PcRequestRing *ring = (PcRequestRing *) ((char *) rings +
-												 i * PC_RING_STRIDE);
+		PcRequestRing *ring = ring_of(i == 1);
 
 		ring->write_pos = 0;
 		ring->read_pos = 0;
@@ -71,8 +120,24 @@ pc_ring_init(PcRequestRing *rings)
 }
 
 /*
+ * The worker scans the key map for request bits after a request did not
+ * fit (pc_ring_note_overflow()); whether one did since it last asked.
+ */
+bool
+pc_ring_take_overflow(void)
+{
+	return pg_atomic_exchange_u32(&ring_shared->overflow, 0) != 0;
+}
+
+void
+pc_ring_note_overflow(void)
+{
+	pg_atomic_write_u32(&ring_shared->overflow, 1);
+}
+
+/*
  * Copy n bytes into the ring at logical position pos, wrapping around.
- * Caller holds ring_lock exclusively.
+ * Caller holds the ring lock exclusively.
  */
 static void
 ring_write(PcRequestRing *ring, uint64 pos, const void *src, Size n)
@@ -80,7 +145,7 @@ ring_write(PcRequestRing *ring, uint64 pos, const void *src, Size n)
 	Size		off = pos % ring->capacity;
 	Size		first = Min(n, ring->capacity - off);
 
-	Assert(LWLockHeldByMeInMode(pc_shared->ring_lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(ring_shared->lock, LW_EXCLUSIVE));
 	memcpy(ring->data + off, src, first);
 	if (first < n)
 		memcpy(ring->data, (const char *) src + first, n - first);
@@ -93,7 +158,7 @@ ring_read(PcRequestRing *ring, uint64 pos, void *dst, Size n)
 	Size		off = pos % ring->capacity;
 	Size		first = Min(n, ring->capacity - off);
 
-	Assert(LWLockHeldByMeInMode(pc_shared->ring_lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(ring_shared->lock, LW_EXCLUSIVE));
 	memcpy(dst, ring->data + off, first);
 	if (first < n)
 		memcpy((char *) dst + first, ring->data, n - first);
@@ -112,7 +177,7 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 	bool		ok = false;
 
 	Assert(len > 0 && len <= PC_MAX_KEY_BYTES);
-	pc_lock_alone(pc_shared->ring_lock, LW_EXCLUSIVE);
+	pc_lock_alone(ring_shared->lock, LW_EXCLUSIVE);
 	if (ring->capacity - (ring->write_pos - ring->read_pos) >= need)
 	{
 		ring_write(ring, ring->write_pos, &word, sizeof(uint32));
@@ -122,7 +187,7 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 		ring->write_pos += need;
 		ok = true;
 	}
-	LWLockRelease(pc_shared->ring_lock);
+	LWLockRelease(ring_shared->lock);
 	return ok;
 }
 
@@ -135,7 +200,7 @@ drain_ring(PcRequestRing *ring, char *buf, Size bufsize)
 {
 	Size		copied = 0;
 
-	Assert(LWLockHeldByMeInMode(pc_shared->ring_lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(ring_shared->lock, LW_EXCLUSIVE));
 	while (ring->read_pos < ring->write_pos)
 	{
 		uint32		word;
@@ -167,9 +232,50 @@ pc_ring_drain(char *buf, Size bufsize)
 {
 	Size		copied;
 
-	pc_lock_alone(pc_shared->ring_lock, LW_EXCLUSIVE);
+	pc_lock_alone(ring_shared->lock, LW_EXCLUSIVE);
 	copied = drain_ring(ring_of(false), buf, bufsize);
 	copied += drain_ring(ring_of(true), buf + copied, bufsize - copied);
-	LWLockRelease(pc_shared->ring_lock);
+	LWLockRelease(ring_shared->lock);
 	return copied;
+}
+
+/* ----------------------------------------------------------------
+ * Requests to the worker
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Tell the worker that the key has a request, and wake it.  The request
+ * names the role that made it (the current role outside SECURITY DEFINER
+ * functions): a new key's fetch waits for that role's turn.
+ */
+void
+pc_request_send(const char *key, uint32 len)
+{
+	if (!pc_ring_push(key, len, GetOuterUserId(), false))
+	{
+		/* Ring full: the worker will scan the map for request bits. */
+		pc_ring_note_overflow();
+		pc_count(PC_CTR_REQUEST_OVERFLOWS, 1);
+	}
+	pc_count(PC_CTR_FETCH_REQUESTS, 1);
+	pc_wake_worker();
+}
+
+/*
+ * A read found no room to create the key (memory, or the role's
+ * projcache.max_keys_per_role): ask the worker to create it once it has
+ * made room, and to fetch it with the other keys asked for meanwhile.
+ * Without this, the request would be lost, and a reader waiting for the
+ * key later would have it fetched alone.
+ */
+void
+pc_request_send_refused(const char *key, uint32 len)
+{
+	/* Lost when its share of the ring is full: no scan finds it. */
+	if (pc_ring_push(key, len, GetOuterUserId(), true))
+	{
+		pc_count(PC_CTR_FETCH_REQUESTS, 1);
+		pc_wake_worker();
+	}
 }

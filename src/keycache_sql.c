@@ -40,7 +40,9 @@
 #include "utils/timestamp.h"
 
 #include "keycache.h"
+#include "keycache_caches.h"
 #include "keycache_policy.h"
+#include "snapshot.h"
 #include "wal.h"
 
 /* Longest evict() waits for the worker to act. */
@@ -183,7 +185,7 @@ flush_read_counts(void)
 static void
 flush_read_counts_at_xact_end(XactEvent event, void *arg)
 {
-	if (local_read_count > 0 && pc_shared != NULL)
+	if (local_read_count > 0 && pc_loaded())
 		flush_read_counts();
 }
 
@@ -227,7 +229,7 @@ read_key(const char *key, uint32 len, bool details, bool waiting, PcRead *r)
 		 * value that could make room for a new key is being read: ask for the
 		 * key without creating it, unless the reader waits for it.
 		 */
-		if (waiting || pg_atomic_read_u32(&pc_shared->admission_closed) == 0)
+		if (waiting || !pc_worker_admission_closed())
 			entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
 												 &created);
 		if (entry == NULL)
@@ -1152,7 +1154,7 @@ projcache_entries(PG_FUNCTION_ARGS)
 static uint64
 counter(PcCounter which)
 {
-	return pg_atomic_read_u64(&pc_shared->counters[which]);
+	return pc_counter(which);
 }
 
 static Datum
@@ -1213,22 +1215,19 @@ stats_columns_1_0(Datum *values, bool *nulls)
 	TimestampTz reset;
 
 	values[col++] =
-		Int64GetDatum((int64) pg_atomic_read_u64(&pc_shared->nentries));
-	values[col++] = Int64GetDatum((int64) pc_memory_used());
+		Int64GetDatum((int64) pc_keymap_count());
+	values[col++] = Int64GetDatum((int64) pc_key_memory_used() + pc_snap_memory_used());
 	values[col++] = Int64GetDatum((int64) pc_memory_limit());
 	for (i = 0; i < lengthof(stats_counters); i++)
 		values[col++] = counter_datum(stats_counters[i]);
 	values[col++] = delay_histogram(false);
 
-	SpinLockAcquire(&pc_shared->mutex);
-	worker_pid = pc_shared->worker_pid;
-	reset = pc_shared->stats_reset;
-	SpinLockRelease(&pc_shared->mutex);
+	worker_pid = pc_worker_pid();
+	reset = pc_counters_reset_at();
 	values[col] = Int32GetDatum(worker_pid);
 	nulls[col++] = worker_pid == 0;
 	values[col++] =
-		Int64GetDatum((int64)
-					  pg_atomic_read_u64(&pc_shared->config_generation));
+		Int64GetDatum((int64) pc_worker_config_generation());
 	values[col++] = TimestampTzGetDatum(reset);
 	Assert(col == STATS_COLUMNS_1_0);
 	return col;
@@ -1258,32 +1257,22 @@ stats_columns_1_1(Datum *values, bool *nulls)
 static int
 stats_columns_1_2(Datum *values, bool *nulls)
 {
-	uint64		loaded_keys;
-	uint64		loaded_snapshots;
-	int64		loaded_age_ms;
-	bool		dump_read;
-	TimestampTz written_at;
-	uint64		dump_keys;
+	PcKeyDumpStats keys;
+	uint64		loaded_snapshots = pc_snap_dump_loaded();
 	int			col = 0;
 
-	SpinLockAcquire(&pc_shared->mutex);
-	dump_read = pc_shared->keys_dump_read;
-	loaded_keys = pc_shared->loaded_keys;
-	loaded_snapshots = pc_shared->loaded_snapshots;
-	loaded_age_ms = pc_shared->loaded_dump_age_ms;
-	written_at = pc_shared->dump_written_at;
-	dump_keys = pc_shared->dump_keys;
-	SpinLockRelease(&pc_shared->mutex);
+	pc_keys_dump_stats(&keys);
 
 	values[col++] = counter_datum(PC_CTR_DROPPED_FETCHES);
-	values[col++] = Int64GetDatum((int64) loaded_keys);
+	values[col++] = Int64GetDatum((int64) keys.loaded_keys);
 	values[col++] = Int64GetDatum((int64) loaded_snapshots);
-	values[col] = pc_interval_from_ms(loaded_age_ms);
-	nulls[col++] = !dump_read || (loaded_keys == 0 && loaded_snapshots == 0);
-	values[col] = TimestampTzGetDatum(written_at);
-	nulls[col++] = written_at == 0;
-	values[col] = Int64GetDatum((int64) dump_keys);
-	nulls[col++] = written_at == 0;
+	values[col] = pc_interval_from_ms(keys.loaded_age_ms);
+	nulls[col++] = !keys.dump_read ||
+		(keys.loaded_keys == 0 && loaded_snapshots == 0);
+	values[col] = TimestampTzGetDatum(keys.written_at);
+	nulls[col++] = keys.written_at == 0;
+	values[col] = Int64GetDatum((int64) keys.dump_keys);
+	nulls[col++] = keys.written_at == 0;
 	return col;
 }
 
@@ -1316,15 +1305,9 @@ projcache_stats(PG_FUNCTION_ARGS)
 Datum
 projcache_reset_stats(PG_FUNCTION_ARGS)
 {
-	int			i;
-
 	pc_require_loaded();
 	memset(local_reads, 0, sizeof(local_reads));
 	local_read_count = 0;
-	for (i = 0; i < PC_NUM_COUNTERS; i++)
-		pg_atomic_write_u64(&pc_shared->counters[i], 0);
-	SpinLockAcquire(&pc_shared->mutex);
-	pc_shared->stats_reset = GetCurrentTimestamp();
-	SpinLockRelease(&pc_shared->mutex);
+	pc_counters_reset();
 	PG_RETURN_VOID();
 }

@@ -40,6 +40,8 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -84,7 +86,7 @@
  * values in use, those not in use first).
  * Such room comes from keys without a value and from values not read
  * within the window, in S3-FIFO's order; when none is left, admission
- * closes (pc_shared->admission_closed): readers create no key, their reads
+ * closes (PcWorkerShared.admission_closed): readers create no key, their reads
  * of new keys answer pending and only ask (pc_request_send_refused), the
  * refused keys are not created, and a first value that finds no room is
  * stored as an error, so that the key is asked for again after its
@@ -107,7 +109,7 @@
 #define PC_MAX_VALUE_DIVISOR	8
 
 StaticAssertDecl(PC_PERIOD_DEFAULT == POLICY_PERIOD_DEFAULT,
-				 "the shared map and the scheduler encode periods alike");
+				 "the shared map and the policy encode periods alike");
 
 static Policy *policy = NULL;
 static MemoryContext policy_cxt = NULL; /* the key policy's private state */
@@ -124,6 +126,98 @@ static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
 									 * pc_real_now_ms() (keycache_bisect.h) */
 
 static int	key_pool(const char *key, size_t keylen, void *arg);
+
+/* ----------------------------------------------------------------
+ * The worker's shared state
+ *
+ * A part of shared memory of its own ("projcache worker"): how readers
+ * wake the worker and tell it what they lack.  mutex (a spinlock) protects
+ * latch and pid; the rest are atomics.
+ * ----------------------------------------------------------------
+ */
+typedef struct PcWorkerShared
+{
+	slock_t		mutex;
+	Latch	   *latch;			/* NULL while no worker runs */
+	int			pid;
+	pg_atomic_uint64 config_generation; /* bumped when the worker (re)loads
+										 * its settings */
+	pg_atomic_uint32 room_wanted;	/* a reader found no room for a new key */
+	pg_atomic_uint32 admission_closed;	/* every value that could make room
+										 * for a new key was read within
+										 * projcache.admission_window: readers
+										 * create no key */
+} PcWorkerShared;
+
+static PcWorkerShared *worker_shared = NULL;
+
+void
+pc_worker_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PcWorkerShared)));
+}
+
+void
+pc_worker_shmem_startup(void)
+{
+	bool		found;
+
+	worker_shared = ShmemInitStruct("projcache worker",
+									sizeof(PcWorkerShared), &found);
+	if (found)
+		return;
+	SpinLockInit(&worker_shared->mutex);
+	worker_shared->latch = NULL;
+	worker_shared->pid = 0;
+	pg_atomic_init_u64(&worker_shared->config_generation, 0);
+	pg_atomic_init_u32(&worker_shared->room_wanted, 0);
+	pg_atomic_init_u32(&worker_shared->admission_closed, 0);
+}
+
+/* Set the worker's latch, if a worker is running. */
+void
+pc_wake_worker(void)
+{
+	Latch	   *latch;
+
+	SpinLockAcquire(&worker_shared->mutex);
+	latch = worker_shared->latch;
+	SpinLockRelease(&worker_shared->mutex);
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/* The running worker's PID, or 0. */
+int
+pc_worker_pid(void)
+{
+	int			pid;
+
+	SpinLockAcquire(&worker_shared->mutex);
+	pid = worker_shared->pid;
+	SpinLockRelease(&worker_shared->mutex);
+	return pid;
+}
+
+uint64
+pc_worker_config_generation(void)
+{
+	return pg_atomic_read_u64(&worker_shared->config_generation);
+}
+
+/* A reader found no room for a new key: the worker evicts for it. */
+void
+pc_worker_want_room(void)
+{
+	pg_atomic_write_u32(&worker_shared->room_wanted, 1);
+}
+
+/* Whether readers may create no key now (see "Admission" above). */
+bool
+pc_worker_admission_closed(void)
+{
+	return pg_atomic_read_u32(&worker_shared->admission_closed) != 0;
+}
 
 /* ----------------------------------------------------------------
  * Settings and the shared map
@@ -194,19 +288,19 @@ load_settings(void)
 		}
 		pc_entry_scan_end(&scan);
 	}
-	pg_atomic_fetch_add_u64(&pc_shared->config_generation, 1);
+	pg_atomic_fetch_add_u64(&worker_shared->config_generation, 1);
 }
 
 static void
 worker_detach_latch(int code, Datum arg)
 {
-	SpinLockAcquire(&pc_shared->mutex);
-	if (pc_shared->worker_latch == MyLatch)
+	SpinLockAcquire(&worker_shared->mutex);
+	if (worker_shared->latch == MyLatch)
 	{
-		pc_shared->worker_latch = NULL;
-		pc_shared->worker_pid = 0;
+		worker_shared->latch = NULL;
+		worker_shared->pid = 0;
 	}
-	SpinLockRelease(&pc_shared->mutex);
+	SpinLockRelease(&worker_shared->mutex);
 }
 
 /* The header fields mirror_entry() writes (a PcEntryApplyFn). */
@@ -411,7 +505,7 @@ pool_budget(int pool)
 	if (pool == 0)
 		return 0;
 	/* Only this worker writes the slots: no lock to read them. */
-	slot = &pc_shared->caches.slots[pool - 1];
+	slot = pc_cache_slot(pool - 1);
 	if (!slot->in_use || slot->reg.max_memory == PC_CACHE_SETTING_UNSET)
 		return 0;
 	return (Size) slot->reg.max_memory;
@@ -451,7 +545,7 @@ apply_cache_settings(void)
 {
 	for (int p = 1; p < POLICY_MAX_POOLS; p++)
 	{
-		const PcCacheSlot *slot = &pc_shared->caches.slots[p - 1];
+		const PcCacheSlot *slot = pc_cache_slot(p - 1);
 
 		if (slot->in_use)
 			policy_set_pool_config(policy, p, slot->reg.max_retry_backoff_ms,
@@ -662,7 +756,7 @@ evict_for_budgets(void)
 
 	for (int p = 1; p < POLICY_MAX_POOLS; p++)
 	{
-		PcCacheSlot *slot = &pc_shared->caches.slots[p - 1];
+		PcCacheSlot *slot = pc_cache_slot(p - 1);
 
 		if (!slot->in_use)
 			continue;
@@ -681,7 +775,7 @@ static void
 close_admission(void)
 {
 	admission_closed_stamp = pc_read_stamp(pc_now_ms());
-	if (pg_atomic_exchange_u32(&pc_shared->admission_closed, 1) == 0)
+	if (pg_atomic_exchange_u32(&worker_shared->admission_closed, 1) == 0)
 		elog(DEBUG1, "projcache: admission closed: every value that could make room was read within projcache.admission_window");
 }
 
@@ -693,10 +787,10 @@ close_admission(void)
 static void
 admission_tick(int64 now)
 {
-	if (pg_atomic_read_u32(&pc_shared->admission_closed) != 0 &&
+	if (pg_atomic_read_u32(&worker_shared->admission_closed) != 0 &&
 		(admission_window_units() == 0 ||
 		 pc_read_stamp(now) != admission_closed_stamp))
-		pg_atomic_write_u32(&pc_shared->admission_closed, 0);
+		pg_atomic_write_u32(&worker_shared->admission_closed, 0);
 }
 
 /*
@@ -707,7 +801,7 @@ admission_tick(int64 now)
 static void
 evict_for_memory(void)
 {
-	(void) pg_atomic_exchange_u32(&pc_shared->room_wanted, 0);
+	(void) pg_atomic_exchange_u32(&worker_shared->room_wanted, 0);
 	if (make_room(POLICY_ROOM_NO_WRITER, 0, 0, false, true) != POLICY_ROOM_FITS)
 		close_admission();
 	evict_for_budgets();
@@ -729,10 +823,10 @@ evict_for_roles(void)
 	uint64		byte_bound = pc_bytes_per_role_bound();
 	int			n;
 
-	(void) pg_atomic_exchange_u32(&pc_shared->role_room_wanted, 0);
+	(void) pc_roles_take_room_wanted();
 	for (n = PC_ROLE_NONE + 1; n < PC_ROLE_SLOTS; n++)
 	{
-		PcRoleSlot *slot = &pc_shared->role_slots[n];
+		PcRoleSlot *slot = pc_role_slot(n);
 		bool		wanted = pg_atomic_exchange_u32(&slot->room_wanted, 0) != 0;
 
 		if (!wanted && (byte_bound == 0 ||
@@ -854,7 +948,7 @@ drop_fetches_for_nobody(void)
 	bool		memory_short;
 	PolicyEntry *e;
 
-	memory_short = pg_atomic_read_u32(&pc_shared->room_wanted) != 0 ||
+	memory_short = pg_atomic_read_u32(&worker_shared->room_wanted) != 0 ||
 		pc_key_memory_used() + headroom > target;
 	while ((e = policy_once_excess(policy, limit, memory_short)) != NULL)
 	{
@@ -952,7 +1046,7 @@ process_requests(int64 now)
 	}
 	ring_len = n;
 
-	if (pg_atomic_exchange_u32(&pc_shared->ring_overflow, 0) != 0)
+	if (pc_ring_take_overflow())
 		scan_wanted = true;
 	if (scan_wanted)
 		scan_requests(now);
@@ -989,7 +1083,7 @@ create_refused_keys(int64 now)
 		off += sizeof(uint32) + sizeof(Oid) + TYPEALIGN(4, len);
 		/* While admission is closed, they are left to their next reads. */
 		if ((word & PC_RING_REFUSED) != 0 &&
-			pg_atomic_read_u32(&pc_shared->admission_closed) == 0)
+			pg_atomic_read_u32(&worker_shared->admission_closed) == 0)
 		{
 			PcEntry    *entry;
 			bool		created;
@@ -2038,7 +2132,7 @@ rebuild_private_state(int64 now)
 				 errmsg("out of memory"),
 				 errdetail("The projcache scheduler could list only %d of the " UINT64_FORMAT " keys of the shared map to rebuild its state, and exits.",
 						   list.count,
-						   pg_atomic_read_u64(&pc_shared->nentries)),
+						   pc_keymap_count()),
 				 errhint("Make more memory available to the server, or lower projcache.max_memory.")));
 	for (i = 0; i < list.count; i++)
 		restore_saved_key(list.keys[i], list.lens[i],
@@ -2138,10 +2232,7 @@ load_dump_once(void)
 {
 	bool		first;
 
-	SpinLockAcquire(&pc_shared->mutex);
-	first = !pc_shared->keys_dump_read;
-	pc_shared->keys_dump_read = true;
-	SpinLockRelease(&pc_shared->mutex);
+	first = pc_keys_dump_claim_read();
 	if (first && pc_dump_interval_s >= 0)
 	{
 		publish_registry_before_load();
@@ -2242,20 +2333,20 @@ dump_at_exit(int code, Datum arg)
 static void
 take_worker_place(void)
 {
-	SpinLockAcquire(&pc_shared->mutex);
-	if (pc_shared->worker_pid != 0)
+	SpinLockAcquire(&worker_shared->mutex);
+	if (worker_shared->pid != 0)
 	{
-		int			other = pc_shared->worker_pid;
+		int			other = worker_shared->pid;
 
-		SpinLockRelease(&pc_shared->mutex);
+		SpinLockRelease(&worker_shared->mutex);
 		ereport(LOG,
 				(errmsg("projcache scheduler not started: the scheduler with PID %d is running",
 						other)));
 		proc_exit(0);
 	}
-	pc_shared->worker_latch = MyLatch;
-	pc_shared->worker_pid = MyProcPid;
-	SpinLockRelease(&pc_shared->mutex);
+	worker_shared->latch = MyLatch;
+	worker_shared->pid = MyProcPid;
+	SpinLockRelease(&worker_shared->mutex);
 	on_shmem_exit(worker_detach_latch, (Datum) 0);
 }
 
@@ -2284,7 +2375,7 @@ worker_start(void)
 			(errmsg("projcache scheduler ready in database \"%s\"",
 					pc_database)));
 	/* Requests may have been left while no worker ran: look for them. */
-	pg_atomic_write_u32(&pc_shared->ring_overflow, 1);
+	pc_ring_note_overflow();
 	MemoryContextReset(batch_cxt);
 }
 
@@ -2321,7 +2412,7 @@ sleep_until_due(int64 now, long poll_ms, bool dumping)
 		timeout = Min(timeout, (long) policy_scan_wait(&scan_pace,
 													   pc_real_now_ms()));
 	/* Admission closed opens at the next stamp unit. */
-	if (pg_atomic_read_u32(&pc_shared->admission_closed) != 0)
+	if (pg_atomic_read_u32(&worker_shared->admission_closed) != 0)
 		timeout = Min(timeout, PC_STAMP_MS - now % PC_STAMP_MS);
 	if (dumping)
 		timeout = Min(timeout, Max(0, dump_resume_ms - pc_real_now_ms()));

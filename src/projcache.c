@@ -22,8 +22,37 @@
 #include "utils/memutils.h"
 
 #include "keycache.h"
+#include "keycache_caches.h"
 #include "snapshot.h"
 #include "wal.h"
+
+/*
+ * The parts of shared memory.  Each owns its struct (its own
+ * ShmemInitStruct("projcache <part>")), its named locks and their place in
+ * the lock order (locks.h); this list is all that knows them all.  The
+ * area comes first: the key map is created in it.
+ */
+typedef struct PcShmemPart
+{
+	void		(*request) (void);	/* from shmem_request_hook */
+	void		(*startup) (void);	/* from shmem_startup_hook */
+}			PcShmemPart;
+
+static const PcShmemPart parts[] = {
+	{pc_area_shmem_request, pc_area_shmem_startup}, /* shmem.c */
+	{pc_keymap_shmem_request, pc_keymap_shmem_startup}, /* keycache_map.c */
+	{pc_roles_shmem_request, pc_roles_shmem_startup},	/* keycache_map.c */
+	{pc_clock_shmem_request, pc_clock_shmem_startup},	/* clock.c */
+	{pc_counters_shmem_request, pc_counters_shmem_startup}, /* counters.c */
+	{pc_worker_shmem_request, pc_worker_shmem_startup}, /* keycache_worker.c */
+	{pc_ring_shmem_request, pc_ring_shmem_startup}, /* keycache_ring.c */
+	{pc_caches_shmem_request, pc_caches_shmem_startup}, /* keycache_caches.c */
+	{pc_keys_dump_shmem_request, pc_keys_dump_shmem_startup},	/* keycache_dump.c */
+	{pc_wal_shmem_request, pc_wal_shmem_startup},	/* wal_records.c */
+	{pc_snap_shmem_request, pc_snap_shmem_startup}, /* snapshot_store.c */
+	{pc_snap_dump_shmem_request, pc_snap_dump_shmem_startup},	/* snapshot_dump.c */
+	{pc_load_shmem_request, pc_load_shmem_startup}, /* snapshot_load.c */
+};
 
 PG_MODULE_MAGIC;
 
@@ -90,17 +119,34 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static void
 projcache_shmem_request(void)
 {
+	int			i;
+
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	pc_shmem_request();
+	for (i = 0; i < lengthof(parts); i++)
+		parts[i].request();
 }
 
+/*
+ * Set up each part (once, in the postmaster, or again after a crash has
+ * reinitialized shared memory; in each child too where children attach
+ * anew).  A part that finds its struct new also does what must happen at a
+ * start before any process can read: the dumps say whether reads wait for
+ * them.
+ */
 static void
 projcache_shmem_startup(void)
 {
+	int			i;
+
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
-	pc_shmem_startup();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	pc_locks_forget();
+	for (i = 0; i < lengthof(parts); i++)
+		parts[i].startup();
+	pc_area_shmem_startup_done();
+	LWLockRelease(AddinShmemInitLock);
 }
 
 /* Define every projcache.* setting (doc/settings.md describes them). */

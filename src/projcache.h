@@ -74,6 +74,8 @@ extern int	pc_admission_window_ms;
  * ----------------------------------------------------------------
  */
 extern void pc_require_debug(const char *action);
+extern void pc_clock_shmem_request(void);
+extern void pc_clock_shmem_startup(void);
 extern int64 pc_now_ms(void);
 extern int64 pc_real_now_ms(void);
 extern TimestampTz pc_mono_to_timestamp(int64 mono_ms);

@@ -1,13 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *	  projcache's shared memory: control struct, DSA area, key map, ring.
+ *	  The DSA area: keys, values, messages and snapshot rows, and its budgets.
  *
- * Everything lives in main shared memory, reserved at postmaster start:
+ * The area lives in main shared memory, reserved at postmaster start in its
+ * part's own struct ("projcache area"):
  *
- *	 PcShared | request rings | snapshot slots | replayed keys | DSA area
- *
- * (the replayed keys: the list a standby's redo appends to, wal.h).
+ *	 PcAreaShared | DSA area
  *
  * The DSA area is created in place over its whole reservation and limited
  * to it, so it never needs DSM segments.  projcache counts what its chunks
@@ -15,16 +14,18 @@
  * so running out is an allocation that returns InvalidDsaPointer, never an
  * ERROR from deep inside a reader; the area is larger than max_memory by
  * the allocator's slack (pc_dsa_bytes).  The key map is a hash table on
- * that area (keycache_map.c).
+ * that area (keycache_map.c), created in it while the postmaster sets up
+ * shared memory (pc_area_being_created()).
  *
  * max_memory is split in two budgets, counted apart: snapshot rows take
- * projcache.snapshot_memory (snap_memory_used), everything else (keys,
- * values, error messages) the rest (memory_used).  Neither can take the
- * other's room, so keys filling theirs never make a snapshot refresh fail,
- * and snapshots filling theirs never make the worker evict keys.
+ * projcache.snapshot_memory (pc_memory_snapshot_share(), counted by the
+ * snapshot slots), everything else (keys, values, error messages) the rest
+ * (memory_used).  Neither can take the other's room, so keys filling theirs
+ * never make a snapshot refresh fail, and snapshots filling theirs never
+ * make the worker evict keys.
  *
- * Each process attaches to the area and the key map once, on first use.
- * See shmem.h for which lock protects what.
+ * Each process attaches to the area once, on first use, and then calls
+ * what the parts living in it registered (pc_area_on_attach()).
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -39,18 +40,31 @@
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
-#include "utils/timestamp.h"
 
-#include "keycache.h"
-#include "snapshot.h"
-#include "wal.h"
+#include "shmem.h"
 
-PcShared   *pc_shared = NULL;
+typedef struct PcAreaShared
+{
+	int			dsa_tranche;
+	pg_atomic_uint64 memory_used;	/* DSA bytes taken by keys, values and
+									 * messages (pc_dsa_footprint) */
+	/* the DSA area follows, at area_offset() */
+} PcAreaShared;
 
-/* This process's mappings, set up by pc_attach(). */
+static PcAreaShared *area_shared = NULL;
+
+/* This process's mapping, set up by pc_attach(). */
 static dsa_area *pc_dsa = NULL;
-static bool pc_map_attached = false;
+static bool area_attached = false;
 static bool detach_registered = false;
+
+/* The postmaster's mapping while it sets up a new area, else NULL. */
+static dsa_area *area_creating = NULL;
+
+/* What the parts in the area do when a process attaches (this process's). */
+#define PC_MAX_ATTACH_FNS	4
+static PcAreaAttachFn attach_fns[PC_MAX_ATTACH_FNS];
+static int	nattach_fns = 0;
 
 /*
  * Bytes of the DSA area.  projcache's own accounting stops allocations at
@@ -69,6 +83,18 @@ pc_dsa_bytes(void)
 	return limit + limit / 16 + PC_DSA_SLACK_FIXED;
 }
 
+static Size
+area_offset(void)
+{
+	return MAXALIGN(sizeof(PcAreaShared));
+}
+
+static char *
+area_base(void)
+{
+	return (char *) area_shared + area_offset();
+}
+
 /*
  * Ask the kernel to back the DSA area with transparent huge pages where it
  * allows them for shared memory (/sys/kernel/mm/transparent_hugepage/
@@ -77,8 +103,9 @@ pc_dsa_bytes(void)
  * and, in a backend new to that page, takes a page fault.  huge_pages = on
  * covers the area without this (it is main shared memory), and the advice
  * is then refused or moot.  Only the 2 MB pages wholly inside the area are
- * advised; a failure changes nothing but speed, so it is not an error.  Called before the area is
- * first written, in the postmaster, whose mapping every child inherits.
+ * advised; a failure changes nothing but speed, so it is not an error.
+ * Called before the area is first written, in the postmaster, whose
+ * mapping every child inherits.
  */
 static void
 advise_huge_pages(char *start, Size size)
@@ -93,147 +120,84 @@ advise_huge_pages(char *start, Size size)
 #endif
 }
 
-static Size
-pc_shmem_size(void)
-{
-	Size		size = MAXALIGN(sizeof(PcShared));
-
-	size = add_size(size, MAXALIGN(pc_ring_size()));
-	size = add_size(size, MAXALIGN(pc_snap_shmem_size(pc_max_snapshots)));
-	size = add_size(size, MAXALIGN(pc_wal_pending_size()));
-	size = add_size(size, pc_dsa_bytes());
-	return size;
-}
-
 void
-pc_shmem_request(void)
+pc_area_shmem_request(void)
 {
-	RequestAddinShmemSpace(pc_shmem_size());
-	RequestAddinShmemSpace(pc_load_shmem_size());
-
-	/*
-	 * ring lock, snapshot map lock, one lock per snapshot slot, WAL list,
-	 * role slots, snapshot tombstone file, named caches
-	 */
-	RequestNamedLWLockTranche("projcache", 6 + pc_max_snapshots);
-}
-
-/* The control struct's first state: its locks, slots, atomics and CVs. */
-static void
-init_shared(PcShared *shared)
-{
-	int			i;
-
-	memset(shared, 0, sizeof(PcShared));
-	SpinLockInit(&shared->mutex);
-	shared->worker_latch = NULL;
-	shared->worker_pid = 0;
-	shared->ring_lock = &(GetNamedLWLockTranche("projcache"))[0].lock;
-	shared->snap_map_lock = &(GetNamedLWLockTranche("projcache"))[1].lock;
-	shared->snap_slot_locks = &(GetNamedLWLockTranche("projcache"))[2];
-	shared->wal_lock =
-		&(GetNamedLWLockTranche("projcache"))[2 + pc_max_snapshots].lock;
-	shared->role_lock =
-		&(GetNamedLWLockTranche("projcache"))[3 + pc_max_snapshots].lock;
-	shared->snap_tomb_lock =
-		&(GetNamedLWLockTranche("projcache"))[4 + pc_max_snapshots].lock;
-	pc_caches_init(&shared->caches,
-				   &(GetNamedLWLockTranche("projcache"))[5 + pc_max_snapshots].lock);
-	pg_atomic_init_u32(&shared->role_room_wanted, 0);
-	for (i = 0; i < PC_ROLE_SLOTS; i++)
-	{
-		shared->role_slots[i].role = InvalidOid;
-		pg_atomic_init_u32(&shared->role_slots[i].keys, 0);
-		pg_atomic_init_u64(&shared->role_slots[i].bytes, 0);
-		pg_atomic_init_u32(&shared->role_slots[i].room_wanted, 0);
-	}
-	shared->max_snapshots = pc_max_snapshots;
-	pg_atomic_init_u32(&shared->ring_overflow, 0);
-	pg_atomic_init_u32(&shared->room_wanted, 0);
-	pg_atomic_init_u32(&shared->admission_closed, 0);
-	pg_atomic_init_u64(&shared->clock_offset_ms, 0);
-	shared->mono_anchor_ms = pc_real_now_ms();
-	shared->wall_anchor = GetCurrentTimestamp();
-	pg_atomic_init_u64(&shared->config_generation, 0);
-	pg_atomic_init_u64(&shared->registry_generation, 0);
-	pg_atomic_init_u32(&shared->keys_restoring, 0);
-	pg_atomic_init_u64(&shared->restore_wait_until, 0);
-	pg_atomic_init_u64(&shared->memory_used, 0);
-	pg_atomic_init_u64(&shared->snap_memory_used, 0);
-	pg_atomic_init_u64(&shared->nentries, 0);
-	pg_atomic_init_u64(&shared->entry_serial, 0);
-	for (i = 0; i < PC_NUM_COUNTERS; i++)
-		pg_atomic_init_u64(&shared->counters[i], 0);
-	shared->stats_reset = GetCurrentTimestamp();
-	for (i = 0; i < PC_NUM_KEY_CVS; i++)
-		ConditionVariableInit(&shared->key_cv[i]);
+	RequestAddinShmemSpace(add_size(area_offset(), pc_dsa_bytes()));
 }
 
 /*
- * Set up the control struct (once, in the postmaster, or again after a
- * crash has reinitialized shared memory).
+ * Set up the area (once, in the postmaster, or again after a crash has
+ * reinitialized shared memory).  A new area stays mapped in the postmaster
+ * until pc_area_shmem_startup_done(), so that the parts that live in it can
+ * create their state there (pc_area_being_created()).
  */
 void
-pc_shmem_startup(void)
+pc_area_shmem_startup(void)
 {
 	bool		found;
-	PcShared   *shared;
-	dsa_area   *area;
-	Size		map_bytes;
 
 	/* After a crash restart, drop the previous mappings. */
-	pc_shared = NULL;
+	area_shared = NULL;
 	pc_dsa = NULL;
-	pc_map_attached = false;
+	area_attached = false;
+	area_creating = NULL;
+	nattach_fns = 0;
 
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("projcache", pc_shmem_size(), &found);
+	area_shared = ShmemInitStruct("projcache area",
+								  add_size(area_offset(), pc_dsa_bytes()),
+								  &found);
 	if (!found)
 	{
-		char	   *base = (char *) shared;
-
-		init_shared(shared);
-
-		shared->ring_offset = MAXALIGN(sizeof(PcShared));
-		shared->snap_offset = shared->ring_offset + MAXALIGN(pc_ring_size());
-		shared->wal_offset = shared->snap_offset +
-			MAXALIGN(pc_snap_shmem_size(pc_max_snapshots));
-		shared->dsa_offset = shared->wal_offset +
-			MAXALIGN(pc_wal_pending_size());
-		pc_ring_init((PcRequestRing *) (base + shared->ring_offset));
-		pc_snap_shmem_init(base + shared->snap_offset, pc_max_snapshots);
-		pc_wal_pending_init((PcWalPending *) (base + shared->wal_offset));
-
-		shared->dsa_tranche = LWLockNewTrancheId();
-		shared->keymap_tranche = LWLockNewTrancheId();
-		advise_huge_pages(base + shared->dsa_offset, pc_dsa_bytes());
-		area = dsa_create_in_place(base + shared->dsa_offset, pc_dsa_bytes(),
-								   shared->dsa_tranche, NULL);
-		dsa_pin(area);
+		area_shared->dsa_tranche = LWLockNewTrancheId();
+		pg_atomic_init_u64(&area_shared->memory_used, 0);
+		advise_huge_pages(area_base(), pc_dsa_bytes());
+		area_creating = dsa_create_in_place(area_base(), pc_dsa_bytes(),
+											area_shared->dsa_tranche, NULL);
+		dsa_pin(area_creating);
 		/* The whole reservation is the in-place segment: never grow past it. */
-		dsa_set_size_limit(area, pc_dsa_bytes());
-		shared->keymap_handle = pc_keymap_create(area, shared->keymap_tranche,
-												 &map_bytes);
-		pg_atomic_write_u64(&shared->memory_used, map_bytes);
-		/* The postmaster never touches it again. */
-		dsa_detach(area);
+		dsa_set_size_limit(area_creating, pc_dsa_bytes());
 	}
-	pc_load_shmem_init();
-	LWLockRelease(AddinShmemInitLock);
+}
 
-	pc_shared = shared;
+/*
+ * The area while the postmaster creates it, and where its one segment
+ * starts (*segment); NULL when the area already existed.
+ */
+dsa_area *
+pc_area_being_created(char **segment)
+{
+	*segment = area_base();
+	return area_creating;
+}
 
-	/*
-	 * At a start (after a crash too), before any process can read: say
-	 * whether the worker has a key dump to load, so that reads wait for it,
-	 * and make the snapshots' last dump the file their reads restore from, so
-	 * that no read finds the file of an earlier start instead.
-	 */
-	if (!found)
-	{
-		pc_keys_restore_begin();
-		pc_snap_adopt_dump();
-	}
+/* The postmaster never touches the area again. */
+void
+pc_area_shmem_startup_done(void)
+{
+	if (area_creating != NULL)
+		dsa_detach(area_creating);
+	area_creating = NULL;
+}
+
+/*
+ * Have fn called in each process that attaches to the area, right after it
+ * has.  Called from a part's shared memory startup, so every process that
+ * attaches knows it.
+ */
+void
+pc_area_on_attach(PcAreaAttachFn fn)
+{
+	if (nattach_fns >= PC_MAX_ATTACH_FNS)
+		elog(FATAL, "projcache: too many parts in the DSA area");
+	attach_fns[nattach_fns++] = fn;
+}
+
+/* Count bytes a part allocated at the area's creation as used. */
+void
+pc_area_charge(Size footprint)
+{
+	pg_atomic_fetch_add_u64(&area_shared->memory_used, footprint);
 }
 
 static void
@@ -241,11 +205,18 @@ pc_detach(int code, Datum arg)
 {
 	if (pc_dsa != NULL)
 	{
-		dsa_release_in_place((char *) pc_shared + pc_shared->dsa_offset);
+		dsa_release_in_place(area_base());
 		dsa_detach(pc_dsa);
 	}
-	pc_map_attached = false;
+	area_attached = false;
 	pc_dsa = NULL;
+}
+
+/* Whether the library was preloaded and shared memory is there. */
+bool
+pc_loaded(void)
+{
+	return area_shared != NULL;
 }
 
 /*
@@ -256,7 +227,7 @@ pc_detach(int code, Datum arg)
 void
 pc_require_loaded(void)
 {
-	if (pc_shared == NULL)
+	if (area_shared == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("projcache must be loaded via shared_preload_libraries"),
@@ -264,20 +235,20 @@ pc_require_loaded(void)
 	pc_attach();
 }
 
-/* Map the DSA area and the key map into this process, once. */
+/* Map the DSA area into this process, and the parts that live in it, once. */
 void
 pc_attach(void)
 {
 	MemoryContext oldcxt;
 	dsa_area   *area;
+	int			i;
 
-	if (pc_map_attached)
+	if (area_attached)
 		return;
-	if (pc_shared == NULL)
+	if (area_shared == NULL)
 		pc_require_loaded();	/* reports the missing preload */
 
-	LWLockRegisterTranche(pc_shared->dsa_tranche, "projcache_dsa");
-	LWLockRegisterTranche(pc_shared->keymap_tranche, "projcache_keymap");
+	LWLockRegisterTranche(area_shared->dsa_tranche, "projcache_dsa");
 
 	/* Set up so that a failure halfway leaks nothing and can be retried. */
 	if (!detach_registered)
@@ -288,15 +259,14 @@ pc_attach(void)
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
 	if (pc_dsa == NULL)
 	{
-		area = dsa_attach_in_place((char *) pc_shared + pc_shared->dsa_offset,
-								   NULL);
+		area = dsa_attach_in_place(area_base(), NULL);
 		dsa_pin_mapping(area);
 		pc_dsa = area;
 	}
-	pc_keymap_attach(pc_dsa, pc_shared->keymap_handle,
-					 (char *) pc_shared + pc_shared->dsa_offset);
+	for (i = 0; i < nattach_fns; i++)
+		attach_fns[i] (pc_dsa, area_base());
 	MemoryContextSwitchTo(oldcxt);
-	pc_map_attached = true;
+	area_attached = true;
 }
 
 dsa_area *
@@ -304,31 +274,6 @@ pc_area(void)
 {
 	pc_attach();
 	return pc_dsa;
-}
-
-PcRequestRing *
-pc_ring(void)
-{
-	return (PcRequestRing *) ((char *) pc_shared + pc_shared->ring_offset);
-}
-
-/* Set the worker's latch, if a worker is running. */
-void
-pc_wake_worker(void)
-{
-	Latch	   *latch;
-
-	SpinLockAcquire(&pc_shared->mutex);
-	latch = pc_shared->worker_latch;
-	SpinLockRelease(&pc_shared->mutex);
-	if (latch != NULL)
-		SetLatch(latch);
-}
-
-void
-pc_count(PcCounter counter, uint64 n)
-{
-	pg_atomic_fetch_add_u64(&pc_shared->counters[counter], n);
 }
 
 Size
@@ -385,9 +330,12 @@ pc_message_reserve(void)
 	return Min(pc_memory_limit() / 16, (Size) 64 * 1024);
 }
 
-/* projcache.snapshot_memory: the budget of snapshot rows, in bytes. */
+/*
+ * The part of projcache.max_memory set aside for snapshot rows
+ * (projcache.snapshot_memory), in bytes; the snapshot slots count it.
+ */
 Size
-pc_snap_memory_limit(void)
+pc_memory_snapshot_share(void)
 {
 	if (pc_snap_memory_kb < 0)
 		return pc_memory_limit() / 4;
@@ -408,12 +356,12 @@ pc_check_memory_settings(void)
 				 errmsg("projcache.max_memory must be at most 30GB"),
 				 errdetail("projcache.max_memory is %d kB.", pc_max_memory_kb)));
 
-	if (pc_snap_memory_limit() + pc_message_reserve() >= pc_memory_limit())
+	if (pc_memory_snapshot_share() + pc_message_reserve() >= pc_memory_limit())
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("projcache.snapshot_memory must be less than projcache.max_memory"),
 				 errdetail("projcache.snapshot_memory is %zu kB; projcache.max_memory is %d kB, of which %zu kB are kept for error messages.",
-						   pc_snap_memory_limit() / 1024, pc_max_memory_kb,
+						   pc_memory_snapshot_share() / 1024, pc_max_memory_kb,
 						   pc_message_reserve() / 1024),
 				 errhint("Lower projcache.snapshot_memory, or raise projcache.max_memory.")));
 }
@@ -425,8 +373,8 @@ pc_check_memory_settings(void)
 Size
 pc_key_memory_bound(void)
 {
-	Assert(pc_memory_limit() > pc_snap_memory_limit() + pc_message_reserve());
-	return pc_memory_limit() - pc_snap_memory_limit() - pc_message_reserve();
+	Assert(pc_memory_limit() > pc_memory_snapshot_share() + pc_message_reserve());
+	return pc_memory_limit() - pc_memory_snapshot_share() - pc_message_reserve();
 }
 
 static dsa_pointer
@@ -436,15 +384,15 @@ pc_alloc_internal(Size size, Size bound)
 	dsa_pointer dp;
 
 	/* Reserve first, so that concurrent allocations cannot all pass. */
-	if (pg_atomic_add_fetch_u64(&pc_shared->memory_used, footprint) > bound)
+	if (pg_atomic_add_fetch_u64(&area_shared->memory_used, footprint) > bound)
 	{
-		pg_atomic_fetch_sub_u64(&pc_shared->memory_used, footprint);
+		pg_atomic_fetch_sub_u64(&area_shared->memory_used, footprint);
 		return InvalidDsaPointer;
 	}
 	dp = dsa_allocate_extended(pc_area(), size,
 							   DSA_ALLOC_NO_OOM | DSA_ALLOC_HUGE);
 	if (!DsaPointerIsValid(dp))
-		pg_atomic_fetch_sub_u64(&pc_shared->memory_used, footprint);
+		pg_atomic_fetch_sub_u64(&area_shared->memory_used, footprint);
 	return dp;
 }
 
@@ -472,7 +420,7 @@ pc_store_message(const char *message, Size *size)
 
 	*size = len + 1;
 	dp = pc_alloc_internal(*size,
-						   pc_memory_limit() - pc_snap_memory_limit());
+						   pc_memory_limit() - pc_memory_snapshot_share());
 	if (DsaPointerIsValid(dp))
 	{
 		char	   *dst = dsa_get_address(pc_area(), dp);
@@ -483,30 +431,6 @@ pc_store_message(const char *message, Size *size)
 	return dp;
 }
 
-/*
- * Take footprint bytes of projcache.snapshot_memory for rows about to be
- * allocated; false, with nothing taken, if they do not fit.  The snapshot
- * slots decide whose rows they are (snapshot_store.c).
- */
-bool
-pc_snap_memory_reserve(Size footprint)
-{
-	if (pg_atomic_add_fetch_u64(&pc_shared->snap_memory_used, footprint) >
-		pc_snap_memory_limit())
-	{
-		pg_atomic_fetch_sub_u64(&pc_shared->snap_memory_used, footprint);
-		return false;
-	}
-	return true;
-}
-
-void
-pc_snap_memory_release(Size footprint)
-{
-	Assert(pg_atomic_read_u64(&pc_shared->snap_memory_used) >= footprint);
-	pg_atomic_fetch_sub_u64(&pc_shared->snap_memory_used, footprint);
-}
-
 /* Free a chunk from pc_alloc(); size must be the size it was allocated with. */
 void
 pc_free(dsa_pointer dp, Size size)
@@ -514,29 +438,14 @@ pc_free(dsa_pointer dp, Size size)
 	if (!DsaPointerIsValid(dp))
 		return;
 	dsa_free(pc_area(), dp);
-	pg_atomic_fetch_sub_u64(&pc_shared->memory_used, pc_dsa_footprint(size));
+	pg_atomic_fetch_sub_u64(&area_shared->memory_used, pc_dsa_footprint(size));
 }
 
-/* All of projcache.max_memory in use: keys, messages and snapshot rows. */
-Size
-pc_memory_used(void)
-{
-	return (Size) (pg_atomic_read_u64(&pc_shared->memory_used) +
-				   pg_atomic_read_u64(&pc_shared->snap_memory_used));
-}
-
-/* The part of it counted against pc_key_memory_bound(). */
+/* The part of projcache.max_memory counted against pc_key_memory_bound(). */
 Size
 pc_key_memory_used(void)
 {
-	return (Size) pg_atomic_read_u64(&pc_shared->memory_used);
-}
-
-/* The part of it counted against projcache.snapshot_memory. */
-Size
-pc_snap_memory_used(void)
-{
-	return (Size) pg_atomic_read_u64(&pc_shared->snap_memory_used);
+	return (Size) pg_atomic_read_u64(&area_shared->memory_used);
 }
 
 /*
@@ -571,29 +480,3 @@ pc_report_oom(const char *what)
 			 errmsg("out of memory"),
 			 errdetail("Could not copy %s.", what)));
 }
-
-#ifdef USE_ASSERT_CHECKING
-/*
- * Whether this backend may take a lock of the given kind now (see "Lock
- * order" in shmem.h): it holds no lock of ours, or, for a slot lock, none
- * but snap_map_lock.
- */
-bool
-pc_lock_order_ok(PcLockKind kind)
-{
-	int			i;
-
-	if (pc_entry_locks_held > 0 ||
-		LWLockHeldByMe(pc_shared->ring_lock) ||
-		LWLockHeldByMe(pc_shared->role_lock) ||
-		LWLockHeldByMe(pc_shared->wal_lock) ||
-		LWLockHeldByMe(pc_shared->snap_tomb_lock) ||
-		LWLockHeldByMe(pc_shared->caches.lock))
-		return false;
-	for (i = 0; i < pc_shared->max_snapshots; i++)
-		if (LWLockHeldByMe(&pc_shared->snap_slot_locks[i].lock))
-			return false;
-	return kind == PC_LOCK_SNAP_SLOT ||
-		!LWLockHeldByMe(pc_shared->snap_map_lock);
-}
-#endif

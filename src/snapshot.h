@@ -44,8 +44,13 @@ typedef struct PcSnapRef
 	uint64		generation;
 } PcSnapRef;
 
-extern Size pc_snap_shmem_size(int max_snapshots);
-extern void pc_snap_shmem_init(void *place, int max_snapshots);
+extern void pc_snap_shmem_request(void);
+extern void pc_snap_shmem_startup(void);
+extern bool pc_snap_memory_reserve(Size footprint);
+extern void pc_snap_memory_release(Size footprint);
+extern Size pc_snap_memory_used(void);
+extern void pc_snap_registry_changed(void);
+extern uint64 pc_snap_registry_generation(void);
 extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id,
 								 int64 reg_stamp, Oid owner, bool none_ok);
 
@@ -143,8 +148,8 @@ typedef enum PcLoadStatus
 extern int	pc_max_load_workers;
 extern int	pc_max_load_workers_per_role;
 
-extern Size pc_load_shmem_size(void);
-extern void pc_load_shmem_init(void);
+extern void pc_load_shmem_request(void);
+extern void pc_load_shmem_startup(void);
 
 extern bool pc_snap_types_match(int natts, const Oid *coltypes,
 								TupleDesc desc);
@@ -205,6 +210,9 @@ extern PGDLLEXPORT void pc_snap_load_main(Datum main_arg);
 
 extern void pc_snap_dump_all(void);
 extern void pc_snap_adopt_dump(void);
+extern void pc_snap_dump_shmem_request(void);
+extern void pc_snap_dump_shmem_startup(void);
+extern uint64 pc_snap_dump_loaded(void);
 
 /* A loaded snapshot as the dump sees it (pc_snap_dump_slots). */
 typedef struct PcSnapDumped

@@ -33,7 +33,7 @@ pc_snap_is_fresh(PcSnapRef ref, int64 now, int64 ttl_ms, bool *loaded)
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	bool		fresh;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	*loaded = s->generation == ref.generation && DsaPointerIsValid(s->data);
 	fresh = *loaded && !s->restored && !s->marked_stale &&
 		now - s->fetched_at_ms < ttl_ms;
@@ -52,7 +52,7 @@ pc_snap_awaits_load(PcSnapRef ref)
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	bool		awaits;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	awaits = s->generation == ref.generation && DsaPointerIsValid(s->data) &&
 		s->restored;
 	LWLockRelease(pc_snap_slot_lock(ref.index));
@@ -120,7 +120,7 @@ pc_snap_wait_restore(PcSnapRef ref, int64 deadline)
 		int64		lease_left;
 		PcSnapWait	what;
 
-		pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+		pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 		what = worth_waiting(s, ref, real_now, &lease_left);
 		LWLockRelease(pc_snap_slot_lock(ref.index));
 		if (what != PC_SNAP_WAIT_WOKEN)
@@ -165,7 +165,7 @@ pc_snap_cold_claim(PcSnapRef ref, int64 now, int64 ttl_ms,
 	if (ttl_ms < 1)
 		ttl_ms = 1;
 	/* reset_slot() changes the generation under the exclusive lock. */
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	prev = pg_atomic_read_u64(&s->last_attempt_ms);
 	prev_ms = (int64) prev;
 	if (s->generation != ref.generation)
@@ -200,7 +200,7 @@ pc_snap_cold_unclaim(PcSnapRef ref, int64 claimed_at, int64 prev_attempt)
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	uint64		expected = (uint64) claimed_at;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation)
 		(void) pg_atomic_compare_exchange_u64(&s->last_attempt_ms, &expected,
 											  (uint64) prev_attempt);
@@ -219,7 +219,7 @@ pc_snap_lease_take(PcSnapRef ref, int64 now, int64 lease_ms)
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	bool		taken = false;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation)
 	{
 		uint64		until = pg_atomic_read_u64(&s->lease_until_ms);
@@ -242,7 +242,7 @@ pc_snap_lease_drop(PcSnapRef ref)
 {
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation &&
 		pg_atomic_read_u32(&s->lease_pid) == (uint32) MyProcPid)
 	{
@@ -264,7 +264,7 @@ pc_snap_stale_marks(PcSnapRef ref)
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	uint64		marks;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	marks = s->stale_marks;
 	LWLockRelease(pc_snap_slot_lock(ref.index));
 	return marks;
@@ -280,16 +280,16 @@ pc_snap_mark_stale(Oid dbid, const char *name)
 {
 	int			index;
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_SHARED);
 	index = pc_snap_find_slot(dbid, name);
 	if (index >= 0)
 	{
 		PcSnapSlot *s = &pc_snap_slots()[index];
 
-		pc_lock_slot(pc_snap_slot_lock(index), LW_EXCLUSIVE);
+		pc_lock_inner(pc_snap_slot_lock(index), LW_EXCLUSIVE);
 		s->marked_stale = true;
 		s->stale_marks++;
 		LWLockRelease(pc_snap_slot_lock(index));
 	}
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 }

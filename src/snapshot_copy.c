@@ -139,7 +139,7 @@ pc_snap_copy(PcSnapRef ref, int64 now, int64 ttl_ms, bool only_fresh,
 	bool		found = false;
 	bool		oom = false;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_SHARED);
 	if (s->generation == ref.generation && DsaPointerIsValid(s->data) &&
 		!s->restored &&
 		(!only_fresh || (!s->marked_stale && now - s->fetched_at_ms < ttl_ms)))

@@ -55,12 +55,19 @@
  * tombstone only if its rows may be on disk since its last one (dumped
  * since, or from an earlier server lifetime), so a role that loses and
  * regains its rights in a loop cannot grow the file.  Appends and the
- * pruning take snap_tomb_lock, so that none is lost to a rewrite.  (Should
+ * pruning take the tombstone lock, so that none is lost to a rewrite.  (Should
  * writing a tombstone fail, at LOG, the restored rows are still not served
  * before a load, which drops them again.)
  *
  * The slots' side of it (who checks the dump for a slot's rows, and each
  * slot's rows handed to a dump) is at the end of this file.
+ *
+ * The dump's part of shared memory ("projcache snapshot dump"): the
+ * tombstone lock (tranche "projcache_snapshot_tombstones"), held
+ * exclusively while a backend appends to the tombstone file and while the
+ * worker rewrites it, across that file's I/O (both are rare), and taken
+ * alone; and the count of snapshots the dump gave their rows, under a
+ * spinlock.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -76,6 +83,7 @@
 #include "nodes/pg_list.h"
 #include "port/pg_crc32c.h"
 #include "storage/fd.h"
+#include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
@@ -84,6 +92,58 @@
 #include "shmem.h"
 #include "snapshot.h"
 #include "snapshot_slot.h"
+
+typedef struct PcSnapDumpShared
+{
+	LWLock	   *tomb_lock;		/* the tombstone file */
+	slock_t		mutex;			/* protects loaded */
+	uint64		loaded;			/* snapshots given their dumped rows */
+} PcSnapDumpShared;
+
+static PcSnapDumpShared *dump_shared = NULL;
+
+#define PC_SNAP_TOMB_TRANCHE	"projcache_snapshot_tombstones"
+
+void
+pc_snap_dump_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PcSnapDumpShared)));
+	pc_locks_request(PC_SNAP_TOMB_TRANCHE, 1);
+}
+
+/*
+ * At a start (after a crash too), before any process can read: make the
+ * last dump the file reads restore from, so that no read finds the file of
+ * an earlier start instead.
+ */
+void
+pc_snap_dump_shmem_startup(void)
+{
+	bool		found;
+	LWLockPadded *lock;
+
+	dump_shared = ShmemInitStruct("projcache snapshot dump",
+								  sizeof(PcSnapDumpShared), &found);
+	lock = pc_locks_get(PC_SNAP_TOMB_TRANCHE, 1, PC_LOCK_ALONE);
+	if (found)
+		return;
+	dump_shared->tomb_lock = &lock->lock;
+	SpinLockInit(&dump_shared->mutex);
+	dump_shared->loaded = 0;
+	pc_snap_adopt_dump();
+}
+
+/* How many snapshots the dump gave their rows (projcache.stats). */
+uint64
+pc_snap_dump_loaded(void)
+{
+	uint64		loaded;
+
+	SpinLockAcquire(&dump_shared->mutex);
+	loaded = dump_shared->loaded;
+	SpinLockRelease(&dump_shared->mutex);
+	return loaded;
+}
 
 /* One snapshot, as written: this header, then its rows. */
 #define PC_SNAP_CARRIES 3
@@ -182,14 +242,14 @@ pc_snap_bury(SnapReg *reg)
 	t.crc = tombstone_crc(&t);
 
 	/* Not while the worker rewrites the file: it would lose this one. */
-	pc_lock_alone(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
+	pc_lock_alone(dump_shared->tomb_lock, LW_EXCLUSIVE);
 	existed = stat(PC_SNAP_TOMBSTONE_FILE, &st) == 0;
 	fd = OpenTransientFilePerm(PC_SNAP_TOMBSTONE_FILE,
 							   O_WRONLY | O_CREAT | O_APPEND | PG_BINARY,
 							   S_IRUSR | S_IWUSR);
 	if (fd < 0)
 	{
-		LWLockRelease(pc_shared->snap_tomb_lock);
+		LWLockRelease(dump_shared->tomb_lock);
 		ereport(LOG,
 				(errcode_for_file_access(),
 				 errmsg("could not open file \"%s\": %m",
@@ -214,7 +274,7 @@ pc_snap_bury(SnapReg *reg)
 	CloseTransientFile(fd);
 	if (!existed)
 		(void) fsync_fname_ext(".", true, false, LOG);
-	LWLockRelease(pc_shared->snap_tomb_lock);
+	LWLockRelease(dump_shared->tomb_lock);
 }
 
 /*
@@ -302,16 +362,16 @@ buried_since(List *tombstones, const SnapRecord *rec, TimestampTz written_at)
  * Keep only the tombstones buried at or after needed_since: the older ones
  * are known to every file that can still be restored from (see the
  * callers).  The file is rewritten under a temporary name and renamed,
- * under snap_tomb_lock, so that no tombstone is appended meanwhile.
+ * under the tombstone lock, so that no tombstone is appended meanwhile.
  */
 static void prune_tombstones_locked(TimestampTz needed_since);
 
 static void
 prune_tombstones(TimestampTz needed_since)
 {
-	pc_lock_alone(pc_shared->snap_tomb_lock, LW_EXCLUSIVE);
+	pc_lock_alone(dump_shared->tomb_lock, LW_EXCLUSIVE);
 	prune_tombstones_locked(needed_since);
-	LWLockRelease(pc_shared->snap_tomb_lock);
+	LWLockRelease(dump_shared->tomb_lock);
 }
 
 static void
@@ -610,9 +670,9 @@ restore_from_file(SnapReg *reg, PcSnapRef ref)
 											  &refusal))
 			{
 				restored = true;
-				SpinLockAcquire(&pc_shared->mutex);
-				pc_shared->loaded_snapshots++;
-				SpinLockRelease(&pc_shared->mutex);
+				SpinLockAcquire(&dump_shared->mutex);
+				dump_shared->loaded++;
+				SpinLockRelease(&dump_shared->mutex);
 			}
 			else if (refusal != NULL)
 				ereport(LOG,
@@ -643,7 +703,7 @@ pc_snap_take_dump_check(PcSnapRef ref)
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	bool		take = false;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation && !s->dump_checked)
 	{
 		s->dump_checked = true;
@@ -664,7 +724,7 @@ pc_snap_dump_check_done(PcSnapRef ref)
 {
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation && s->dump_check_pid == MyProcPid)
 		s->dump_check_pid = 0;
 	LWLockRelease(pc_snap_slot_lock(ref.index));
@@ -687,7 +747,7 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 {
 	int			i;
 
-	for (i = 0; i < pc_shared->max_snapshots; i++)
+	for (i = 0; i < pc_snap_shared->max_snapshots; i++)
 	{
 		PcSnapSlot *s = &pc_snap_slots()[i];
 		PcSnapDumped snap;
@@ -695,7 +755,7 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 		char	   *blob = NULL;
 
 		memset(&snap, 0, sizeof(snap));
-		pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
+		pc_lock_outer(pc_snap_shared->map_lock, LW_SHARED);
 		if (s->in_use)
 		{
 			snap.dbid = s->dbid;
@@ -704,15 +764,15 @@ pc_snap_dump_slots(void (*emit) (const PcSnapDumped *snap, const char *blob,
 			snap.reg_stamp = s->reg_stamp;
 		}
 		generation = s->generation;
-		LWLockRelease(pc_shared->snap_map_lock);
+		LWLockRelease(pc_snap_shared->map_lock);
 		if (!OidIsValid(snap.dbid))
 			continue;
 
-		pc_lock_slot(pc_snap_slot_lock(i), LW_EXCLUSIVE);
+		pc_lock_inner(pc_snap_slot_lock(i), LW_EXCLUSIVE);
 		if (s->generation == generation && DsaPointerIsValid(s->data))
 			s->tombstone_due = true;
 		LWLockRelease(pc_snap_slot_lock(i));
-		pc_lock_slot(pc_snap_slot_lock(i), LW_SHARED);
+		pc_lock_inner(pc_snap_slot_lock(i), LW_SHARED);
 		if (s->generation == generation && DsaPointerIsValid(s->data))
 		{
 			blob = palloc_extended(s->data_bytes,

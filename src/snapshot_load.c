@@ -181,24 +181,29 @@ typedef struct LoadTask
  * ----------------------------------------------------------------
  */
 
-Size
-pc_load_shmem_size(void)
+static Size
+load_shmem_size(void)
 {
 	return add_size(offsetof(LoadWorkers, entries),
 					mul_size(max_worker_processes, sizeof(LoadWorkerEntry)));
 }
 
-/* Called with AddinShmemInitLock held. */
 void
-pc_load_shmem_init(void)
+pc_load_shmem_request(void)
+{
+	RequestAddinShmemSpace(load_shmem_size());
+}
+
+void
+pc_load_shmem_startup(void)
 {
 	bool		found;
 
 	load_workers = ShmemInitStruct("projcache load workers",
-								   pc_load_shmem_size(), &found);
+								   load_shmem_size(), &found);
 	if (!found)
 	{
-		memset(load_workers, 0, pc_load_shmem_size());
+		memset(load_workers, 0, load_shmem_size());
 		SpinLockInit(&load_workers->mutex);
 		load_workers->nentries = max_worker_processes;
 	}

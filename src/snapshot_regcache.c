@@ -40,7 +40,7 @@
  *	 - The registry row.  Rows change by DML, which sends no invalidation,
  *	   so every function that changes the registry marks its transaction
  *	   (pc_registry_changed), and such a transaction bumps
- *	   PcShared.registry_generation once it has committed.  A read that
+ *	   the snapshot slots' registry_generation once it has committed.  A read that
  *	   finds the generation moved drops the whole cache.  The generation is
  *	   read before the registry is, so an entry read from a state older
  *	   than a commit carries the generation before that commit's bump, and
@@ -310,13 +310,13 @@ regcache_lookup(const char *name, bool missing_ok, RegCacheEntry **entry)
 	 * A transaction that changed the registry reads it (and its own changes)
 	 * every time.  A name too long for the cache's key is no snapshot's.
 	 */
-	if (pc_registry_changed_here() || pc_shared == NULL ||
+	if (pc_registry_changed_here() || !pc_loaded() ||
 		strlen(name) >= NAMEDATALEN)
 		return pc_registry_lookup(name, missing_ok);
 
 	regcache_set_callbacks();
 	AcceptInvalidationMessages();
-	generation = pg_atomic_read_u64(&pc_shared->registry_generation);
+	generation = pc_snap_registry_generation();
 	if (regcache_reset_pending || generation != regcache_generation)
 	{
 		regcache_reset();

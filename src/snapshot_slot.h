@@ -8,7 +8,7 @@
  *	  Every other file goes through snapshot.h.
  *
  * Locking:
- * - snap_map_lock: in_use, dbid, name, reg_id, reg_stamp, owner, charged
+ * - the snapshot map lock: in_use, dbid, name, reg_id, reg_stamp, owner, charged
  *	 and generation of every slot.
  *	 A slot is assigned under it in exclusive mode; readers find their slot
  *	 under it in shared mode, then keep only (index, generation).
@@ -38,7 +38,7 @@
 
 typedef struct PcSnapSlot
 {
-	/* under snap_map_lock */
+	/* under the map lock */
 	bool		in_use;
 	Oid			dbid;
 	char		name[NAMEDATALEN];
@@ -97,20 +97,45 @@ typedef struct PcSnapSlot
 	ConditionVariable cv;
 } PcSnapSlot;
 
+/*
+ * The slots' part of shared memory ("projcache snapshots"): this struct,
+ * then the slots.  map_lock (tranche "projcache_snapshot_map", an outer
+ * lock: see locks.h) says which snapshot each slot holds (dbid, name,
+ * registry id, generation); slot_locks[i] (tranche
+ * "projcache_snapshot_slots", inner locks) protect the rest of slot i, and
+ * the DSA chunks it points to.  memory_used and registry_generation are
+ * atomics.
+ */
+typedef struct PcSnapShared
+{
+	int			max_snapshots;
+	LWLock	   *map_lock;		/* which slot caches which snapshot */
+	LWLockPadded *slot_locks;	/* one per slot */
+	pg_atomic_uint64 memory_used;	/* projcache.snapshot_memory taken by
+									 * rows, in flight or published */
+	pg_atomic_uint64 registry_generation;	/* bumped after a transaction that
+											 * changed a snapshot registry
+											 * commits */
+	/* PcSnapSlot[max_snapshots] follows, at a MAXALIGNed offset */
+} PcSnapShared;
+
+extern PcSnapShared *pc_snap_shared;
+
 static inline PcSnapSlot *
 pc_snap_slots(void)
 {
-	return (PcSnapSlot *) ((char *) pc_shared + pc_shared->snap_offset);
+	return (PcSnapSlot *) ((char *) pc_snap_shared +
+						   MAXALIGN(sizeof(PcSnapShared)));
 }
 
 static inline LWLock *
 pc_snap_slot_lock(int index)
 {
-	return &pc_shared->snap_slot_locks[index].lock;
+	return &pc_snap_shared->slot_locks[index].lock;
 }
 
 
-/* The slot caching snapshot (dbid, name), or -1; caller holds snap_map_lock. */
+/* The slot caching snapshot (dbid, name), or -1; caller holds the snapshot map lock. */
 extern int	pc_snap_find_slot(Oid dbid, const char *name);
 
 #endif							/* PROJCACHE_SNAPSHOT_SLOT_H */

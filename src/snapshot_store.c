@@ -48,19 +48,49 @@
  * ----------------------------------------------------------------
  */
 
-Size
-pc_snap_shmem_size(int max_snapshots)
+PcSnapShared *pc_snap_shared = NULL;
+
+#define PC_SNAP_MAP_TRANCHE		"projcache_snapshot_map"
+#define PC_SNAP_SLOTS_TRANCHE	"projcache_snapshot_slots"
+
+static Size
+snap_shmem_size(void)
 {
-	return mul_size(sizeof(PcSnapSlot), max_snapshots);
+	return add_size(MAXALIGN(sizeof(PcSnapShared)),
+					mul_size(sizeof(PcSnapSlot), pc_max_snapshots));
 }
 
 void
-pc_snap_shmem_init(void *place, int max_snapshots)
+pc_snap_shmem_request(void)
 {
-	PcSnapSlot *s = (PcSnapSlot *) place;
+	RequestAddinShmemSpace(snap_shmem_size());
+	pc_locks_request(PC_SNAP_MAP_TRANCHE, 1);
+	pc_locks_request(PC_SNAP_SLOTS_TRANCHE, pc_max_snapshots);
+}
+
+void
+pc_snap_shmem_startup(void)
+{
+	bool		found;
+	LWLockPadded *map_lock;
+	LWLockPadded *slot_locks;
+	PcSnapSlot *s;
 	int			i;
 
-	for (i = 0; i < max_snapshots; i++)
+	pc_snap_shared = ShmemInitStruct("projcache snapshots", snap_shmem_size(),
+									 &found);
+	map_lock = pc_locks_get(PC_SNAP_MAP_TRANCHE, 1, PC_LOCK_OUTER);
+	slot_locks = pc_locks_get(PC_SNAP_SLOTS_TRANCHE, pc_max_snapshots,
+							  PC_LOCK_INNER);
+	if (found)
+		return;
+	pc_snap_shared->max_snapshots = pc_max_snapshots;
+	pc_snap_shared->map_lock = &map_lock->lock;
+	pc_snap_shared->slot_locks = slot_locks;
+	pg_atomic_init_u64(&pc_snap_shared->memory_used, 0);
+	pg_atomic_init_u64(&pc_snap_shared->registry_generation, 0);
+	s = pc_snap_slots();
+	for (i = 0; i < pc_max_snapshots; i++)
 	{
 		memset(&s[i], 0, sizeof(PcSnapSlot));
 		s[i].data = InvalidDsaPointer;
@@ -70,6 +100,54 @@ pc_snap_shmem_init(void *place, int max_snapshots)
 		pg_atomic_init_u32(&s[i].lease_pid, 0);
 		ConditionVariableInit(&s[i].cv);
 	}
+}
+
+/*
+ * Take footprint bytes of projcache.snapshot_memory for rows about to be
+ * allocated; false, with nothing taken, if they do not fit.  The slots
+ * decide whose rows they are (pc_snap_charge_owner and the like).
+ */
+bool
+pc_snap_memory_reserve(Size footprint)
+{
+	if (pg_atomic_add_fetch_u64(&pc_snap_shared->memory_used, footprint) >
+		pc_memory_snapshot_share())
+	{
+		pg_atomic_fetch_sub_u64(&pc_snap_shared->memory_used, footprint);
+		return false;
+	}
+	return true;
+}
+
+void
+pc_snap_memory_release(Size footprint)
+{
+	Assert(pg_atomic_read_u64(&pc_snap_shared->memory_used) >= footprint);
+	pg_atomic_fetch_sub_u64(&pc_snap_shared->memory_used, footprint);
+}
+
+/* The part of projcache.max_memory snapshot rows take now. */
+Size
+pc_snap_memory_used(void)
+{
+	return (Size) pg_atomic_read_u64(&pc_snap_shared->memory_used);
+}
+
+/*
+ * A transaction that changed a snapshot registry committed: each backend's
+ * copy of the registry is read again (snapshot_regcache.c).
+ */
+void
+pc_snap_registry_changed(void)
+{
+	if (pc_snap_shared != NULL)
+		pg_atomic_fetch_add_u64(&pc_snap_shared->registry_generation, 1);
+}
+
+uint64
+pc_snap_registry_generation(void)
+{
+	return pg_atomic_read_u64(&pc_snap_shared->registry_generation);
 }
 
 /* ----------------------------------------------------------------
@@ -116,17 +194,17 @@ uncharge(PcSnapRef ref, Size footprint)
 {
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
 	{
 		Assert(s->charged >= footprint);
 		s->charged -= footprint;
 	}
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 }
 
 /*
- * Empty a slot for a new owner.  Caller holds snap_map_lock exclusively;
+ * Empty a slot for a new owner.  Caller holds the snapshot map lock exclusively;
  * the slot's lock is taken here.  What the slot held goes to *left.
  */
 static void
@@ -135,8 +213,8 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 {
 	PcSnapSlot *s = &pc_snap_slots()[index];
 
-	Assert(LWLockHeldByMeInMode(pc_shared->snap_map_lock, LW_EXCLUSIVE));
-	pc_lock_slot(pc_snap_slot_lock(index), LW_EXCLUSIVE);
+	Assert(LWLockHeldByMeInMode(pc_snap_shared->map_lock, LW_EXCLUSIVE));
+	pc_lock_inner(pc_snap_slot_lock(index), LW_EXCLUSIVE);
 	left->data = s->data;
 	left->data_bytes = s->data_bytes;
 	left->error = s->last_error;
@@ -177,15 +255,15 @@ reset_slot(int index, Oid dbid, const char *name, int64 reg_id,
 
 /*
  * The slot caching snapshot (dbid, name), or -1.  Caller holds
- * snap_map_lock.
+ * the snapshot map lock.
  */
 int
 pc_snap_find_slot(Oid dbid, const char *name)
 {
 	int			i;
 
-	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
-	for (i = 0; i < pc_shared->max_snapshots; i++)
+	Assert(LWLockHeldByMe(pc_snap_shared->map_lock));
+	for (i = 0; i < pc_snap_shared->max_snapshots; i++)
 	{
 		PcSnapSlot *s = &pc_snap_slots()[i];
 
@@ -195,18 +273,18 @@ pc_snap_find_slot(Oid dbid, const char *name)
 	return -1;
 }
 
-/* Does the slot cache this registration?  Caller holds snap_map_lock. */
+/* Does the slot cache this registration?  Caller holds the snapshot map lock. */
 static bool
 slot_is(PcSnapSlot *s, int64 reg_id, int64 reg_stamp)
 {
-	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
+	Assert(LWLockHeldByMe(pc_snap_shared->map_lock));
 	return s->reg_id == reg_id && s->reg_stamp == reg_stamp;
 }
 
 /*
  * A free slot, or -1.  Slots of databases that no longer exist are freed
  * on the way (their database cannot be checked under the LWLock, so the
- * candidates are checked in between).  Caller holds snap_map_lock
+ * candidates are checked in between).  Caller holds the snapshot map lock
  * exclusively; it is released and retaken here.
  */
 static int
@@ -214,10 +292,10 @@ free_slot(void)
 {
 	Oid		   *dbids;
 	uint64	   *generations;
-	int			n = pc_shared->max_snapshots;
+	int			n = pc_snap_shared->max_snapshots;
 	int			i;
 
-	Assert(LWLockHeldByMeInMode(pc_shared->snap_map_lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(pc_snap_shared->map_lock, LW_EXCLUSIVE));
 	for (i = 0; i < n; i++)
 		if (!pc_snap_slots()[i].in_use)
 			return i;
@@ -231,11 +309,11 @@ free_slot(void)
 		dbids[i] = pc_snap_slots()[i].dbid;
 		generations[i] = pc_snap_slots()[i].generation;
 	}
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 	for (i = 0; i < n; i++)
 		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbids[i])))
 			dbids[i] = InvalidOid;
-	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_EXCLUSIVE);
 
 	for (i = 0; i < n; i++)
 	{
@@ -255,8 +333,8 @@ free_slot(void)
 /*
  * The slots this backend read lately.  A slot's identity (in_use, dbid,
  * registration, generation) changes only under its own lock as well as
- * snap_map_lock, so a recent slot is checked under its lock alone: a read
- * of the same snapshot does not take snap_map_lock nor scan the slots.
+ * the snapshot map lock, so a recent slot is checked under its lock alone: a read
+ * of the same snapshot does not take the snapshot map lock nor scan the slots.
  */
 #define PC_RECENT_REFS 8
 
@@ -287,7 +365,7 @@ recent_ref(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 			r->reg_stamp != reg_stamp)
 			continue;
 		s = &pc_snap_slots()[r->ref.index];
-		pc_lock_slot(pc_snap_slot_lock(r->ref.index), LW_SHARED);
+		pc_lock_inner(pc_snap_slot_lock(r->ref.index), LW_SHARED);
 		same = s->in_use && s->generation == r->ref.generation &&
 			s->dbid == dbid && s->reg_id == reg_id &&
 			s->reg_stamp == reg_stamp && s->owner == owner &&
@@ -327,8 +405,8 @@ static int
 slots_per_database(void)
 {
 	if (pc_max_snapshots_per_database < 0)
-		return Max(pc_shared->max_snapshots / 2, 1);
-	return Min(pc_max_snapshots_per_database, pc_shared->max_snapshots);
+		return Max(pc_snap_shared->max_snapshots / 2, 1);
+	return Min(pc_max_snapshots_per_database, pc_snap_shared->max_snapshots);
 }
 
 /* projcache.max_snapshots_per_owner, as slots. */
@@ -336,8 +414,8 @@ static int
 slots_per_owner(void)
 {
 	if (pc_max_snapshots_per_owner < 0)
-		return Max(pc_shared->max_snapshots / 4, 1);
-	return Min(pc_max_snapshots_per_owner, pc_shared->max_snapshots);
+		return Max(pc_snap_shared->max_snapshots / 4, 1);
+	return Min(pc_max_snapshots_per_owner, pc_snap_shared->max_snapshots);
 }
 
 /* Which bound refused a slot. */
@@ -351,7 +429,7 @@ typedef enum SlotRefusal
 
 /*
  * May database dbid and role owner take one more slot, slot 'except'
- * (the one they would take) aside?  Caller holds snap_map_lock.
+ * (the one they would take) aside?  Caller holds the snapshot map lock.
  */
 static SlotRefusal
 check_slot_shares(Oid dbid, Oid owner, int except)
@@ -360,8 +438,8 @@ check_slot_shares(Oid dbid, Oid owner, int except)
 	int			of_owner = 0;
 	int			i;
 
-	Assert(LWLockHeldByMe(pc_shared->snap_map_lock));
-	for (i = 0; i < pc_shared->max_snapshots; i++)
+	Assert(LWLockHeldByMe(pc_snap_shared->map_lock));
+	for (i = 0; i < pc_snap_shared->max_snapshots; i++)
 	{
 		PcSnapSlot *s = &pc_snap_slots()[i];
 
@@ -398,7 +476,7 @@ report_slot_refusal(SlotRefusal refusal, Oid dbid, Oid owner)
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 					 errmsg("too many projcache snapshots in use"),
 					 errdetail("All %d snapshot slots are taken.",
-							   pc_shared->max_snapshots),
+							   pc_snap_shared->max_snapshots),
 					 errhint("Raise projcache.max_snapshots, or drop unused snapshots.")));
 			break;
 		case SLOT_DATABASE_FULL:
@@ -445,23 +523,23 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	if (recent_ref(dbid, name, reg_id, reg_stamp, owner, &ref))
 		return ref;
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_SHARED);
 	index = pc_snap_find_slot(dbid, name);
 	if (index >= 0 && slot_is(&pc_snap_slots()[index], reg_id, reg_stamp) &&
 		pc_snap_slots()[index].owner == owner)
 	{
 		ref.index = index;
 		ref.generation = pc_snap_slots()[index].generation;
-		LWLockRelease(pc_shared->snap_map_lock);
+		LWLockRelease(pc_snap_shared->map_lock);
 		remember_ref(dbid, reg_id, reg_stamp, ref);
 		return ref;
 	}
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 
 	/* A catalog lookup: not under the LWLock. */
 	exempt = superuser_arg(owner);
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_EXCLUSIVE);
 	index = pc_snap_find_slot(dbid, name);
 	if (index < 0)
 	{
@@ -482,7 +560,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 		/* Its owner changed (REASSIGN OWNED): the slot is counted anew. */
 		if (pc_snap_slots()[index].owner != owner)
 		{
-			pc_lock_slot(pc_snap_slot_lock(index), LW_EXCLUSIVE);
+			pc_lock_inner(pc_snap_slot_lock(index), LW_EXCLUSIVE);
 			pc_snap_slots()[index].owner = owner;
 			LWLockRelease(pc_snap_slot_lock(index));
 		}
@@ -497,7 +575,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	}
 	if (refusal != SLOT_GRANTED)
 	{
-		LWLockRelease(pc_shared->snap_map_lock);
+		LWLockRelease(pc_snap_shared->map_lock);
 		if (none_ok)
 		{
 			ref.index = -1;
@@ -508,7 +586,7 @@ pc_snap_acquire(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	}
 	ref.index = index;
 	ref.generation = pc_snap_slots()[index].generation;
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 
 	free_leftovers(&left);
 	remember_ref(dbid, reg_id, reg_stamp, ref);
@@ -522,11 +600,11 @@ pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 	int			index;
 	SlotLeftovers left = {InvalidDsaPointer, 0, InvalidDsaPointer, 0};
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_EXCLUSIVE);
 	index = pc_snap_find_slot(dbid, name);
 	if (index >= 0 && slot_is(&pc_snap_slots()[index], reg_id, reg_stamp))
 		reset_slot(index, InvalidOid, "", 0, 0, InvalidOid, false, &left);
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 
 	free_leftovers(&left);
 }
@@ -539,13 +617,13 @@ pc_snap_forget(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp)
 List *
 pc_snap_slots_of(Oid dbid)
 {
-	int			n = pc_shared->max_snapshots;
+	int			n = pc_snap_shared->max_snapshots;
 	PcSnapKey  *keys = palloc(n * sizeof(PcSnapKey));
 	List	   *result = NIL;
 	int			nkeys = 0;
 	int			i;
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_SHARED);
 	for (i = 0; i < n; i++)
 	{
 		PcSnapSlot *s = &pc_snap_slots()[i];
@@ -557,7 +635,7 @@ pc_snap_slots_of(Oid dbid)
 		keys[nkeys].reg_stamp = s->reg_stamp;
 		nkeys++;
 	}
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 
 	for (i = 0; i < nkeys; i++)
 		result = lappend(result, &keys[i]);
@@ -574,9 +652,9 @@ static Size
 snap_memory_per_owner(void)
 {
 	if (pc_snap_memory_per_owner_kb < 0)
-		return pc_snap_memory_limit() / 2;
+		return pc_memory_snapshot_share() / 2;
 	return Min((Size) pc_snap_memory_per_owner_kb * 1024,
-			   pc_snap_memory_limit());
+			   pc_memory_snapshot_share());
 }
 
 /* The owner of slot ref, or InvalidOid if the slot was reassigned. */
@@ -586,10 +664,10 @@ slot_owner(PcSnapRef ref)
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	Oid			owner = InvalidOid;
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_SHARED);
 	if (s->generation == ref.generation)
 		owner = s->owner;
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 	return owner;
 }
 
@@ -618,8 +696,8 @@ charge(PcSnapRef ref, Oid owner, bool exempt, Size footprint,
 	Size		held = 0;
 	int			i;
 
-	pc_lock_alone(pc_shared->snap_map_lock, LW_EXCLUSIVE);
-	for (i = 0; i < pc_shared->max_snapshots; i++)
+	pc_lock_outer(pc_snap_shared->map_lock, LW_EXCLUSIVE);
+	for (i = 0; i < pc_snap_shared->max_snapshots; i++)
 		if (pc_snap_slots()[i].in_use && pc_snap_slots()[i].owner == owner)
 			held += pc_snap_slots()[i].charged;
 	*owner_bytes = held;
@@ -636,7 +714,7 @@ charge(PcSnapRef ref, Oid owner, bool exempt, Size footprint,
 		s->charged += footprint;
 		room = ROOM_TAKEN;
 	}
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 	return room;
 }
 
@@ -681,7 +759,7 @@ charge_for_rows(PcSnapRef ref, Size size, Size footprint, char **refusal)
 			}
 		case ROOM_BUDGET_FULL:
 			*refusal = psprintf("snapshot of %zu bytes does not fit in projcache.snapshot_memory (%zu kB of projcache.max_memory; %zu bytes in use by snapshots)",
-								size, pc_snap_memory_limit() / 1024,
+								size, pc_memory_snapshot_share() / 1024,
 								pc_snap_memory_used());
 			return false;
 	}
@@ -702,7 +780,7 @@ swap_in_rows(PcSnapRef ref, dsa_pointer dp, Size bytes, int64 rows,
 	PcSnapSlot *s = &pc_snap_slots()[ref.index];
 	bool		swapped = false;
 
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation &&
 		(!restored || (!s->buried && !DsaPointerIsValid(s->data))))
 	{
@@ -851,7 +929,7 @@ note_failure(PcSnapRef ref, const char *message, int64 now,
 	int64		age = -1;
 
 	*tombstone = false;
-	pc_lock_slot(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
+	pc_lock_inner(pc_snap_slot_lock(ref.index), LW_EXCLUSIVE);
 	if (s->generation == ref.generation)
 	{
 		s->refresh_errors++;
@@ -958,15 +1036,15 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	int64		last_attempt;
 
 	memset(info, 0, sizeof(PcSnapInfo));
-	pc_lock_alone(pc_shared->snap_map_lock, LW_SHARED);
+	pc_lock_outer(pc_snap_shared->map_lock, LW_SHARED);
 	index = pc_snap_find_slot(dbid, name);
 	if (index < 0 || !slot_is(&pc_snap_slots()[index], reg_id, reg_stamp))
 	{
-		LWLockRelease(pc_shared->snap_map_lock);
+		LWLockRelease(pc_snap_shared->map_lock);
 		return false;
 	}
 	s = &pc_snap_slots()[index];
-	pc_lock_slot(pc_snap_slot_lock(index), LW_SHARED);
+	pc_lock_inner(pc_snap_slot_lock(index), LW_SHARED);
 	info->loaded = DsaPointerIsValid(s->data);
 	info->rows = s->rows;
 	info->bytes = info->loaded ? s->data_bytes : 0;
@@ -986,7 +1064,7 @@ pc_snap_describe(Oid dbid, const char *name, int64 reg_id, int64 reg_stamp,
 	}
 	unstored = s->error_unstored;
 	LWLockRelease(pc_snap_slot_lock(index));
-	LWLockRelease(pc_shared->snap_map_lock);
+	LWLockRelease(pc_snap_shared->map_lock);
 
 	if (oom)
 		pc_report_oom("a snapshot's last error");

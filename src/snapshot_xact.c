@@ -243,8 +243,8 @@ snapshot_xact_callback(XactEvent event, void *arg)
 
 			pc_snap_forget(MyDatabaseId, d->name, d->id, d->stamp);
 		}
-		if (registry_changed && pc_shared != NULL)
-			pg_atomic_fetch_add_u64(&pc_shared->registry_generation, 1);
+		if (registry_changed)
+			pc_snap_registry_changed();
 	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)

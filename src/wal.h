@@ -16,7 +16,7 @@
 /*
  * Keys replayed on a standby, waiting until the commit of the transaction
  * that invalidated them is replayed too.  One shared, bounded list in the
- * main shared memory segment, under pc_shared->wal_lock:
+ * main shared memory segment, under pc_wal_pending_lock():
  * - the startup process appends items (redo) and never waits for anything
  *	 but that lock;
  * - the worker marks the keys of new items stale (those before 'marked'
@@ -71,9 +71,10 @@ extern void pc_wal_register_rmgr(void);
 extern bool pc_wal_logging(void);
 extern void pc_wal_log_invalidations(text **keys, int nkeys);
 extern void pc_wal_log_refresh(Oid dbid, const char *name);
-extern Size pc_wal_pending_size(void);
-extern void pc_wal_pending_init(PcWalPending *pending);
+extern void pc_wal_shmem_request(void);
+extern void pc_wal_shmem_startup(void);
 extern PcWalPending *pc_wal_pending(void);
+extern LWLock *pc_wal_pending_lock(void);
 
 /* keycache_replay.c: the worker's side */
 typedef void (*PcRefetchFn) (const char *key, uint32 len);

@@ -52,10 +52,11 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/lwlock.h"
+#include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 
-#include "shmem.h"
+#include "keycache.h"
 #include "snapshot.h"
 #include "wal.h"
 
@@ -191,25 +192,63 @@ pc_wal_log_refresh(Oid dbid, const char *name)
  * ----------------------------------------------------------------
  */
 
-Size
-pc_wal_pending_size(void)
+/*
+ * The list is a part of shared memory of its own ("projcache replayed
+ * keys"): the list, and the lock (tranche "projcache_wal", taken alone)
+ * that protects it.
+ */
+typedef struct PcWalShared
 {
-	return add_size(offsetof(PcWalPending, data),
+	LWLock	   *lock;
+	PcWalPending pending;		/* variable size: keep last */
+} PcWalShared;
+
+static PcWalShared *wal_shared = NULL;
+
+#define PC_WAL_TRANCHE	"projcache_wal"
+
+static Size
+wal_shmem_size(void)
+{
+	return add_size(offsetof(PcWalShared, pending.data),
 					(Size) pc_wal_pending_kb * 1024);
 }
 
 void
-pc_wal_pending_init(PcWalPending *pending)
+pc_wal_shmem_request(void)
 {
-	memset(pending, 0, offsetof(PcWalPending, data));
-	pending->capacity = (Size) pc_wal_pending_kb * 1024;
-	pending->lost_xid = InvalidTransactionId;
+	RequestAddinShmemSpace(wal_shmem_size());
+	pc_locks_request(PC_WAL_TRANCHE, 1);
+}
+
+void
+pc_wal_shmem_startup(void)
+{
+	bool		found;
+	LWLockPadded *lock;
+
+	wal_shared = ShmemInitStruct("projcache replayed keys", wal_shmem_size(),
+								 &found);
+	lock = pc_locks_get(PC_WAL_TRANCHE, 1, PC_LOCK_ALONE);
+	if (found)
+		return;
+	wal_shared->lock = &lock->lock;
+	memset(&wal_shared->pending, 0, offsetof(PcWalPending, data));
+	wal_shared->pending.capacity = (Size) pc_wal_pending_kb * 1024;
+	wal_shared->pending.lost_xid = InvalidTransactionId;
 }
 
 PcWalPending *
 pc_wal_pending(void)
 {
-	return (PcWalPending *) ((char *) pc_shared + pc_shared->wal_offset);
+	return &wal_shared->pending;
+}
+
+/* The lock of pc_wal_pending()'s list. */
+LWLock *
+pc_wal_pending_lock(void)
+{
+	return wal_shared->lock;
 }
 
 /*
@@ -272,14 +311,14 @@ append_item(const char *key, uint16 len, void *arg)
  * A record of transaction xid was dropped: every cached key waits until
  * that transaction has ended (keycache_replay.c).  Without a transaction
  * there is nothing to wait for: the keys are only made stale.  Caller
- * holds wal_lock exclusively.
+ * holds the list's lock exclusively.
  */
 static void
 note_dropped(PcWalPending *pending, TransactionId xid)
 {
 	int			i;
 
-	Assert(LWLockHeldByMeInMode(pc_shared->wal_lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(wal_shared->lock, LW_EXCLUSIVE));
 	pending->overflowed = true;
 	if (!TransactionIdIsNormal(xid))
 		return;
@@ -305,9 +344,9 @@ redo_unreadable(XLogReaderState *record, const char *what)
 	TransactionId xid = XLogRecGetXid(record);
 	PcWalPending *pending = pc_wal_pending();
 
-	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(wal_shared->lock, LW_EXCLUSIVE);
 	note_dropped(pending, xid);
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(wal_shared->lock);
 	pc_wake_worker();
 	ereport(WARNING,
 			(errcode(ERRCODE_DATA_CORRUPTED),
@@ -345,7 +384,7 @@ redo_invalidate(XLogReaderState *record)
 	}
 
 	pending = pc_wal_pending();
-	pc_lock_alone(pc_shared->wal_lock, LW_EXCLUSIVE);
+	pc_lock_alone(wal_shared->lock, LW_EXCLUSIVE);
 	if (pending->capacity - pending->used >= need)
 	{
 		AppendState st = {pending, xid};
@@ -356,7 +395,7 @@ redo_invalidate(XLogReaderState *record)
 	}
 	else
 		note_dropped(pending, xid);
-	LWLockRelease(pc_shared->wal_lock);
+	LWLockRelease(wal_shared->lock);
 	pc_wake_worker();
 }
 
@@ -378,8 +417,8 @@ redo_refresh(XLogReaderState *record)
 static void
 projcache_redo(XLogReaderState *record)
 {
-	/* Shared memory is set up before recovery starts (shmem.c). */
-	Assert(pc_shared != NULL);
+	/* Shared memory is set up before recovery starts (projcache.c). */
+	Assert(wal_shared != NULL);
 
 	switch (XLogRecGetInfo(record) & ~XLR_INFO_MASK)
 	{
