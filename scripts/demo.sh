@@ -8,9 +8,12 @@
 # dir, run by the unprivileged "postgres" OS user) with projcache preloaded
 # and its debug clock on, then walks through: cold miss, wait for a fetch,
 # hit, an unknown key (negative caching), an upstream failure while the old
-# value keeps serving, recovery, a snapshot that outlives an outage, and the
-# counters.  The server is always
-# stopped and the temp dir removed on exit, error or Ctrl-C.
+# value keeps serving, recovery, a snapshot that outlives an outage, a named
+# cache (1.3) owned by a role without superuser rights, read by the role it
+# is granted to and refused to another (SQLSTATE 42501), a clean restart
+# (pg_ctl restart) after which the keys come back from the dump before any
+# fetch, and the counters.  The server is always stopped and the temp dir
+# removed on exit, error or Ctrl-C.
 set -euo pipefail
 
 # shellcheck source=SCRIPTDIR/lib.sh
@@ -27,6 +30,20 @@ caption() { printf '\n=== %s\n' "$*"; }
 # psql against the demo server, stopping at the first error.  Input lines
 # are echoed, so the reader sees each statement above its result.
 pgsql() { pgrun -a -P null='(null)' "$@"; }
+
+# wait_for WANT SQL SECONDS: run SQL (one value) every 0.1 s until it
+# returns WANT, for SECONDS at most.  Prints what it returned last; fails
+# if that is not WANT.
+wait_for() {
+	local want=$1 sql=$2 got='' i
+	for ((i = 0; i < $3 * 10; i++)); do
+		got=$(pgvalue "$sql")
+		[ "$got" = "$want" ] && break
+		sleep 0.1
+	done
+	printf '%s' "$got"
+	[ "$got" = "$want" ]
+}
 
 # ------------------------------------------------------------ setup
 caption "setup: dependencies, build, install, throwaway cluster on port $PORT"
@@ -135,12 +152,7 @@ UPDATE public.project_configs
 SELECT projcache.debug_advance_clock('2s');
 SQL
 echo "(waiting up to 10 s for revision r2)"
-rev=
-for _ in $(seq 1 20); do
-	rev=$(pgvalue "SELECT revision FROM projcache.lookup('acme')")
-	[ "$rev" = r2 ] && break
-	sleep 0.5
-done
+rev=$(wait_for r2 "SELECT revision FROM projcache.lookup('acme')" 10) || true
 pgsql <<'SQL'
 SELECT projcache.get('acme');
 SELECT state, freshness, revision, last_error FROM projcache.lookup('acme');
@@ -197,7 +209,122 @@ SELECT name, rows, status, refresh_errors FROM projcache.snapshots;
 SQL
 
 # ------------------------------------------------------------ 8
-caption "8. the counters"
+caption "8. a named cache (1.3): a team's own source, cache and readers; anyone else gets 42501"
+pgsql <<'SQL'
+-- The flags team owns its source and its cache, with no superuser rights.
+-- The web application may read the flags; billing may not.
+CREATE ROLE flags_team;
+CREATE ROLE web;
+CREATE ROLE billing;
+GRANT USAGE ON SCHEMA projcache TO flags_team, web, billing;
+GRANT EXECUTE ON FUNCTION
+    projcache.create_cache(text, regprocedure, interval, interval, interval,
+                           interval, integer, interval, bigint, regrole),
+    projcache.grant_cache(text, regrole)
+    TO flags_team;
+GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval)
+    TO web, billing;
+CREATE SCHEMA flags AUTHORIZATION flags_team;
+
+-- As the flags team: its table, its fetch function (the worker runs it as
+-- flags_team, with that role's rights only), a cache with 1 MB of memory
+-- of its own (a non-superuser's cache must have its own), and its reader,
+-- in one transaction: the worker publishes the cache with its reader.
+SET ROLE flags_team;
+CREATE TABLE flags.feature_flags (
+    name    text PRIMARY KEY,
+    enabled boolean NOT NULL,
+    rollout integer NOT NULL
+);
+INSERT INTO flags.feature_flags VALUES ('dark_mode', true, 50), ('new_checkout', false, 0);
+CREATE FUNCTION flags.fetch(keys text[], revisions text[])
+  RETURNS TABLE(key text, state text, revision text, config jsonb)
+  LANGUAGE sql STABLE AS $$
+    SELECT f.name, 'enabled', md5(f::text),
+           jsonb_build_object('enabled', f.enabled, 'rollout', f.rollout)
+      FROM flags.feature_flags f
+     WHERE f.name = ANY (keys)
+$$;
+BEGIN;
+SELECT projcache.create_cache('flags', 'flags.fetch(text[],text[])',
+                              expiry => '1 min', max_memory => 1048576);
+SELECT projcache.grant_cache('flags', 'web');
+COMMIT;
+RESET ROLE;
+SQL
+echo "(waiting up to 5 s for the worker to open the cache)"
+if ! state=$(wait_for open "SELECT state FROM projcache.caches WHERE name = 'flags'" 5); then
+	echo "demo: the cache flags is '$state' after 5 s, expected open" >&2
+	exit 1
+fi
+pgsql <<'SQL'
+SELECT name, owner, fetch_function, expiry, max_memory, state FROM projcache.caches;
+
+-- A key "flags:<name>" is the cache's; its fetch function is asked for <name>.
+SET ROLE web;
+SELECT projcache.get('flags:dark_mode', '5s');
+RESET ROLE;
+SQL
+# The refusal: psql goes on past the error, which it prints (its stderr
+# through tee too, so in order), and shows the SQLSTATE that it kept; the
+# demo checks that it is 42501.
+pgsql <<'SQL' 2>&1 | tee "$WORK/refused.out"
+SET ROLE billing;
+\set ON_ERROR_STOP off
+SELECT projcache.get('flags:dark_mode');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+\set ON_ERROR_STOP on
+RESET ROLE;
+SQL
+if ! grep -qx 'SQLSTATE 42501' "$WORK/refused.out"; then
+	echo "demo: billing's read of flags:dark_mode did not fail with 42501" >&2
+	exit 1
+fi
+
+# ------------------------------------------------------------ 9
+caption "9. a clean restart comes back warm: the keys dumped at shutdown are served before any fetch"
+pgsql <<'SQL'
+SELECT cache, key, state, freshness, revision FROM projcache.entries ORDER BY key;
+SELECT entries, fetch_calls FROM projcache.stats;
+SQL
+cached=$(pgvalue "SELECT count(*) FROM projcache.entries")
+log_size=$(stat -c %s "$WORK/server.log")
+echo "\$ pg_ctl restart -m fast"
+restart_cluster
+echo "\$ ls -l \$PGDATA/projcache_keys.dump; the server log since the restart:"
+ls -l "$DATA/projcache_keys.dump"
+tail -c +"$((log_size + 1))" "$WORK/server.log" | grep -A1 'projcache loaded' || true
+pgsql <<'SQL'
+-- The counters start again at the restart; fetch_calls = 0: nothing has
+-- been fetched since.  loaded_keys and loaded_dump_age: what the dump
+-- written at shutdown brought back.  last_dump_at and last_dump_keys stay
+-- NULL until the next dump (projcache.dump_interval, 5 min by default).
+SELECT entries, fetch_calls, loaded_keys, loaded_dump_age,
+       last_dump_at, last_dump_keys
+  FROM projcache.stats;
+
+-- The values read before the restart are served at once, no NULL, no
+-- wait; every loaded key is stale, and this first read asks the source.
+SELECT projcache.get('acme');
+SET ROLE web;
+SELECT projcache.get('flags:dark_mode');
+RESET ROLE;
+SELECT cache, key, state, freshness, revision FROM projcache.entries ORDER BY key;
+SQL
+loaded=$(pgvalue "SELECT loaded_keys FROM projcache.stats")
+if [ "$loaded" != "$cached" ]; then
+	echo "demo: $loaded keys loaded after the restart, expected the $cached cached before it" >&2
+	exit 1
+fi
+echo "(waiting up to 10 s for that refresh: the source answers not_modified to the kept revision)"
+wait_for fresh "SELECT freshness FROM projcache.lookup('acme')" 10 >/dev/null || true
+pgsql <<'SQL'
+SELECT state, freshness, revision FROM projcache.lookup('acme');
+SELECT fetch_calls, fetched_keys, not_modified FROM projcache.stats;
+SQL
+
+# ------------------------------------------------------------ 10
+caption "10. the counters"
 if ! pgsql -x <<'SQL'
 SELECT * FROM projcache.stats;
 SQL

@@ -35,6 +35,8 @@
 #   start_cluster         initdb $DATA, append stdin to postgresql.conf, start
 #   pgrun ARGS...         psql on the cluster, quiet, stopping at an error
 #   pgvalue SQL           psql's bare values (-At) for one command
+#   restart_cluster       restart the cluster (a fast, clean shutdown, then
+#                         a start as start_cluster's); fails if it cannot
 #   stop_cluster          stop the cluster (fast); fails if it cannot
 #   cleanup_on_exit       install the EXIT/signal traps that always stop the
 #                         cluster and remove $WORK, with the server log's
@@ -159,6 +161,14 @@ pgrun() {
 # pgvalue SQL: the bare values SQL returns, fields separated by '|'.
 pgvalue() {
 	pgrun -At -c "$1"
+}
+
+# restart_cluster: stop the cluster (fast: a clean shutdown) and start it
+# again on $PORT, its socket in $SOCK, appending to $WORK/server.log;
+# waiting for both, its status is pg_ctl's.
+restart_cluster() {
+	"${AS_PG[@]}" "$PGBIN/pg_ctl" restart -D "$DATA" -m fast -l "$WORK/server.log" \
+		-w -t 30 -o "-p $PORT -k $SOCK" >/dev/null
 }
 
 # stop_cluster: stop the cluster, waiting for it; its status is pg_ctl's.
