@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - run every projcache test: unit, pg_regress, isolation and TAP,
-# on each PostgreSQL major CI covers, and the compile check on another.
+# on each PostgreSQL major CI covers.
 #
-#     sudo bash scripts/test.sh              # 18 and 15, compile check on 17
+#     sudo bash scripts/test.sh              # 18, 17 and 15
 #     sudo PG_MAJOR=18 bash scripts/test.sh  # one major only
 #
 # The source tree (tracked files plus uncommitted working files) is copied to
@@ -14,23 +14,25 @@
 #
 #   unit        make unittest                          (cmocka, no server)
 #
-# then, on each major (labelled "@18", "@15"):
+# then, on each major (labelled "@18", "@17", "@15"), the majors side by
+# side:
 #
 #   pg_regress  make installcheck ISOLATION= TAP_TESTS=
 #   isolation   make installcheck REGRESS= TAP_TESTS=  (if the Makefile has specs)
 #   TAP         make installcheck REGRESS= ISOLATION=  (if test/t/*.pl exist)
 #
-# then the compile check: every src/*.c compiled with -Werror against 17's
-# headers (scripts/pgmajor.sh headers 17), each file one test; and last,
-# when 18 is in the plan, the layout check (scripts/pgindent.sh), each file
-# one test.
+# and last, when 18 is in the plan, the layout check (scripts/pgindent.sh),
+# each file one test, and the check that tools/typedefs.list names every
+# typedef.  (A compile check against a major's headers alone, without its
+# server, is still here for a major in COMPILE_MAJORS; none is now.)
 #
-# Which major runs how: 18 is a server built with --enable-cassert
-# (scripts/pgmajor.sh, built once per machine and kept), so the server's
-# assertions and projcache's own (USE_ASSERT_CHECKING comes with the
-# server's headers) run there; 15 is Debian's release build, with projcache
-# built as released.  Both are installed before any suite runs, as the
-# pg_upgrade test on 18 upgrades from 15 (PROJCACHE_UPGRADE_FROM).
+# Which major runs how: 18 and 17 are servers built from Debian's source
+# packages with --enable-cassert (scripts/pgmajor.sh, built once per
+# machine and kept), so the server's assertions and projcache's own
+# (USE_ASSERT_CHECKING comes with the server's headers) run there; 15 is
+# Debian's release build, with projcache built as released.  All are
+# installed before any suite runs, as the pg_upgrade test on 18 and on 17
+# upgrades from 15 (PROJCACHE_UPGRADE_FROM).
 #
 # Each suite's output is shown as it runs and kept in <tmpdir>/logs/.  The
 # last line printed is always "N passed, M failed" (totals over all suites);
@@ -59,8 +61,8 @@ if [ -n "${PG_MAJOR_SET:-}" ]; then
 	SUITE_MAJORS=("$PG_MAJOR")
 	COMPILE_MAJORS=()
 else
-	SUITE_MAJORS=(18 15)
-	COMPILE_MAJORS=(17)
+	SUITE_MAJORS=(18 17 15)
+	COMPILE_MAJORS=()
 fi
 START=$SECONDS
 
@@ -70,6 +72,7 @@ SUMMARY=()
 WORK=
 LOGS=
 STEP_PID=
+MAJOR_PIDS=()
 
 # Settings from the caller's environment must not leak into the unit tests
 # (lib.sh has unset the libpq ones).
@@ -141,6 +144,7 @@ on_signal() {
 	echo
 	say "interrupted: stopping test processes"
 	[ -n "$STEP_PID" ] && pkill -TERM -P "$STEP_PID" 2>/dev/null
+	for pid in "${MAJOR_PIDS[@]}"; do pkill -TERM -P "$pid" 2>/dev/null; done
 	summary_add "(aborted)" 0 1 "interrupted by a signal"
 	finish
 }
@@ -368,7 +372,7 @@ server_suites() {
 	# -------------------------------------------------------------- d. TAP
 	if compgen -G "test/t/*.pl" >/dev/null; then
 		say "TAP: make installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v"
-		run_step "$LOGS/tap$sfx.log" 1800 "${AS_PG[@]}" make installcheck \
+		run_step "$LOGS/tap$sfx.log" 2700 "${AS_PG[@]}" make installcheck \
 			PG_CONFIG="$PG_CONFIG" REGRESS= ISOLATION= PROVE_FLAGS=-v
 		rc=$?
 		# Count top-level "ok N" / "not ok N" lines (subtests are indented;
@@ -452,20 +456,58 @@ note=
 settle "$rc" "did not build or crashed (exit $rc)" "no cmocka result line in the output"
 summary_add "unit" "$ok" "$bad" "$note"
 
+# The majors' server suites run side by side, each in its own copy, with
+# its own temp instances and logs: they mostly wait on servers, so two cores
+# run three majors' suites in little more than the longest one's time.
+# Each records its results in a file, which is added to the summary, and
+# its output, which is shown once it ends (in the plan's order).  The TAP
+# clusters of all of them take their ports under one lock directory.
+export PG_TEST_PORT_DIR=$WORK/tmp/portlock
+mkdir -p "$PG_TEST_PORT_DIR"
+chown "$RUN_USER" "$PG_TEST_PORT_DIR" 2>/dev/null
+MAJOR_PIDS=()
 i=0
 for m in "${SUITE_MAJORS[@]}"; do
 	built=${BUILT[$i]}
 	i=$((i + 1))
-	# The pg_upgrade test upgrades from an older major of this run.
-	unset PROJCACHE_UPGRADE_FROM
-	for o in "${SUITE_MAJORS[@]}"; do
-		v=PGBIN_$o
-		if [ "$o" -lt "$m" ] && [ -n "${!v}" ]; then
-			export PROJCACHE_UPGRADE_FROM=${!v}
-		fi
-	done
-	if [ "$built" -eq 1 ]; then set_major "$m"; fi
-	server_suites "@$m"
+	(
+		# Results go to a file: this runs in a subshell of its own.
+		summary_add() { printf 'add\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$LOGS/results@$m"; }
+		summary_skip() { printf 'skip\t%s\t%s\n' "$1" "$2" >>"$LOGS/results@$m"; }
+		: >"$LOGS/results@$m"
+		# The pg_upgrade test upgrades from an older major of this run.
+		unset PROJCACHE_UPGRADE_FROM
+		for o in "${SUITE_MAJORS[@]}"; do
+			v=PGBIN_$o
+			if [ "$o" -lt "$m" ] && [ -n "${!v}" ]; then
+				export PROJCACHE_UPGRADE_FROM=${!v}
+			fi
+		done
+		if [ "$built" -eq 1 ]; then set_major "$m"; fi
+		server_suites "@$m"
+	) >"$LOGS/suites@$m.out" 2>&1 &
+	MAJOR_PIDS+=("$!")
+	say "server suites on $m started (output: $LOGS/suites@$m.out)"
+done
+i=0
+for m in "${SUITE_MAJORS[@]}"; do
+	wait "${MAJOR_PIDS[$i]}"
+	i=$((i + 1))
+done
+MAJOR_PIDS=()
+for m in "${SUITE_MAJORS[@]}"; do
+	say "server suites on $m:"
+	cat "$LOGS/suites@$m.out"
+	if [ ! -s "$LOGS/results@$m" ]; then
+		summary_add "suites@$m" 0 1 "no result recorded"
+		continue
+	fi
+	while IFS=$'\t' read -r kind a b c d; do
+		case "$kind" in
+			add) summary_add "$a" "$b" "$c" "$d" ;;
+			skip) summary_skip "$a" "$b" ;;
+		esac
+	done <"$LOGS/results@$m"
 done
 
 # ------------------------------------------------------------------ compile check
