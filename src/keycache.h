@@ -314,6 +314,8 @@ extern uint32 pc_keys_per_role_bound(void);
 extern uint64 pc_bytes_per_role_bound(void);
 extern Size pc_key_memory_target(void);
 extern Oid	pc_role_of_slot(int slot);
+extern int	pc_role_reserve(Oid role, Size bytes);
+extern void pc_role_unreserve(int slot, Size bytes);
 extern void pc_keymap_delete(PcEntry *entry);
 
 /* Reading an entry (under its lock; nothing here raises an ERROR). */

@@ -41,7 +41,7 @@ typedef struct PcShmemPart
 static const PcShmemPart parts[] = {
 	{pc_area_shmem_request, pc_area_shmem_startup}, /* shmem.c */
 	{pc_keymap_shmem_request, pc_keymap_shmem_startup}, /* keycache_map.c */
-	{pc_roles_shmem_request, pc_roles_shmem_startup},	/* keycache_map.c */
+	{pc_roles_shmem_request, pc_roles_shmem_startup},	/* keycache_roles.c */
 	{pc_clock_shmem_request, pc_clock_shmem_startup},	/* clock.c */
 	{pc_counters_shmem_request, pc_counters_shmem_startup}, /* counters.c */
 	{pc_worker_shmem_request, pc_worker_shmem_startup}, /* keycache_worker.c */
