@@ -50,54 +50,13 @@
 #include "keycache_bisect.h"
 #include "keycache_caches.h"
 #include "keycache_policy.h"
+#include "keycache_worker.h"
 #include "snapshot.h"
 #include "user_switch.h"
 #include "wal.h"
 
 /* Longest sleep, in case a wakeup is ever missed. */
 #define PC_MAX_SLEEP_MS		10000
-
-/*
- * Eviction under memory pressure.  Keys may fill their part of
- * projcache.max_memory (pc_key_memory_bound) but for a headroom.  The
- * worker stores every fetched value itself, and first evicts S3-FIFO's
- * victims (see keycache_policy.h) until the value fits below the bound
- * less the headroom (make_value), so values need no room kept for them.
- * Readers create new keys' entries, while the worker may be waiting on a
- * fetch: the headroom is room for one batch of them, and after each batch,
- * or when a reader found no room, the worker evicts until use is back
- * below the bound less the headroom (evict_for_memory), a few keys at a
- * time.  A reader that finds no room leaves its key on the request ring and
- * the worker creates it once it has made room (create_refused_keys): a new
- * key's first read misses either way.  The headroom is at most a small
- * share of the bound (pc_key_memory_target), so that a full cache holds the
- * rest.  Only what keys take is measured against the bound: snapshot rows
- * have a budget of their own, so however much of it they hold, the worker
- * neither evicts keys for them nor finds itself unable to make room.
- */
-/*
- * Admission.  Keys nobody has a value for must not crowd out values being
- * read.  A value read within projcache.admission_window (its read stamp,
- * PC_MARK_STAMP_MASK, says when) is "in use": it is never evicted to make
- * room for a key that has no value yet, neither for the entries readers
- * create (evict_for_memory) nor for a key's first value (prepare_answer),
- * unless a reader waits for that key (PC_MARK_WAITED: one key at a time
- * per waiting reader, at the pace of the fetches, may thus take room from
- * values in use, those not in use first).
- * Such room comes from keys without a value and from values not read
- * within the window, in S3-FIFO's order; when none is left, admission
- * closes (PcWorkerShared.admission_closed): readers create no key, their reads
- * of new keys answer pending and only ask (pc_request_send_refused), the
- * refused keys are not created, and a first value that finds no room is
- * stored as an error, so that the key is asked for again after its
- * backoff.  At each PC_STAMP_MS tick the worker opens admission again, and
- * the next key without room closes it: so a reader of new keys, at any
- * rate, takes only the memory that nobody has read for a window, and a
- * key whose readers stop is replaced a window later.  Room for values
- * that are already held (a refresh), and the budgets' and roles' bounds,
- * may still evict values in use, those not in use first: the cache's
- * memory bounds always hold.
- */
 
 /*
  * The largest value stored, as a share of the same: a larger one would evict
@@ -111,7 +70,7 @@
 StaticAssertDecl(PC_PERIOD_DEFAULT == POLICY_PERIOD_DEFAULT,
 				 "the shared map and the policy encode periods alike");
 
-static Policy *policy = NULL;
+Policy	   *pc_policy = NULL;
 static MemoryContext policy_cxt = NULL; /* the key policy's private state */
 static MemoryContext batch_cxt = NULL;	/* reset after each batch */
 static PcKeyDump *key_dump = NULL;	/* a dump being written, slice by slice */
@@ -125,7 +84,6 @@ static bool scan_wanted = false;	/* the ring overflowed since the last */
 static int64 suspect_resume_ms = 0; /* when suspects may be fetched again, on
 									 * pc_real_now_ms() (keycache_bisect.h) */
 
-static int	key_pool(const char *key, size_t keylen, void *arg);
 
 /* ----------------------------------------------------------------
  * The worker's shared state
@@ -212,7 +170,27 @@ pc_worker_want_room(void)
 	pg_atomic_write_u32(&worker_shared->room_wanted, 1);
 }
 
-/* Whether readers may create no key now (see "Admission" above). */
+/* Whether a reader found no room since the worker last asked. */
+bool
+pc_worker_take_room_wanted(void)
+{
+	return pg_atomic_exchange_u32(&worker_shared->room_wanted, 0) != 0;
+}
+
+/* Close admission (keycache_evict.c, "Admission"); false if it was closed. */
+bool
+pc_worker_close_admission(void)
+{
+	return pg_atomic_exchange_u32(&worker_shared->admission_closed, 1) == 0;
+}
+
+void
+pc_worker_open_admission(void)
+{
+	pg_atomic_write_u32(&worker_shared->admission_closed, 0);
+}
+
+/* Whether readers may create no key now (keycache_evict.c, "Admission"). */
 bool
 pc_worker_admission_closed(void)
 {
@@ -264,12 +242,12 @@ load_settings(void)
 						   pc_expiry_ms, pc_expiry_ms + pc_grace_period_ms),
 				 errhint("Keys whose fetch function gives them their own max_age and stale_for are refreshed if it lies strictly between those.")));
 
-	if (policy == NULL)
+	if (pc_policy == NULL)
 	{
-		policy = policy_create(&config, policy_cxt_alloc, policy_cxt_free);
-		policy_set_pool_fn(policy, key_pool, NULL);
+		pc_policy = policy_create(&config, policy_cxt_alloc, policy_cxt_free);
+		policy_set_pool_fn(pc_policy, pc_key_pool, NULL);
 	}
-	else if (policy_set_config(policy, &config) > 0)
+	else if (policy_set_config(pc_policy, &config) > 0)
 	{
 		PcEntryScan scan;
 		PcEntry    *entry;
@@ -282,7 +260,7 @@ load_settings(void)
 
 			if (pc_entry_expires_at(entry) == 0)
 				continue;
-			e = policy_lookup(policy, pc_entry_key(entry), entry->keylen);
+			e = policy_lookup(pc_policy, pc_entry_key(entry), entry->keylen);
 			if (e != NULL && e->has_expiry)
 				pc_entry_set_expires_at(entry, e->expiry);
 		}
@@ -364,7 +342,7 @@ mirror_entry(PolicyEntry *e)
 	entry = pc_entry_find(&search, false);
 	if (entry != NULL)
 	{
-		policy_set_bytes(policy, e, pc_entry_footprint(entry));
+		policy_set_bytes(pc_policy, e, pc_entry_footprint(entry));
 		pc_entry_release(entry);
 	}
 }
@@ -383,8 +361,8 @@ delete_locked(PcEntry *entry, const char *key, uint32 len, PcCounter cause)
 }
 
 /* Remove a key from the shared map, if it is there, counting why. */
-static void
-delete_shared(const char *key, uint32 len, PcCounter cause)
+void
+pc_delete_shared(const char *key, uint32 len, PcCounter cause)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
@@ -420,20 +398,10 @@ tombstone_unless_disabled(const char *key, uint32 len)
 		pc_keys_tombstone(key, len, false, had_value);
 }
 
-/*
- * What evict_one_for_memory() keeps: with protect, values in use (see
- * "Admission" above), read within 'window' stamp units of 'stamp_now'.
- */
-typedef struct VictimLook
-{
-	bool		protect;
-	uint32		stamp_now;
-	uint32		window;
-} VictimLook;
 
 /* The admission window in stamp units; 0: no protection. */
-static uint32
-admission_window_units(void)
+uint32
+pc_admission_window_units(void)
 {
 	if (pc_admission_window_ms <= 0)
 		return 0;
@@ -443,412 +411,6 @@ admission_window_units(void)
 						PC_STAMP_MS, PC_STAMP_MODULUS / 2);
 }
 
-/*
- * For S3-FIFO: was the key read since it entered its FIFO, or since the
- * eviction last looked at it?  Clears the mark.  A value in use, when the
- * look protects them, counts as read: S3-FIFO keeps it.
- */
-static bool
-take_visited(PolicyEntry *e, void *arg)
-{
-	const VictimLook *look = arg;
-	PcKey		search = pc_search_key(e->key, e->keylen);
-	PcEntry    *entry;
-	bool		visited = false;
-
-	entry = pc_entry_find(&search, false);
-	if (entry != NULL)
-	{
-		uint32		marks;
-
-		marks = pg_atomic_fetch_and_u32(&entry->marks, ~PC_MARK_VISITED);
-		visited = (marks & PC_MARK_VISITED) != 0;
-		if (look != NULL && look->protect &&
-			policy_value_in_use(entry->state != PC_STATE_PENDING,
-								pc_marks_stamp(marks), look->stamp_now,
-								look->window))
-			visited = true;
-		pc_entry_release(entry);
-	}
-	return visited;
-}
-
-/* ----------------------------------------------------------------
- * Eviction under memory pressure
- * ----------------------------------------------------------------
- */
-
-/*
- * Each named cache's keys are a pool of their own (keycache_policy.h,
- * "Pools"): pool slot + 1; the default cache's, pool 0.  Eviction takes a
- * victim from one pool only, and which pool pays is the policy's
- * (keycache_policy.h, "Who pays for room"): a cache with a budget
- * (max_memory) pays for its own writes, within it; the pools without a
- * budget (the default cache's and those of caches without one) share what
- * the budgets leave, and the largest of them pays.  A cache that floods
- * itself thus evicts its own keys, never another cache's.
- */
-static int
-key_pool(const char *key, size_t keylen, void *arg)
-{
-	int			slot = pc_key_cache(key, (uint32) keylen, NULL);
-
-	return slot >= 0 ? slot + 1 : 0;
-}
-
-/* A named cache's own budget in bytes (its pool's), or 0 for none. */
-static Size
-pool_budget(int pool)
-{
-	const PcCacheSlot *slot;
-
-	if (pool == 0)
-		return 0;
-	/* Only this worker writes the slots: no lock to read them. */
-	slot = pc_cache_slot(pool - 1);
-	if (!slot->in_use || slot->reg.max_memory == PC_CACHE_SETTING_UNSET)
-		return 0;
-	return (Size) slot->reg.max_memory;
-}
-
-/*
- * A named cache's key that the worker has just learnt of (a reader made
- * it, or the dump brought it back) weighs what its entry takes, until its
- * next write says again: pending keys count in their cache's budget too.
- * (The default cache's weigh 1 until then, as before named caches: its
- * pool is bounded by the memory's target, which counts them.)
- */
-static void
-weigh_new_key(PolicyEntry *e)
-{
-	PcKey		search;
-	PcEntry    *entry;
-
-	if (e->bytes > 1 || e->pool == 0)
-		return;
-	search = pc_search_key(e->key, (uint32) e->keylen);
-	entry = pc_entry_find(&search, false);
-	if (entry != NULL)
-	{
-		policy_set_bytes(policy, e, pc_entry_footprint(entry));
-		pc_entry_release(entry);
-	}
-}
-
-/*
- * Each named cache's own max_retry_backoff and refresh_interval, for its
- * pool's keys (PC_CACHE_SETTING_UNSET is the worker's "the server's").
- * After each reload of the registry.
- */
-static void
-apply_cache_settings(void)
-{
-	for (int p = 1; p < POLICY_MAX_POOLS; p++)
-	{
-		const PcCacheSlot *slot = pc_cache_slot(p - 1);
-
-		if (slot->in_use)
-			policy_set_pool_config(policy, p, slot->reg.max_retry_backoff_ms,
-								   slot->reg.refresh_interval_ms);
-		else
-			policy_set_pool_config(policy, p, -1, -1);
-	}
-}
-
-/*
- * Evict S3-FIFO's next victim of a pool; false if no key of it can be
- * evicted (the rest are being fetched, or, with protect, values in use).
- */
-static bool
-evict_one_for_memory(int pool, bool protect)
-{
-	VictimLook	look;
-	PolicyEntry *victim;
-
-	look.window = admission_window_units();
-	look.protect = protect && look.window > 0;
-	look.stamp_now = pc_read_stamp(pc_now_ms());
-	victim = policy_memory_victim(policy, pool, take_visited, &look);
-
-	if (victim == NULL)
-		return false;
-	if (pool > 0)
-		pc_cache_count(pool - 1, PC_CACHE_EVICTIONS, 1);
-	delete_shared(victim->key, victim->keylen, PC_CTR_MEMORY_EVICTIONS);
-	policy_evict_victim(policy, victim);
-	return true;
-}
-
-/*
- * Which pool pays for room (keycache_policy.h, "Who pays for room"), as
- * each pool stands now; tried[p] marks a pool found to have no key that
- * can go (all being fetched).
- */
-static int
-room_payer(int writer, Size need, Size freed, Size used, const bool *tried)
-{
-	PolicyPoolUse pools[POLICY_MAX_POOLS];
-
-	for (int p = 0; p < POLICY_MAX_POOLS; p++)
-	{
-		pools[p].bytes = policy_pool_bytes(policy, p);
-		pools[p].budget = pool_budget(p);
-		pools[p].can_give = !tried[p] && policy_pool_count(policy, p) > 0;
-	}
-	return policy_room_payer(pools, POLICY_MAX_POOLS, writer, need, freed,
-							 used, pc_key_memory_target());
-}
-
-/* The prefix evict_cache_keys() looks for, while it scans the map. */
-static const char *scan_prefix;
-static uint32 scan_prefix_len;
-
-static bool
-has_scan_prefix(PcEntry *entry)
-{
-	return entry->keylen >= scan_prefix_len &&
-		memcmp(pc_entry_key(entry), scan_prefix, scan_prefix_len) == 0;
-}
-
-/*
- * Evict every key that starts with prefix ("name:"), for a named cache
- * that opens or closes (keycache_caches.c).  Between batches no fetch
- * runs, so each goes at once.
- */
-static void
-evict_cache_keys(const char *prefix, uint32 len)
-{
-	PcKeyList	list;
-
-	pc_keylist_init(&list, 0);
-	scan_prefix = prefix;
-	scan_prefix_len = len;
-	pc_keylist_from_map(&list, has_scan_prefix, NULL);
-	if (list.oom)
-		pc_report_oom("the keys of a named cache");
-	for (int i = 0; i < list.count; i++)
-	{
-		if (policy_request_evict(policy, list.keys[i], list.lens[i]) ==
-			POLICY_EVICT_NOW)
-			delete_shared(list.keys[i], list.lens[i],
-						  PC_CTR_REQUESTED_EVICTIONS);
-	}
-}
-
-/*
- * Evict until a write of 'need' bytes into pool writer, whose key weighs
- * 'freed' now, fits (POLICY_ROOM_FITS), or say why it cannot:
- * POLICY_ROOM_REFUSED (no key that could pay is left) or
- * POLICY_ROOM_TOO_LARGE (larger than the writer's whole budget).  With
- * POLICY_ROOM_NO_WRITER, until the keys are back below the target.  Only
- * the pools the policy names pay: a cache with a budget pays for its own
- * writes.  With full, the memory is short whatever the counts say (an
- * allocation failed).  With admit, the room is for a key without a value:
- * values in use never pay (see "Admission"); else they pay last.
- */
-static int
-make_room(int writer, Size need, Size freed, bool full, bool admit)
-{
-	bool		tried[POLICY_MAX_POOLS] = {false};
-	bool		in_use_left[POLICY_MAX_POOLS] = {false};
-
-	for (;;)
-	{
-		Size		used = pc_key_memory_used();
-		int			pool;
-
-		if (full)
-			used = Max(used, pc_key_memory_target() + 1);
-		pool = room_payer(writer, need, freed, used, tried);
-		if (pool < 0)
-			return pool;
-		if (evict_one_for_memory(pool, !in_use_left[pool]))
-			full = false;
-		else if (!admit && !in_use_left[pool])
-			in_use_left[pool] = true;	/* then values in use may go */
-		else
-			tried[pool] = true; /* its keys are all being fetched */
-	}
-}
-
-/* What the pools without a budget hold together; *largest: the largest. */
-static Size
-unbudgeted_bytes(int *largest)
-{
-	Size		total = 0;
-	Size		most = 0;
-
-	*largest = -1;
-	for (int p = 0; p < POLICY_MAX_POOLS; p++)
-	{
-		Size		bytes = policy_pool_bytes(policy, p);
-
-		if (pool_budget(p) > 0 || policy_pool_count(policy, p) == 0)
-			continue;
-		total += bytes;
-		if (*largest < 0 || bytes > most)
-		{
-			*largest = p;
-			most = bytes;
-		}
-	}
-	return total;
-}
-
-/*
- * Evict one key of a pool for a bound that must hold: values not in use
- * first, then, once *in_use_only says that none of those is left, and only
- * while the pool's excess is more than the headroom readers may fill with
- * new keys (excess_hard), values in use.  False if no key of the pool can
- * go now.
- */
-static bool
-evict_one_for_bound(int pool, bool *in_use_only, bool excess_hard)
-{
-	if (!*in_use_only && evict_one_for_memory(pool, true))
-		return true;
-	*in_use_only = true;
-	return excess_hard && evict_one_for_memory(pool, false);
-}
-
-/*
- * Keep each named cache with a budget within it, evicting its own keys
- * only, and the pools without one within what the budgets leave of the
- * target: a budget is reserved, so that a cache growing into it never
- * evicts another cache's keys.  Then show each cache's keys and what they
- * take in projcache.caches.
- */
-static void
-evict_for_budgets(void)
-{
-	Size		reserved = 0;
-	Size		pooled = 0;
-	Size		used;
-	Size		overhead;
-	Size		target = pc_key_memory_target();
-	Size		limit;
-	Size		headroom = pc_key_memory_bound() - target;
-	Size		excess;
-	int			largest;
-	bool		in_use_only[POLICY_MAX_POOLS] = {false};
-
-	for (int p = 0; p < POLICY_MAX_POOLS; p++)
-	{
-		Size		budget = pool_budget(p);
-
-		while (budget > 0 && policy_pool_bytes(policy, p) > budget &&
-			   evict_one_for_bound(p, &in_use_only[p],
-								   policy_pool_bytes(policy, p) - budget >
-								   headroom))
-			;
-		reserved += budget;
-		pooled += policy_pool_bytes(policy, p);
-	}
-
-	/* The map's own structures count against the target too. */
-	used = pc_key_memory_used();
-	overhead = used > pooled ? used - pooled : 0;
-	limit = target > overhead + reserved ? target - overhead - reserved : 0;
-	while ((excess = unbudgeted_bytes(&largest)) > limit && largest >= 0 &&
-		   evict_one_for_bound(largest, &in_use_only[largest],
-							   excess - limit > headroom))
-		;
-
-	for (int p = 1; p < POLICY_MAX_POOLS; p++)
-	{
-		PcCacheSlot *slot = pc_cache_slot(p - 1);
-
-		if (!slot->in_use)
-			continue;
-		pg_atomic_write_u64(&slot->counters[PC_CACHE_MEMORY_USED],
-							(uint64) policy_pool_bytes(policy, p));
-		pg_atomic_write_u64(&slot->counters[PC_CACHE_ENTRIES],
-							(uint64) policy_pool_count(policy, p));
-	}
-}
-
-/* The stamp unit in which admission last closed. */
-static uint32 admission_closed_stamp;
-
-/* No room for a key without a value: close admission until the next tick. */
-static void
-close_admission(void)
-{
-	admission_closed_stamp = pc_read_stamp(pc_now_ms());
-	if (pg_atomic_exchange_u32(&worker_shared->admission_closed, 1) == 0)
-		elog(DEBUG1, "projcache: admission closed: every value that could make room was read within projcache.admission_window");
-}
-
-/*
- * Open admission again at the stamp unit after the one it closed in (or at
- * once, without an admission window): the next key that finds no room
- * closes it again.
- */
-static void
-admission_tick(int64 now)
-{
-	if (pg_atomic_read_u32(&worker_shared->admission_closed) != 0 &&
-		(admission_window_units() == 0 ||
-		 pc_read_stamp(now) != admission_closed_stamp))
-		pg_atomic_write_u32(&worker_shared->admission_closed, 0);
-}
-
-/*
- * Keep the key map within its target: the entries readers created since
- * the last pass, or a reader that found no room, cost as many evictions,
- * of keys without a value or values not in use only (see "Admission").
- */
-static void
-evict_for_memory(void)
-{
-	(void) pg_atomic_exchange_u32(&worker_shared->room_wanted, 0);
-	if (make_room(POLICY_ROOM_NO_WRITER, 0, 0, false, true) != POLICY_ROOM_FITS)
-		close_admission();
-	evict_for_budgets();
-}
-
-/*
- * Keys per role: a role that found its projcache.max_keys_per_role reached,
- * or whose keys take more than their bytes' bound (values the worker
- * wrote took them past it), loses its oldest keys, down to 95 % of each
- * bound, so that its next keys find room at once and not one at a time;
- * the keys it reads again are passed over once (policy_owner_victim).
- * Counted as evictions for memory, and a named cache's as its cache's:
- * they make room, in the role's share.
- */
-static void
-evict_for_roles(void)
-{
-	uint32		bound = pc_keys_per_role_bound();
-	uint64		byte_bound = pc_bytes_per_role_bound();
-	int			n;
-
-	(void) pc_roles_take_room_wanted();
-	for (n = PC_ROLE_NONE + 1; n < PC_ROLE_SLOTS; n++)
-	{
-		PcRoleSlot *slot = pc_role_slot(n);
-		bool		wanted = pg_atomic_exchange_u32(&slot->room_wanted, 0) != 0;
-
-		if (!wanted && (byte_bound == 0 ||
-						pg_atomic_read_u64(&slot->bytes) <= byte_bound))
-			continue;
-		while (policy_role_over_low(pg_atomic_read_u32(&slot->keys),
-									pg_atomic_read_u64(&slot->bytes),
-									bound, byte_bound))
-		{
-			PolicyEntry *victim = policy_owner_victim(policy, (uint32) n,
-													  take_visited, NULL);
-
-			if (victim == NULL)
-				break;
-			if (victim->pool > 0)
-				pc_cache_count(victim->pool - 1, PC_CACHE_EVICTIONS, 1);
-			delete_shared(victim->key, victim->keylen,
-						  PC_CTR_MEMORY_EVICTIONS);
-			policy_evict_victim(policy, victim);
-		}
-	}
-}
 
 /* ----------------------------------------------------------------
  * Readers' requests, and fair fetching
@@ -893,7 +455,7 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 	 * while a fetch is under way: that would skip its backoff.
 	 */
 	if ((bits & PC_REQ_FETCH) && invalidated &&
-		(e = policy_lookup(policy, key, len)) != NULL &&
+		(e = policy_lookup(pc_policy, key, len)) != NULL &&
 		e->state == POLICY_COMPLETE)
 		bits |= PC_REQ_INVALIDATE;
 
@@ -903,29 +465,29 @@ handle_request(const char *key, uint32 len, Oid role, int64 now)
 		 * Requests are taken only between batches, so no fetch of the key is
 		 * running now: the eviction is never deferred here.
 		 */
-		if (policy_request_evict(policy, key, len) == POLICY_EVICT_NOW)
-			delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
+		if (policy_request_evict(pc_policy, key, len) == POLICY_EVICT_NOW)
+			pc_delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
 		return;
 	}
 	if (bits & PC_REQ_INVALIDATE)
-		policy_invalidate(policy, key, len, now);
+		policy_invalidate(pc_policy, key, len, now);
 	else if (bits & (PC_REQ_FETCH | PC_REQ_DEMAND))
-		policy_try_begin_fetch(policy, key, len, false, now);
+		policy_try_begin_fetch(pc_policy, key, len, false, now);
 
 	/*
 	 * With no bits left (another request of the key took them), the record
 	 * still says that this role asked for it, and waits: its turn may come
 	 * first.
 	 */
-	e = policy_lookup(policy, key, len);
+	e = policy_lookup(pc_policy, key, len);
 	if (e == NULL)
 		return;
-	weigh_new_key(e);
-	policy_set_owner(policy, e, (uint32) owner);
-	policy_set_flow(policy, e, role);
+	pc_weigh_new_key(e);
+	policy_set_owner(pc_policy, e, (uint32) owner);
+	policy_set_flow(pc_policy, e, role);
 	if (e->state == POLICY_IN_PROGRESS &&
 		((bits & PC_REQ_DEMAND) || visited))
-		policy_note_demand(policy, e);
+		policy_note_demand(pc_policy, e);
 	if (bits != 0)
 		mirror_entry(e);
 }
@@ -950,7 +512,7 @@ drop_fetches_for_nobody(void)
 
 	memory_short = pg_atomic_read_u32(&worker_shared->room_wanted) != 0 ||
 		pc_key_memory_used() + headroom > target;
-	while ((e = policy_once_excess(policy, limit, memory_short)) != NULL)
+	while ((e = policy_once_excess(pc_policy, limit, memory_short)) != NULL)
 	{
 		PcKey		search = pc_search_key(e->key, e->keylen);
 		PcEntry    *entry;
@@ -965,9 +527,9 @@ drop_fetches_for_nobody(void)
 		else if (entry != NULL)
 			pc_entry_release(entry);
 		if (entry == NULL || dropped)
-			policy_evict_victim(policy, e);
+			policy_evict_victim(pc_policy, e);
 		else
-			policy_note_demand(policy, e);	/* read again meanwhile */
+			policy_note_demand(pc_policy, e);	/* read again meanwhile */
 	}
 }
 
@@ -980,10 +542,10 @@ refetch_replayed(const char *key, uint32 len)
 {
 	PolicyEntry *e;
 
-	if (policy_lookup(policy, key, len) == NULL)
+	if (policy_lookup(pc_policy, key, len) == NULL)
 		return;					/* not cached here */
-	policy_invalidate(policy, key, len, pc_now_ms());
-	e = policy_lookup(policy, key, len);
+	policy_invalidate(pc_policy, key, len, pc_now_ms());
+	e = policy_lookup(pc_policy, key, len);
 	if (e != NULL)
 		mirror_entry(e);
 }
@@ -1098,8 +660,8 @@ create_refused_keys(int64 now)
 			if (entry == NULL)
 			{
 				/* room runs out again: make more, as a reader would ask */
-				evict_for_memory();
-				evict_for_roles();
+				pc_evict_for_memory();
+				pc_evict_for_roles();
 				entry = pc_keymap_find_or_create_for(key, len, role,
 													 &created);
 			}
@@ -1133,7 +695,7 @@ evict_due(PolicyEntry *e, int64 now)
 	{
 		/* Read (and asked for) since it expired: fetch it instead. */
 		pc_entry_release(entry);
-		if (policy_try_begin_fetch(policy, e->key, e->keylen, false, now))
+		if (policy_try_begin_fetch(pc_policy, e->key, e->keylen, false, now))
 		{
 			mirror_entry(e);
 			return;
@@ -1143,7 +705,7 @@ evict_due(PolicyEntry *e, int64 now)
 	}
 	if (entry != NULL)
 		delete_locked(entry, e->key, e->keylen, PC_CTR_EXPIRY_EVICTIONS);
-	policy_evict(policy, e);
+	policy_evict(pc_policy, e);
 }
 
 /* ----------------------------------------------------------------
@@ -1158,11 +720,11 @@ process_timers(int64 now)
 	PolicyEntry *e;
 
 	/* Evictions first: refreshing what is about to go is wasted work. */
-	while ((e = policy_pop_eviction(policy, now)) != NULL)
+	while ((e = policy_pop_eviction(pc_policy, now)) != NULL)
 		evict_due(e, now);
-	while ((e = policy_pop_refresh(policy, now)) != NULL)
+	while ((e = policy_pop_refresh(pc_policy, now)) != NULL)
 	{
-		if (policy_try_begin_fetch(policy, e->key, e->keylen, true, now) != NULL)
+		if (policy_try_begin_fetch(pc_policy, e->key, e->keylen, true, now) != NULL)
 			pc_count(PC_CTR_REFRESHES, 1);
 		mirror_entry(e);
 	}
@@ -1197,7 +759,7 @@ count_delay(PolicyEntry *e)
 /*
  * Make room for a write of the key of pool 'pool' (whose entry weighs
  * 'freed' now) and prepare it: evict S3-FIFO's victims of the pools that
- * pay (make_room) until its new chunk fits.  POLICY_ROOM_FITS once
+ * pay (pc_make_room) until its new chunk fits.  POLICY_ROOM_FITS once
  * prepared; else why not (a key in its fetch, as the one written is, is
  * never a victim).
  */
@@ -1209,13 +771,13 @@ prepare_with_room(const char *key, uint32 len, int pool, Size freed,
 	int			room;
 
 	/* A write in place needs no room (and no victim). */
-	if (need > 0 && (room = make_room(pool, need, freed, false, admit)) !=
+	if (need > 0 && (room = pc_make_room(pool, need, freed, false, admit)) !=
 		POLICY_ROOM_FITS)
 		return room;
 	/* Readers may have taken the room meanwhile: one more key at a time. */
 	while (!pc_entry_prepare(key, len, w, prep))
 	{
-		room = make_room(pool, need, freed, true, admit);
+		room = pc_make_room(pool, need, freed, true, admit);
 		if (room != POLICY_ROOM_FITS)
 			return room;
 	}
@@ -1349,7 +911,7 @@ prepare_answer(const PolicyEntry *e, const char *key, uint32 len,
 		 */
 		pc_free_message(w->error);
 		item->period_error = psprintf("value of %zu bytes is larger than the max_memory of its cache (%zu bytes)",
-									  value_size, pool_budget(e->pool));
+									  value_size, pc_pool_budget(e->pool));
 		item->answer = PC_ANSWER_DISABLED;
 		item->config = NULL;
 		item->new_revision = NULL;
@@ -1368,7 +930,7 @@ prepare_answer(const PolicyEntry *e, const char *key, uint32 len,
 	Assert(item->answer != PC_ANSWER_ERROR &&
 		   item->answer != PC_ANSWER_PENDING);
 	pc_free_message(w->error);
-	if (admit && admission_window_units() > 0)
+	if (admit && pc_admission_window_units() > 0)
 	{
 		/*
 		 * Its message is not stored: a reader of new keys would otherwise
@@ -1377,7 +939,7 @@ prepare_answer(const PolicyEntry *e, const char *key, uint32 len,
 		item->error = NULL;
 		item->answer = PC_ANSWER_ERROR;
 		count_unstored(e->pool);
-		close_admission();
+		pc_close_admission();
 		answer_write(item, w);
 		if (!pc_entry_prepare(key, len, w, prep))
 			elog(ERROR, "projcache: an error answer found no room to be written in place");
@@ -1385,7 +947,7 @@ prepare_answer(const PolicyEntry *e, const char *key, uint32 len,
 	}
 	if (item->answer == PC_ANSWER_NOT_MODIFIED)
 		item->error = pstrdup("projcache.max_memory is used up: could not store the key's own max_age and stale_for");
-	else if (pool_budget(e->pool) > 0)
+	else if (pc_pool_budget(e->pool) > 0)
 		item->error = psprintf("the max_memory of the key's cache is used up: could not store a value of %zu bytes",
 							   value_size);
 	else
@@ -1532,12 +1094,12 @@ apply_answer(PolicyEntry *e, PcFetchItem *item, int64 now)
 		periods.stale_for_ms = item->stale_for_ms;
 	}
 
-	completion = policy_complete_fetch(policy, e, result, &periods, now);
+	completion = policy_complete_fetch(pc_policy, e, result, &periods, now);
 	if (completion == POLICY_EVICTED)
 	{
 		pc_entry_abandon(&prep);
 		pc_free_message(w.error);
-		delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
+		pc_delete_shared(key, len, PC_CTR_REQUESTED_EVICTIONS);
 		return breach;
 	}
 
@@ -1808,7 +1370,7 @@ settle_unasked(BatchRun *run, BisectPlan *plan)
 			int64		step = policy_backoff_delay(e->attempts + 1,
 													pc_max_retry_backoff_ms);
 
-			policy_defer_fetch(policy, e, now + Max(rest, step));
+			policy_defer_fetch(pc_policy, e, now + Max(rest, step));
 			mirror_entry(e);
 			continue;
 		}
@@ -1961,7 +1523,7 @@ run_batches(PolicyEntry **batch, int n)
 			/* Put back unasked: the cache's change evicts them meanwhile. */
 			for (int j = 0; j < k; j++)
 			{
-				policy_defer_fetch(policy, group[j],
+				policy_defer_fetch(pc_policy, group[j],
 								   pc_now_ms() + PC_CACHES_RETRY_MS);
 				mirror_entry(group[j]);
 			}
@@ -1973,7 +1535,7 @@ run_batches(PolicyEntry **batch, int n)
 			/* Its function overran its timeout lately: later. */
 			for (int j = 0; j < k; j++)
 			{
-				policy_defer_fetch(policy, group[j], pc_now_ms() + paused_ms);
+				policy_defer_fetch(pc_policy, group[j], pc_now_ms() + paused_ms);
 				mirror_entry(group[j]);
 			}
 			continue;
@@ -2010,7 +1572,7 @@ run_batches(PolicyEntry **batch, int n)
 			{
 				for (int j = from; j < k; j++)
 				{
-					policy_defer_fetch(policy, group[j],
+					policy_defer_fetch(pc_policy, group[j],
 									   pc_now_ms() + PC_CACHES_RETRY_MS);
 					mirror_entry(group[j]);
 				}
@@ -2085,26 +1647,26 @@ restore_saved_key(const char *key, uint32 len, const SavedEntry *s,
 			expires_at = s->fetched_at +
 				policy_period(s->periods.max_age_ms, pc_expiry_ms) +
 				policy_period(s->periods.stale_for_ms, pc_grace_period_ms);
-		policy_restore_complete(policy, key, len, s->fetched_at, expires_at,
+		policy_restore_complete(pc_policy, key, len, s->fetched_at, expires_at,
 								&s->periods, s->has_refresh, s->refresh_at);
 		if (s->invalidated)
-			policy_invalidate(policy, key, len, now);
+			policy_invalidate(pc_policy, key, len, now);
 		else if (s->fetch_state != PC_FETCH_COMPLETE)
-			policy_try_begin_fetch(policy, key, len, false, now);
+			policy_try_begin_fetch(pc_policy, key, len, false, now);
 	}
 	else
-		policy_try_begin_fetch(policy, key, len, false, now);
-	e = policy_lookup(policy, key, len);
+		policy_try_begin_fetch(pc_policy, key, len, false, now);
+	e = policy_lookup(pc_policy, key, len);
 	if (e == NULL)
 		return;
 	if (s->attempts > 0 && !s->invalidated)
-		policy_resume_backoff(policy, e, s->attempts, now);
-	weigh_new_key(e);
+		policy_resume_backoff(pc_policy, e, s->attempts, now);
+	pc_weigh_new_key(e);
 	/* Its fetch, if any, waits for its creator's turn. */
-	policy_set_owner(policy, e, (uint32) s->owner);
-	policy_set_flow(policy, e, pc_role_of_slot(s->owner));
+	policy_set_owner(pc_policy, e, (uint32) s->owner);
+	policy_set_flow(pc_policy, e, pc_role_of_slot(s->owner));
 	if (s->visited && e->state == POLICY_IN_PROGRESS)
-		policy_note_demand(policy, e);
+		policy_note_demand(pc_policy, e);
 	mirror_entry(e);
 }
 
@@ -2159,12 +1721,12 @@ restore_loaded_key(const char *key, uint32 len, int64 fetched_at,
 				   PcDumpFifo fifo)
 {
 	PolicyPeriods periods = {max_age_ms, stale_for_ms};
-	PolicyEntry *e = policy_restore_complete(policy, key, len, fetched_at,
+	PolicyEntry *e = policy_restore_complete(pc_policy, key, len, fetched_at,
 											 expires_at, &periods, false, 0);
 
 	if (fifo != PC_DUMP_FIFO_UNKNOWN)
-		policy_restore_fifo(policy, e, fifo == PC_DUMP_FIFO_MAIN);
-	weigh_new_key(e);
+		policy_restore_fifo(pc_policy, e, fifo == PC_DUMP_FIFO_MAIN);
+	pc_weigh_new_key(e);
 	mirror_entry(e);
 }
 
@@ -2178,7 +1740,7 @@ next_key_to_dump(void *arg, uint32 *len, PcDumpFifo *fifo)
 {
 	PolicyEntry **last = (PolicyEntry **) arg;
 
-	*last = policy_keep_order_next(policy, *last);
+	*last = policy_keep_order_next(pc_policy, *last);
 	if (*last == NULL)
 		return NULL;
 	*len = (uint32) (*last)->keylen;
@@ -2192,7 +1754,7 @@ begin_key_dump(void)
 {
 	PolicyEntry *last = NULL;
 
-	if (policy == NULL)
+	if (pc_policy == NULL)
 		return pc_keys_dump_begin(NULL, NULL);
 	return pc_keys_dump_begin(next_key_to_dump, &last);
 }
@@ -2217,9 +1779,9 @@ publish_registry_before_load(void)
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 		}
-		pc_caches_reload(pc_real_now_ms(), evict_cache_keys);
+		pc_caches_reload(pc_real_now_ms(), pc_evict_cache_keys);
 	}
-	apply_cache_settings();
+	pc_apply_cache_settings();
 }
 
 /*
@@ -2403,7 +1965,7 @@ sleep_until_due(int64 now, long poll_ms, bool dumping)
 	PolicyTime	wake;
 	long		timeout = PC_MAX_SLEEP_MS;
 
-	if (policy_next_wakeup(policy, pc_batch_interval_ms, &wake))
+	if (policy_next_wakeup(pc_policy, pc_batch_interval_ms, &wake))
 		timeout = (long) Max(0, Min(wake - now, PC_MAX_SLEEP_MS));
 	if (poll_ms >= 0)
 		timeout = Min(timeout, poll_ms);
@@ -2474,22 +2036,22 @@ pc_worker_main(Datum main_arg)
 		caches_poll = PC_MAX_SLEEP_MS;
 		if (pc_caches_reload_due(pc_real_now_ms(), &caches_poll))
 		{
-			pc_caches_reload(pc_real_now_ms(), evict_cache_keys);
-			apply_cache_settings();
+			pc_caches_reload(pc_real_now_ms(), pc_evict_cache_keys);
+			pc_apply_cache_settings();
 			caches_poll = PC_MAX_SLEEP_MS;
 			(void) pc_caches_reload_due(pc_real_now_ms(), &caches_poll);
 		}
 		replay_poll = pc_replay_poll(refetch_replayed);
 		now = pc_now_ms();
-		admission_tick(now);
+		pc_admission_tick(now);
 		process_requests(now);
 		drop_fetches_for_nobody();
 		process_timers(now);
-		evict_for_memory();
-		evict_for_roles();
+		pc_evict_for_memory();
+		pc_evict_for_roles();
 		create_refused_keys(now);
 		dumping = dump_step();
-		n = policy_ready_batch(policy, now, pc_batch_size, pc_batch_interval_ms,
+		n = policy_ready_batch(pc_policy, now, pc_batch_size, pc_batch_interval_ms,
 							   &batch);
 		if (n > 0)
 		{
