@@ -26,6 +26,9 @@ OBJS = \
 	src/keycache_sql.o \
 	src/keycache_registry.o \
 	src/keycache_caches.o \
+	src/keycache_cache_access.o \
+	src/keycache_role_guard.o \
+	src/keycache_caches_view.o \
 	src/keycache_replay.o \
 	src/keycache_dump.o \
 	src/dump_file.o \

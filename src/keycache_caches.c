@@ -2,9 +2,11 @@
  *
  * keycache_caches.c
  *	  The named caches as every backend sees them: the copy of the
- *	  registry in shared memory, how the key cache's worker keeps it, who
- *	  may read a cache, the roles DROP ROLE must leave alone, and the
- *	  projcache.caches view.
+ *	  registry in shared memory, and how the key cache's worker keeps it.
+ *	  Which cache a key is of and who may read it are in
+ *	  keycache_cache_access.c, the roles DROP ROLE must leave alone in
+ *	  keycache_role_guard.c, the projcache.caches view in
+ *	  keycache_caches_view.c.
  *
  * The registry is a table of one database, projcache.database
  * (keycache_registry.c); readers of every database need it.  So the worker,
@@ -39,34 +41,20 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
-#include "catalog/objectaccess.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
-#include "catalog/pg_authid.h"
-#include "catalog/pg_type.h"
 #include "common/int.h"
-#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
-#include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/latch.h"
-#include "storage/lmgr.h"
-#include "storage/shmem.h"
-#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/regproc.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
-#include "utils/timestamp.h"
 
 #include "keycache.h"
 #include "keycache_caches.h"
@@ -81,14 +69,12 @@
  */
 #define PC_CACHES_MIN_GAP_MS	100
 
-PG_FUNCTION_INFO_V1(projcache_caches);
-
 /* The worker's next reload and its last, on pc_real_now_ms(). */
 static int64 next_reload_ms = 0;
 static int64 last_reload_ms = 0;
 
 /* The named caches' part of shared memory ("projcache caches"). */
-static PcCaches *caches_shared = NULL;
+PcCaches   *pc_caches_shared = NULL;
 
 #define PC_CACHES_TRANCHE	"projcache_caches"
 
@@ -108,7 +94,7 @@ pc_caches_shmem_startup(void)
 
 	caches = ShmemInitStruct("projcache caches", sizeof(PcCaches), &found);
 	lock = pc_locks_get(PC_CACHES_TRANCHE, 1, PC_LOCK_ALONE);
-	caches_shared = caches;
+	pc_caches_shared = caches;
 	if (found)
 		return;
 	memset(caches, 0, sizeof(PcCaches));
@@ -130,14 +116,14 @@ PcCacheSlot *
 pc_cache_slot(int s)
 {
 	Assert(s >= 0 && s < PC_MAX_CACHES);
-	return &caches_shared->slots[s];
+	return &pc_caches_shared->slots[s];
 }
 
 /* A change to the registry committed: the worker reloads it now. */
 void
 pc_caches_changed(void)
 {
-	pg_atomic_write_u32(&caches_shared->changed, 1);
+	pg_atomic_write_u32(&pc_caches_shared->changed, 1);
 	pc_wake_worker();
 }
 
@@ -159,244 +145,6 @@ pc_interval_ms(const Interval *iv, int64 *ms)
 	return true;
 }
 
-/*
- * May the current user read the cache: a superuser, its owner's
- * privileges, or a reader's.  A grant to pg_database_owner counts for
- * nobody: who is a member of it depends on the database, and a cache is
- * the whole server's (grant_cache refuses it since 1.3.1; a 1.3 registry
- * may still hold one).
- */
-bool
-pc_cache_may_read(const PcCacheReg *reg)
-{
-	Oid			me = GetUserId();
-
-	if (has_privs_of_role(me, reg->owner))
-		return true;
-	for (int i = 0; i < reg->nreaders; i++)
-		if (reg->readers[i] != ROLE_PG_DATABASE_OWNER &&
-			has_privs_of_role(me, reg->readers[i]))
-			return true;
-	return false;
-}
-
-/* ----------------------------------------------------------------
- * Which cache a key is of
- *
- * A key "name:rest" is the cache name's if name is registered and
- * published; every other key is the default cache's.  Each backend keeps a
- * copy of the published slots, taken again when the generation moves, so
- * that a read takes caches.lock only after a change.
- * ----------------------------------------------------------------
- */
-typedef struct LocalCache
-{
-	int			slot;
-	bool		open;
-	uint32		namelen;
-	PcCacheReg	reg;
-} LocalCache;
-
-static LocalCache *local_caches = NULL; /* PC_MAX_CACHES, in TopMemoryContext */
-static int	local_count = 0;
-static bool local_loaded = false;
-static uint64 local_generation = PG_UINT64_MAX;
-
-static void
-refresh_local_caches(void)
-{
-	PcCaches   *caches = caches_shared;
-
-	if (pg_atomic_read_u64(&caches->generation) == local_generation)
-		return;
-	if (local_caches == NULL)
-		local_caches = MemoryContextAlloc(TopMemoryContext,
-										  sizeof(LocalCache) * PC_MAX_CACHES);
-	pc_lock_alone(caches->lock, LW_SHARED);
-	local_generation = pg_atomic_read_u64(&caches->generation);
-	local_loaded = caches->loaded;
-	local_count = 0;
-	for (int s = 0; s < PC_MAX_CACHES; s++)
-	{
-		const PcCacheSlot *slot = &caches->slots[s];
-		LocalCache *lc;
-
-		if (!slot->in_use)
-			continue;
-		lc = &local_caches[local_count++];
-		lc->slot = s;
-		lc->open = slot->open;
-		lc->reg = slot->reg;
-		lc->namelen = (uint32) strlen(slot->reg.name);
-	}
-	LWLockRelease(caches->lock);
-}
-
-/* Could this be a cache's name: [a-z][a-z0-9_]*, shorter than NAMEDATALEN? */
-static bool
-could_be_cache_name(const char *name, uint32 len)
-{
-	if (len == 0 || len >= NAMEDATALEN || name[0] < 'a' || name[0] > 'z')
-		return false;
-	for (uint32 i = 1; i < len; i++)
-		if (!((name[i] >= 'a' && name[i] <= 'z') ||
-			  (name[i] >= '0' && name[i] <= '9') || name[i] == '_'))
-			return false;
-	return true;
-}
-
-/* Is the key of the shape of a named cache's, "name:rest"? */
-bool
-pc_key_may_be_named(const char *key, uint32 len)
-{
-	const char *colon = memchr(key, ':', Min(len, NAMEDATALEN));
-
-	return colon != NULL && could_be_cache_name(key, (uint32) (colon - key));
-}
-
-/*
- * The cache a key is of: its slot (and a copy of its registration in
- * *reg), PC_CACHE_DEFAULT, or PC_CACHE_UNAVAILABLE for a key of a cache
- * that is opening or closing, or whose prefix could be a cache's while the
- * registry is not published yet (after a start): such a key reads as
- * pending and is not created.  No rights are checked here.
- */
-int
-pc_key_cache(const char *key, uint32 len, PcCacheReg *reg)
-{
-	const char *colon = memchr(key, ':', Min(len, NAMEDATALEN));
-	uint32		namelen;
-
-	if (colon == NULL)
-		return PC_CACHE_DEFAULT;
-	namelen = (uint32) (colon - key);
-	if (!could_be_cache_name(key, namelen))
-		return PC_CACHE_DEFAULT;
-	refresh_local_caches();
-	if (!local_loaded)
-		return PC_CACHE_UNAVAILABLE;
-	for (int i = 0; i < local_count; i++)
-	{
-		const LocalCache *lc = &local_caches[i];
-
-		if (lc->namelen != namelen || memcmp(lc->reg.name, key, namelen) != 0)
-			continue;
-		if (reg != NULL)
-			*reg = lc->reg;
-		return lc->open ? lc->slot : PC_CACHE_UNAVAILABLE;
-	}
-	return PC_CACHE_DEFAULT;
-}
-
-/*
- * The cache a key is of, for a call on it by the current user (get,
- * lookup, fetch, invalidate, evict): an ERROR (42501) unless the user may
- * read that cache.
- */
-int
-pc_key_cache_for_read(const char *key, uint32 len)
-{
-	PcCacheReg	reg;
-	int			slot = pc_key_cache(key, len, &reg);
-
-	if (slot >= 0 && !pc_cache_may_read(&reg))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for cache \"%s\"", reg.name),
-				 errhint("The cache's owner can allow it with projcache.grant_cache().")));
-	return slot;
-}
-
-/*
- * What the key dump writes of a key's cache (keycache_dump.c): for a named
- * cache's key, *tagged and its creation time in *tag; for the default
- * cache's, neither.  False: leave the key out (its cache is opening or
- * closing, so its value is not that cache's).
- */
-bool
-pc_key_dump_tag(const char *key, uint32 len, bool *tagged, TimestampTz *tag)
-{
-	PcCacheReg	reg;
-	int			slot = pc_key_cache(key, len, &reg);
-
-	*tagged = slot >= 0;
-	*tag = slot >= 0 ? reg.created_at : 0;
-	return slot != PC_CACHE_UNAVAILABLE;
-}
-
-/*
- * May a key of the dump be loaded: it was dumped for the cache it is of
- * now, the very one (a tagged key, tagged with its cache's creation time),
- * or the default cache (untagged).  Not a dropped cache's key, nor one of
- * a cache made again under the name, nor a default key of a prefix that a
- * cache has taken since: each would be served under grants its value was
- * not fetched for.  Before the registry is published, no key of a prefix
- * that could be a cache's is.
- */
-bool
-pc_key_restorable(const char *key, uint32 len, bool tagged, TimestampTz tag)
-{
-	PcCacheReg	reg;
-	int			slot = pc_key_cache(key, len, &reg);
-
-	if (slot == PC_CACHE_DEFAULT)
-		return !tagged;
-	return slot >= 0 && tagged && reg.created_at == tag;
-}
-
-/*
- * The published caches' generation: a read that checked a key's cache,
- * then read the key, reads again if it moved in between.
- */
-uint64
-pc_caches_generation(void)
-{
-	return pg_atomic_read_u64(&caches_shared->generation);
-}
-
-/*
- * Would a named cache's fetch as runas run, with a superuser's rights,
- * code that a role who is not a superuser controls (the function's owner,
- * who may replace its body at any time)?  Checked at create_cache(),
- * alter_cache() and each fetch.
- */
-bool
-pc_fetch_escalates(Oid fn, Oid runas)
-{
-	HeapTuple	tup;
-	Oid			owner;
-
-	if (!superuser_arg(runas))
-		return false;
-	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	if (!HeapTupleIsValid(tup))
-		return true;
-	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
-	ReleaseSysCache(tup);
-	return !superuser_arg(owner);
-}
-
-/* Is any named cache registered (published)? */
-bool
-pc_caches_in_use(void)
-{
-	for (int s = 0; s < PC_MAX_CACHES; s++)
-		if (caches_shared->slots[s].in_use)
-			return true;
-	return false;
-}
-
-/* Has the worker published the registry since the server started? */
-bool
-pc_caches_published(void)
-{
-	bool		loaded;
-
-	pc_lock_alone(caches_shared->lock, LW_SHARED);
-	loaded = caches_shared->loaded;
-	LWLockRelease(caches_shared->lock);
-	return loaded;
-}
 
 /* ----------------------------------------------------------------
  * Narrowing at commit
@@ -417,7 +165,7 @@ pc_caches_published(void)
 void
 pc_caches_narrow_at_commit(const char *name, bool drop, Oid reader)
 {
-	PcCaches   *caches = caches_shared;
+	PcCaches   *caches = pc_caches_shared;
 
 	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
 	for (int s = 0; s < PC_MAX_CACHES; s++)
@@ -457,7 +205,7 @@ pc_caches_narrow_at_commit(const char *name, bool drop, Oid reader)
 void
 pc_cache_note_overrun(int entry)
 {
-	pg_atomic_fetch_add_u32(&caches_shared->overruns[entry].overruns, 1);
+	pg_atomic_fetch_add_u32(&pc_caches_shared->overruns[entry].overruns, 1);
 }
 
 /*
@@ -468,7 +216,7 @@ pc_cache_note_overrun(int entry)
 static int
 find_overrun_entry(Oid owner)
 {
-	PcCacheOverrun *o = caches_shared->overruns;
+	PcCacheOverrun *o = pc_caches_shared->overruns;
 
 	for (int i = 0; i < PC_MAX_CACHE_OVERRUNS; i++)
 		if (o[i].owner == owner && OidIsValid(owner))
@@ -480,7 +228,7 @@ find_overrun_entry(Oid owner)
 static bool
 overrun_entry_in_use(const PcCacheOverrun *o)
 {
-	const PcCacheSlot *slots = caches_shared->slots;
+	const PcCacheSlot *slots = pc_caches_shared->slots;
 
 	for (int s = 0; s < PC_MAX_CACHES; s++)
 		if (slots[s].in_use && slots[s].reg.owner == o->owner)
@@ -500,7 +248,7 @@ overrun_entry_in_use(const PcCacheOverrun *o)
 int
 pc_cache_overrun_entry(const PcCacheReg *reg)
 {
-	PcCacheOverrun *o = caches_shared->overruns;
+	PcCacheOverrun *o = pc_caches_shared->overruns;
 	int			i = find_overrun_entry(reg->owner);
 	int			victim = -1;
 
@@ -547,7 +295,7 @@ pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms)
 
 	if (i < 0)
 		return 0;
-	o = &caches_shared->overruns[i];
+	o = &pc_caches_shared->overruns[i];
 	overruns = pg_atomic_read_u32(&o->overruns);
 	if (overruns != o->overruns_seen)
 	{
@@ -573,296 +321,7 @@ void
 pc_cache_count(int slot, PcCacheCounter counter, uint64 n)
 {
 	if (slot >= 0)
-		pg_atomic_fetch_add_u64(&caches_shared->slots[slot].counters[counter], n);
-}
-
-/* ----------------------------------------------------------------
- * Roles the registry names
- *
- * A cache names its owner, its fetch role and its readers by OID.  A role
- * dropped under it would leave a number that a dump carries to another
- * cluster, where it may be some other role.  So DROP ROLE of a role a
- * registered cache names fails, as for a role that owns objects: the
- * object access hook sees each role DROP ROLE is about to remove.  It is a
- * guard, not a dependency (the registry is one database's table, and
- * DROP ROLE runs in any):
- *
- * - It first takes the lock on the role that DROP ROLE takes right after
- *	 it.  A change that names a role holds a lock on it until it commits
- *	 (keycache_registry.c), so a DROP ROLE waits for it, and no change
- *	 naming the role is in progress once the guard has the lock.
- * - In projcache.database it reads the registry as the latest snapshot
- *	 has it, this transaction's changes included: a grant committed a
- *	 moment ago, or made earlier in the same transaction, is seen.
- * - Elsewhere it reads the published slots, and the roles that changes
- *	 committed and not yet published name (PcNamedRole, filled by each
- *	 committing backend before it releases its lock on the role): between
- *	 them, every role the committed registry names.  It never waits for
- *	 the worker.
- *
- * DROP OWNED does not revoke caches: revoke_cache and drop_cache do.
- * ----------------------------------------------------------------
- */
-static object_access_hook_type prev_object_access_hook = NULL;
-
-/* Is named-role entry e free: unused, or every change it holds published? */
-static bool
-named_entry_free(const PcNamedRole *e, uint64 published)
-{
-	return !OidIsValid(e->role) ||
-		(e->uncommitted == 0 && e->published_by != 0 &&
-		 published >= e->published_by);
-}
-
-/*
- * At PRE_COMMIT of a transaction that named roles: an entry for each (the
- * user's own for that role if it has one), their indexes in entries[].
- * Fails the transaction (53400) when the table has not that many free, or
- * when the user's would be more than PC_NAMED_ROLES_PER_ROLE (a superuser
- * is bound by the table alone).  The worker's publications free them.
- */
-void
-pc_caches_reserve_named(const Oid *roles, int n, int *entries)
-{
-	PcCaches   *caches = caches_shared;
-	Oid			by = GetUserId();
-	bool		bounded = !superuser_arg(by);
-	uint64		published;
-	int			mine = 0;
-	int			fresh = 0;
-	int			nfree = 0;
-	bool		ok;
-
-	Assert(n <= PC_NAMED_ROLES_PER_ROLE);
-	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
-	published = pg_atomic_read_u64(&caches->published_reload);
-	for (int k = 0; k < n; k++)
-		entries[k] = -1;
-	for (int i = 0; i < PC_MAX_NAMED_ROLES; i++)
-	{
-		PcNamedRole *e = &caches->named[i];
-
-		if (named_entry_free(e, published))
-		{
-			nfree++;
-			continue;
-		}
-		if (e->by != by)
-			continue;
-		mine++;
-		for (int k = 0; k < n; k++)
-			if (e->role == roles[k])
-				entries[k] = i;
-	}
-	for (int k = 0; k < n; k++)
-		fresh += entries[k] < 0;
-	ok = fresh <= nfree &&
-		(!bounded || mine + fresh <= PC_NAMED_ROLES_PER_ROLE);
-	for (int k = 0, i = 0; ok && k < n; k++)
-	{
-		if (entries[k] < 0)
-		{
-			while (!named_entry_free(&caches->named[i], published))
-				i++;
-			entries[k] = i;
-			caches->named[i].role = roles[k];
-			caches->named[i].by = by;
-			caches->named[i].uncommitted = 0;
-			caches->named[i].published_by = 0;
-		}
-		caches->named[entries[k]].uncommitted++;
-	}
-	LWLockRelease(caches->lock);
-	if (ok)
-		return;
-	if (fresh > nfree)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("too many changes to named caches are waiting for the projcache worker"),
-				 errdetail("Changes committed and not yet published name %d roles, of at most %d.",
-						   PC_MAX_NAMED_ROLES - nfree, PC_MAX_NAMED_ROLES),
-				 errhint("Retry once the worker has reloaded the registry (about a second).")));
-	ereport(ERROR,
-			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg("too many changes to named caches by role \"%s\" are waiting for the projcache worker",
-					GetUserNameFromId(by, false)),
-			 errdetail("Its changes committed and not yet published name %d roles; this one would add %d, of at most %d.",
-					   mine, fresh, PC_NAMED_ROLES_PER_ROLE),
-			 errhint("Retry once the worker has reloaded the registry (about a second).")));
-}
-
-/*
- * At COMMIT (nothing here fails): the entries stay until a reload that
- * started after this commit, and so reads it, has published.
- */
-void
-pc_caches_commit_named(const int *entries, int n)
-{
-	PcCaches   *caches = caches_shared;
-	uint64		by_reload = pg_atomic_read_u64(&caches->reloads_started) + 1;
-
-	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
-	for (int k = 0; k < n; k++)
-	{
-		PcNamedRole *e = &caches->named[entries[k]];
-
-		Assert(e->uncommitted > 0);
-		e->uncommitted--;
-		e->published_by = Max(e->published_by, by_reload);
-	}
-	LWLockRelease(caches->lock);
-}
-
-/* At ABORT: give back what PRE_COMMIT reserved. */
-void
-pc_caches_release_named(const int *entries, int n)
-{
-	PcCaches   *caches = caches_shared;
-
-	pc_lock_alone(caches->lock, LW_EXCLUSIVE);
-	for (int k = 0; k < n; k++)
-	{
-		PcNamedRole *e = &caches->named[entries[k]];
-
-		Assert(e->uncommitted > 0);
-		if (--e->uncommitted == 0 && e->published_by == 0)
-			e->role = InvalidOid;
-	}
-	LWLockRelease(caches->lock);
-}
-
-/*
- * Which cache names the role, as what: from the published slots, or from
- * a change committed and not published yet (cache "" then).
- */
-static const char *
-published_role_use(Oid role, char *cache)
-{
-	PcCaches   *caches = caches_shared;
-	const char *as = NULL;
-	uint64		published;
-
-	pc_lock_alone(caches->lock, LW_SHARED);
-	for (int s = 0; s < PC_MAX_CACHES && as == NULL; s++)
-	{
-		const PcCacheSlot *slot = &caches->slots[s];
-
-		if (!slot->in_use)
-			continue;
-		if (slot->reg.owner == role)
-			as = "owner";
-		else if (slot->reg.fetch_role == role)
-			as = "fetch role";
-		for (int i = 0; as == NULL && i < slot->reg.nreaders; i++)
-			if (slot->reg.readers[i] == role)
-				as = "reader";
-		if (as != NULL)
-			strlcpy(cache, slot->reg.name, NAMEDATALEN);
-	}
-	published = pg_atomic_read_u64(&caches->published_reload);
-	for (int i = 0; i < PC_MAX_NAMED_ROLES && as == NULL; i++)
-		if (caches->named[i].role == role &&
-			!named_entry_free(&caches->named[i], published))
-			as = "a role a change just committed names";
-	LWLockRelease(caches->lock);
-	return as;
-}
-
-static Oid	registry_relid(void);
-
-/*
- * Which cache names the role, as what: from the registry, as the latest
- * snapshot has it (this transaction's changes included).  false when the
- * registry cannot be read here: another database than projcache.database,
- * or no registry of ours.
- */
-static bool
-registry_role_use(Oid role, char *cache, const char **as)
-{
-	Oid			argtypes[1] = {OIDOID};
-	Datum		args[1] = {ObjectIdGetDatum(role)};
-	PcUserSwitch rs;
-	SPIPlanPtr	plan;
-	bool		isnull;
-
-	*as = NULL;
-	if (pc_database == NULL || IsInParallelMode() ||
-		strcmp(get_database_name(MyDatabaseId), pc_database) != 0 ||
-		!OidIsValid(registry_relid()))
-		return false;
-	pc_become_extension(&rs);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	plan = SPI_prepare("SELECT name, owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1,"
-					   " fetch_role::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
-					   " FROM projcache.cache_registry"
-					   " WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
-					   " OR fetch_role::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
-					   " OR $1 OPERATOR(pg_catalog.=)"
-					   " ANY (readers::pg_catalog.oid[])"
-					   " ORDER BY name LIMIT 1",
-					   1, argtypes);
-	if (plan == NULL ||
-		SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
-							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read projcache.cache_registry");
-	if (SPI_processed > 0)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		strlcpy(cache, SPI_getvalue(tup, desc, 1), NAMEDATALEN);
-		if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)) && !isnull)
-			*as = "owner";
-		else if (DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull)) && !isnull)
-			*as = "fetch role";
-		else
-			*as = "reader";
-	}
-	SPI_finish();
-	pc_unbecome(&rs);
-	return true;
-}
-
-static void
-refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
-					   int subId, void *arg)
-{
-	char		cache[NAMEDATALEN] = "";
-	const char *as = NULL;
-
-	if (prev_object_access_hook)
-		prev_object_access_hook(access, classId, objectId, subId, arg);
-	if (access != OAT_DROP || classId != AuthIdRelationId || caches_shared == NULL)
-		return;
-
-	/* What DROP ROLE takes next: changes naming the role end first. */
-	LockSharedObject(AuthIdRelationId, objectId, 0, AccessExclusiveLock);
-	if (!registry_role_use(objectId, cache, &as))
-		as = published_role_use(objectId, cache);
-	if (as != NULL && cache[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("role \"%s\" cannot be dropped because a named cache depends on it",
-						GetUserNameFromId(objectId, false)),
-				 errdetail("A change to the named caches that names the role has committed, and the projcache worker has not published it yet."),
-				 errhint("Drop the cache, revoke it from the role, or change its fetch role, in database \"%s\"; or retry in a second.",
-						 pc_database ? pc_database : "")));
-	if (as != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("role \"%s\" cannot be dropped because named cache \"%s\" depends on it",
-						GetUserNameFromId(objectId, false), cache),
-				 errdetail("It is the cache's %s.", as),
-				 errhint("Drop the cache, revoke it from the role, or change its fetch role, in database \"%s\".",
-						 pc_database ? pc_database : "")));
-}
-
-void
-pc_caches_install_hooks(void)
-{
-	prev_object_access_hook = object_access_hook;
-	object_access_hook = refuse_named_role_drop;
+		pg_atomic_fetch_add_u64(&pc_caches_shared->slots[slot].counters[counter], n);
 }
 
 /* ----------------------------------------------------------------
@@ -876,7 +335,7 @@ pc_caches_reload_due(int64 now_ms, long *sleep_ms)
 {
 	int64		due = next_reload_ms;
 
-	if (pg_atomic_read_u32(&caches_shared->changed) != 0)
+	if (pg_atomic_read_u32(&pc_caches_shared->changed) != 0)
 		due = Min(due, last_reload_ms + PC_CACHES_MIN_GAP_MS);
 	if (now_ms >= due)
 		return true;
@@ -919,8 +378,8 @@ column_int(HeapTuple tup, TupleDesc desc, int attno, bool is_int8)
  * owner's code (a view's functions, a column type's casts).  Returns its
  * OID, or InvalidOid.
  */
-static Oid
-registry_relid(void)
+Oid
+pc_caches_registry_relid(void)
 {
 	Oid			nsp = get_namespace_oid("projcache", true);
 	Oid			ext = get_extension_oid("projcache", true);
@@ -1067,7 +526,7 @@ pc_cache_bound_function(const char *signature, Oid stored_oid,
 	return fn;
 }
 
-/* The registry's columns, as read_registry() selects them. */
+/* The registry's columns, as pc_caches_read_registry() selects them. */
 enum
 {
 	REG_NAME = 1,
@@ -1174,10 +633,10 @@ warn_once(const char *message)
  * -1.  The worker (for_worker) gives up on a lock it would wait for, and
  * hears of rows it cannot publish; the projcache.caches view does neither.
  */
-static int
-read_registry(PcCacheReg *regs, bool for_worker)
+int
+pc_caches_read_registry(PcCacheReg *regs, bool for_worker)
 {
-	Oid			relid = registry_relid();
+	Oid			relid = pc_caches_registry_relid();
 	PcUserSwitch rs;
 	int			n = 0;
 	char	   *problem = NULL;
@@ -1270,7 +729,7 @@ static bool
 publish(const PcCacheReg *regs, int n, uint64 narrowings,
 		PcCacheChanges *ch)
 {
-	PcCaches   *caches = caches_shared;
+	PcCaches   *caches = pc_caches_shared;
 	bool		changed = false;
 	bool		kept[PC_MAX_CACHES] = {false};
 	bool		first;
@@ -1357,7 +816,7 @@ publish(const PcCacheReg *regs, int n, uint64 narrowings,
 static void
 finish_publish(const PcCacheChanges *ch)
 {
-	PcCaches   *caches = caches_shared;
+	PcCaches   *caches = pc_caches_shared;
 
 	if (ch->nopening == 0 && ch->nclosing == 0)
 		return;
@@ -1382,7 +841,7 @@ clear_prefix(int s, PcCacheEvictFn evict_prefix)
 	char		prefix[NAMEDATALEN + 1];
 	uint32		len;
 
-	len = (uint32) strlcpy(prefix, caches_shared->slots[s].reg.name,
+	len = (uint32) strlcpy(prefix, pc_caches_shared->slots[s].reg.name,
 						   NAMEDATALEN);
 	prefix[len++] = ':';
 	evict_prefix(prefix, len);
@@ -1396,7 +855,7 @@ clear_prefix(int s, PcCacheEvictFn evict_prefix)
 static void
 warn_put_aside(const PcCacheReg *regs, int n)
 {
-	PcCaches   *caches = caches_shared;
+	PcCaches   *caches = pc_caches_shared;
 	bool		told[PC_MAX_CACHES];
 
 	pc_lock_alone(caches->lock, LW_SHARED);
@@ -1438,10 +897,10 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	 * committed during the read is read again.  A change committed before the
 	 * count is read by this reload (pc_caches_commit_named()).
 	 */
-	reload = pg_atomic_add_fetch_u64(&caches_shared->reloads_started, 1);
-	pg_atomic_write_u32(&caches_shared->changed, 0);
+	reload = pg_atomic_add_fetch_u64(&pc_caches_shared->reloads_started, 1);
+	pg_atomic_write_u32(&pc_caches_shared->changed, 0);
 	/* Read before the registry's snapshot is taken (see publish()). */
-	narrowings = pg_atomic_read_u64(&caches_shared->narrowings);
+	narrowings = pg_atomic_read_u64(&pc_caches_shared->narrowings);
 	last_reload_ms = now_ms;
 	next_reload_ms = now_ms + PC_CACHES_POLL_MS;
 	PG_TRY();
@@ -1449,7 +908,7 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		n = Max(read_registry(regs, true), 0);
+		n = Max(pc_caches_read_registry(regs, true), 0);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
@@ -1487,232 +946,6 @@ pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix)
 	finish_publish(&ch);
 	/* Frees the named-role entries of changes this reload read. */
 	if (ch.published)
-		pg_atomic_write_u64(&caches_shared->published_reload, reload);
+		pg_atomic_write_u64(&pc_caches_shared->published_reload, reload);
 	pfree(regs);
-}
-
-/* ----------------------------------------------------------------
- * The projcache.caches view
- * ----------------------------------------------------------------
- */
-
-/* An interval Datum of ms, or NULL for a setting not set. */
-static Datum
-ms_interval(int64 ms, bool *isnull)
-{
-	Interval   *iv;
-
-	*isnull = ms == PC_CACHE_SETTING_UNSET;
-	if (*isnull)
-		return (Datum) 0;
-	iv = palloc0(sizeof(Interval));
-	iv->time = ms * 1000;
-	return IntervalPGetDatum(iv);
-}
-
-#define CACHES_COLS_1_3	18
-#define CACHES_COLS		20		/* 1.3.1: state, last_error */
-
-/* A cache as the view shows it: its registration and its counters. */
-typedef struct CacheRowCopy
-{
-	PcCacheReg	reg;
-	bool		published;		/* a slot holds it */
-	bool		open;			/* and its keys are routed to it */
-	bool		closing;		/* a slot of a cache the registry has not */
-	bool		published_may_read; /* the current user may read that slot */
-	uint64		counters[PC_CACHE_NUM_COUNTERS];
-} CacheRowCopy;
-
-/*
- * The published slot of the cache reg (the same name and creation time):
- * its counters, and whether the current user may read it as published.
- */
-static void
-join_slot(CacheRowCopy *row)
-{
-	PcCacheReg	published;
-
-	row->published = false;
-	memset(row->counters, 0, sizeof(row->counters));
-	pc_lock_alone(caches_shared->lock, LW_SHARED);
-	for (int s = 0; s < PC_MAX_CACHES; s++)
-	{
-		PcCacheSlot *slot = &caches_shared->slots[s];
-
-		if (!slot->in_use || slot->reg.created_at != row->reg.created_at ||
-			strcmp(slot->reg.name, row->reg.name) != 0)
-			continue;
-		row->published = true;
-		row->open = slot->open;
-		published = slot->reg;
-		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
-			row->counters[c] = pg_atomic_read_u64(&slot->counters[c]);
-		break;
-	}
-	LWLockRelease(caches_shared->lock);
-	row->published_may_read = !row->published || pc_cache_may_read(&published);
-}
-
-/*
- * The caches the view shows: in projcache.database, the registry's rows as
- * the caller's snapshot sees them (a cache shows in the statement after
- * its create_cache), each joined to its published slot's counters; in
- * another database, the published slots.  Returns how many.
- */
-static int
-caches_for_view(CacheRowCopy *rows)
-{
-	PcCacheReg *regs = palloc0(sizeof(PcCacheReg) * PC_MAX_CACHES);
-	int			n = -1;
-
-	/* (a parallel worker cannot switch users: it reads what is published) */
-	if (pc_database != NULL && !IsInParallelMode() &&
-		strcmp(get_database_name(MyDatabaseId), pc_database) == 0)
-		n = read_registry(regs, false);
-	if (n >= 0)
-	{
-		int			nrows = n;
-
-		for (int i = 0; i < n; i++)
-		{
-			rows[i].reg = regs[i];
-			rows[i].closing = false;
-			join_slot(&rows[i]);
-		}
-
-		/*
-		 * And the slots of caches dropped, whose keys the worker has not
-		 * cleared yet.
-		 */
-		pc_lock_alone(caches_shared->lock, LW_SHARED);
-		for (int s = 0; s < PC_MAX_CACHES; s++)
-		{
-			PcCacheSlot *slot = &caches_shared->slots[s];
-			bool		registered = false;
-
-			if (!slot->in_use)
-				continue;
-			for (int i = 0; i < n && !registered; i++)
-				registered = regs[i].created_at == slot->reg.created_at &&
-					strcmp(regs[i].name, slot->reg.name) == 0;
-			if (registered)
-				continue;
-			rows[nrows].reg = slot->reg;
-			rows[nrows].published = rows[nrows].closing = true;
-			rows[nrows].open = slot->open;
-			for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
-				rows[nrows].counters[c] = pg_atomic_read_u64(&slot->counters[c]);
-			nrows++;
-		}
-		LWLockRelease(caches_shared->lock);
-		for (int i = n; i < nrows; i++)
-			rows[i].published_may_read = true;
-		pfree(regs);
-		return nrows;
-	}
-	pfree(regs);
-
-	n = 0;
-	pc_lock_alone(caches_shared->lock, LW_SHARED);
-	for (int s = 0; s < PC_MAX_CACHES; s++)
-	{
-		PcCacheSlot *slot = &caches_shared->slots[s];
-
-		if (!slot->in_use)
-			continue;
-		rows[n].reg = slot->reg;
-		rows[n].published = true;
-		rows[n].open = slot->open;
-		rows[n].closing = false;
-		for (int c = 0; c < PC_CACHE_NUM_COUNTERS; c++)
-			rows[n].counters[c] = pg_atomic_read_u64(&slot->counters[c]);
-		n++;
-	}
-	LWLockRelease(caches_shared->lock);
-	for (int i = 0; i < n; i++)
-		rows[i].published_may_read = true;
-	return n;
-}
-
-/*
- * projcache.caches: one row for each named cache the current user may
- * read (pc_cache_may_read()), by its registration and, once published, by
- * the published copy too (a revoke narrows that at its commit, and an
- * older snapshot must not see past it); a NULL setting follows the
- * server's.  caches_1_3() has the columns up to evictions; since 1.3.1,
- * state says whether the worker has opened the cache (its keys are
- * routed to it: "open"), not yet ("opening"), or could bind it to no
- * function ("put_aside", and last_error says why), and a dropped cache is
- * listed ("closing") until the worker has cleared its keys.
- */
-Datum
-projcache_caches(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	CacheRowCopy *rows;
-	int			n;
-	int			ncols;
-
-	pc_require_loaded();
-	InitMaterializedSRF(fcinfo, 0);
-	ncols = rsinfo->setDesc->natts;
-	if (ncols != CACHES_COLS && ncols != CACHES_COLS_1_3)
-		elog(ERROR, "projcache.caches has %d columns, not %d or %d", ncols,
-			 CACHES_COLS_1_3, CACHES_COLS);
-
-	/* The registry's caches, and as many slots of dropped ones */
-	rows = palloc(sizeof(CacheRowCopy) * 2 * PC_MAX_CACHES);
-	n = caches_for_view(rows);
-	for (int i = 0; i < n; i++)
-	{
-		const PcCacheReg *reg = &rows[i].reg;
-		const uint64 *ctr = rows[i].counters;
-		Datum		values[CACHES_COLS];
-		bool		nulls[CACHES_COLS] = {false};
-		int			col = 0;
-
-		if (!rows[i].published_may_read || !pc_cache_may_read(reg))
-			continue;
-		values[col++] = CStringGetTextDatum(reg->name);
-		values[col++] = ObjectIdGetDatum(reg->owner);
-		values[col++] = CStringGetTextDatum(reg->fetch_function);
-		nulls[col] = !OidIsValid(reg->fetch_role);
-		values[col++] = ObjectIdGetDatum(reg->fetch_role);
-		values[col] = ms_interval(reg->expiry_ms, &nulls[col]);
-		col++;
-		values[col] = ms_interval(reg->grace_period_ms, &nulls[col]);
-		col++;
-		values[col] = ms_interval(reg->refresh_interval_ms, &nulls[col]);
-		col++;
-		values[col] = ms_interval(reg->max_retry_backoff_ms, &nulls[col]);
-		col++;
-		nulls[col] = reg->batch_size == PC_CACHE_SETTING_UNSET;
-		values[col++] = Int32GetDatum((int32) reg->batch_size);
-		values[col] = ms_interval(reg->fetch_timeout_ms, &nulls[col]);
-		col++;
-		nulls[col] = reg->max_memory == PC_CACHE_SETTING_UNSET;
-		values[col++] = Int64GetDatum(reg->max_memory);
-		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_MEMORY_USED]);
-		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_ENTRIES]);
-		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_HITS]);
-		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_MISSES]);
-		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_FETCH_CALLS]);
-		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_FETCH_ERRORS]);
-		values[col++] = Int64GetDatum((int64) ctr[PC_CACHE_EVICTIONS]);
-		Assert(col == CACHES_COLS_1_3);
-		/* Since 1.3.1 */
-		values[col++] = CStringGetTextDatum(rows[i].closing ? "closing" :
-											reg->bind_error[0] != '\0' ?
-											"put_aside" :
-											rows[i].published && rows[i].open ?
-											"open" : "opening");
-		nulls[col] = reg->bind_error[0] == '\0';
-		if (!nulls[col])
-			values[col] = CStringGetTextDatum(reg->bind_error);
-		col++;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
-							 nulls);
-	}
-	return (Datum) 0;
 }

@@ -171,6 +171,11 @@ typedef struct PcCaches
 extern void pc_caches_shmem_request(void);
 extern void pc_caches_shmem_startup(void);
 extern PcCacheSlot *pc_cache_slot(int s);
+
+/* The part's struct, for the named caches' own files (keycache_cache_*.c). */
+extern PcCaches *pc_caches_shared;
+extern Oid	pc_caches_registry_relid(void);
+extern int	pc_caches_read_registry(PcCacheReg *regs, bool for_worker);
 extern void pc_caches_install_hooks(void);
 extern void pc_caches_changed(void);
 extern void pc_caches_reserve_named(const Oid *roles, int n, int *entries);
