@@ -21,6 +21,7 @@ OBJS = \
 	src/keycache_fetch.o \
 	src/keycache_bisect.o \
 	src/keycache_worker.o \
+	src/keycache_batch.o \
 	src/keycache_evict.o \
 	src/keycache_launcher.o \
 	src/keycache_sql.o \

@@ -49,11 +49,8 @@
  */
 #include "postgres.h"
 
-#include "miscadmin.h"
 
-#include "keycache.h"
 #include "keycache_caches.h"
-#include "keycache_policy.h"
 #include "keycache_worker.h"
 
 /*

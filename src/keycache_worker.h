@@ -2,8 +2,9 @@
  *
  * keycache_worker.h
  *	  What the worker's own files tell one another: keycache_worker.c (the
- *	  loop, requests, answers, restarts) and keycache_evict.c (eviction and
- *	  admission).  No other file includes it.
+ *	  loop, requests, timers, restarts, the dump's driving),
+ *	  keycache_batch.c (batches and their answers) and keycache_evict.c
+ *	  (eviction and admission).  No other file includes it.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -18,12 +19,21 @@
 /* The worker's private state of every key (keycache_policy.h). */
 extern Policy *pc_policy;
 
+/* Memory of one batch's call and answers, reset after each. */
+extern MemoryContext pc_batch_cxt;
+
 /* keycache_worker.c */
 extern void pc_delete_shared(const char *key, uint32 len, PcCounter cause);
 extern uint32 pc_admission_window_units(void);
+extern void pc_mirror_entry(PolicyEntry *e);
+extern void pc_tombstone_unless_disabled(const char *key, uint32 len);
+extern void pc_count_delay(PolicyEntry *e);
 extern bool pc_worker_take_room_wanted(void);
 extern bool pc_worker_close_admission(void);
 extern void pc_worker_open_admission(void);
+
+/* keycache_batch.c */
+extern void pc_run_batches(PolicyEntry **batch, int n);
 
 /* keycache_evict.c */
 extern int	pc_key_pool(const char *key, size_t keylen, void *arg);
