@@ -20,6 +20,7 @@ OBJS = \
 	src/keycache_roles.o \
 	src/keycache_ring.o \
 	src/keycache_fetch.o \
+	src/keycache_fetch_query.o \
 	src/keycache_bisect.o \
 	src/keycache_worker.o \
 	src/keycache_batch.o \
