@@ -27,6 +27,7 @@ OBJS = \
 	src/keycache_evict.o \
 	src/keycache_launcher.o \
 	src/keycache_sql.o \
+	src/keycache_invalidate.o \
 	src/keycache_registry.o \
 	src/keycache_caches.o \
 	src/keycache_cache_access.o \

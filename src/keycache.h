@@ -295,6 +295,10 @@ extern void pc_key_cvs_broadcast(void);
 extern PcKey pc_search_key(const char *key, uint32 len);
 extern uint32 pc_key_hash(const char *key, uint32 len);
 extern ConditionVariable *pc_key_cv(const char *key, uint32 len);
+extern bool pc_wait_on_key(const char *key, uint32 len, int64 wait_ms,
+						   bool (*done) (const char *key, uint32 len,
+										 void *arg),
+						   void *arg);
 #ifdef USE_ASSERT_CHECKING
 extern int	pc_entry_locks_held;
 #define PC_ASSERT_ENTRY_LOCKED()	Assert(pc_entry_locks_held > 0)
