@@ -16,6 +16,7 @@ OBJS = \
 	src/user_switch.o \
 	src/keycache_policy.o \
 	src/keycache_map.o \
+	src/keycache_entry.o \
 	src/keycache_keylist.o \
 	src/keycache_roles.o \
 	src/keycache_ring.o \
