@@ -92,9 +92,9 @@ include $(PGXS)
 # PGXS tracks no header dependencies: every object depends on every header.
 $(OBJS): $(wildcard src/*.h)
 
-# The scheduler core is plain C: it is compiled a second time, without the
+# The key cache's policy is plain C: it is compiled a second time, without the
 # server, into a cmocka test binary.
-UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -DSCHED_UNIT_TEST -I$(srcdir)/src
+UNIT_CFLAGS = -std=c99 -Wall -Wextra -Werror -g -O0 -DPOLICY_UNIT_TEST -I$(srcdir)/src
 test/unit/test_keycache_policy: test/unit/test_keycache_policy.c src/keycache_policy.c src/keycache_policy.h
 	$(CC) $(UNIT_CFLAGS) -o $@ test/unit/test_keycache_policy.c src/keycache_policy.c -lcmocka -lm
 test/unit/test_bisect: test/unit/test_bisect.c src/keycache_bisect.c src/keycache_bisect.h src/keycache_policy.c src/keycache_policy.h

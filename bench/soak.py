@@ -1006,7 +1006,7 @@ def report(soak):
                     f"{len(nk)} distinct keys: " + ", ".join(f"hot{x}" for x in nk[:8]) + (" ..." if len(nk) > 8 else ""))
     if soak.kills:
         lines.append("")
-        lines.append("Scheduler kills (until the next kill or 20 s after):")
+        lines.append("Worker kills (until the next kill or 20 s after):")
         for k, (tk, tback, old, new) in enumerate(soak.kills):
             nxt = soak.kills[k + 1][0] if k + 1 < len(soak.kills) else tk + 20
             after = [Tally(), Tally()]

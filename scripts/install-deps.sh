@@ -14,7 +14,7 @@ PACKAGES=(
 	postgresql-15             # server binaries: initdb, postgres, pg_ctl
 	postgresql-server-dev-15  # pg_config, PGXS, pg_regress, pg_isolation_regress
 	postgresql-client-15      # psql, PostgreSQL::Test::Cluster for TAP
-	libcmocka-dev             # unit tests of the scheduler core
+	libcmocka-dev             # unit tests of the key cache's policy
 	libipc-run-perl           # IPC::Run, needed by the TAP framework
 	build-essential           # gcc, make
 	perl                      # prove, TAP tests

@@ -1,5 +1,5 @@
 --
--- Entries' layout: each key is one chunk sized to what it holds (a 40-byte
+-- Entries' layout: each key is one chunk sized to what it holds (a 44-byte
 -- header, the key's bytes, then only the parts it has: retry time, last
 -- error, own periods, revision, config), cut in two when its allocator
 -- size class would waste much, and built anew when a part comes or a value

@@ -12,6 +12,7 @@
 #define PROJCACHE_KEYCACHE_H
 
 #include "counters.h"
+#include "keycache_caches.h"
 #include "shmem.h"
 
 /*
@@ -117,6 +118,7 @@ typedef uint32 PcRef;
 
 #define InvalidPcRef	0
 
+
 /*
  * One key's shared state: a header, then its body, in one DSA chunk sized
  * to what it holds (keycache_map.c, "Entries").  The body is the key's
@@ -146,6 +148,8 @@ typedef struct PcEntry
 								 * PC_PART_EXPIRY */
 	int32		refresh_in;		/* refresh due at fetched_at + this, if
 								 * has_refresh */
+	PcCacheId	cache;			/* the cache it is of; set at creation, never
+								 * changed */
 	uint16		keylen;
 	uint16		attempts;		/* failed or pending attempts in a row, up to
 								 * PG_UINT16_MAX */
@@ -311,9 +315,10 @@ extern void pc_entry_scan_begin(PcEntryScan *scan, bool exclusive);
 extern PcEntry *pc_entry_scan_next(PcEntryScan *scan);
 extern void pc_entry_scan_end(PcEntryScan *scan);
 extern PcEntry *pc_keymap_find_or_create(const char *key, uint32 len,
-										 bool *created);
+										 PcCacheId cache, bool *created);
 extern PcEntry *pc_keymap_find_or_create_for(const char *key, uint32 len,
-											 Oid role, bool *created);
+											 Oid role, PcCacheId cache,
+											 bool *created);
 extern uint32 pc_keys_per_role_bound(void);
 extern uint64 pc_bytes_per_role_bound(void);
 extern Size pc_key_memory_target(void);
@@ -438,7 +443,8 @@ extern void pc_keylist_from_map(PcKeyList *list,
 	((void *) ((list)->payloads + (Size) (i) * (list)->payload_size))
 extern bool pc_request_mark(PcEntry *entry, uint32 bits);
 extern void pc_request_send(const char *key, uint32 len);
-extern void pc_request_send_refused(const char *key, uint32 len);
+extern void pc_request_send_refused(const char *key, uint32 len,
+									PcCacheId cache);
 extern void pc_check_key(text *key, const char **bytes, uint32 *len);
 
 /* ----------------------------------------------------------------
@@ -513,14 +519,23 @@ extern Size pc_ring_size(void);
 extern bool pc_ring_take_overflow(void);
 extern void pc_ring_note_overflow(void);
 extern bool pc_ring_push(const char *key, uint32 len, Oid role,
-						 bool refused);
+						 PcCacheId cache, bool refused);
 extern Size pc_ring_drain(char *buf, Size bufsize);
 
-/*
- * In a drained record's length word: the reader found no room to create
- * the key (pc_request_send_refused), so the worker creates it.
- */
-#define PC_RING_REFUSED		0x80000000U
+/* One record of what pc_ring_drain() copied out. */
+typedef struct PcRingRecord
+{
+	const char *key;			/* not NUL-terminated; len bytes */
+	uint32		len;
+	Oid			role;			/* who asked */
+	PcCacheId	cache;			/* if refused: the cache the reader resolved
+								 * the key to (else its entry says) */
+	bool		refused;		/* the reader found no room to create the key
+								 * (pc_request_send_refused), so the worker
+								 * creates it */
+} PcRingRecord;
+
+extern Size pc_ring_record(const char *buf, Size off, PcRingRecord *rec);
 
 
 /* ----------------------------------------------------------------

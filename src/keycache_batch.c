@@ -725,7 +725,31 @@ run_batch(PolicyEntry **batch, int n, const PcFetchTarget *target)
 /* How long a key of a cache that opens or closes waits to be asked for. */
 #define PC_CACHES_RETRY_MS	100
 
-/* How to ask for a named cache's keys (slot from pc_key_cache()). */
+/*
+ * The cache a key of a batch is of, as pc_cache_of() says (with its
+ * registration in *reg): its entry's; for a key whose entry is gone (its
+ * answer is stored nowhere), its pool's cache now.
+ */
+static int
+batch_key_cache(const PolicyEntry *e, PcCacheReg *reg)
+{
+	PcKey		search = pc_search_key(e->key, (uint32) e->keylen);
+	PcEntry    *entry = pc_entry_find(&search, false);
+	PcCacheId	id;
+
+	if (entry != NULL)
+	{
+		id = entry->cache;
+		pc_entry_release(entry);
+	}
+	else if (e->pool == 0)
+		id = PC_CACHE_ID_DEFAULT;
+	else
+		id = PC_CACHE_ID(e->pool - 1, pc_cache_slot(e->pool - 1)->gen);
+	return pc_cache_of(id, reg);
+}
+
+/* How to ask for a named cache's keys (slot from batch_key_cache()). */
 static void
 cache_target(const PcCacheReg *reg, int slot, PcFetchTarget *t)
 {
@@ -783,7 +807,7 @@ pc_run_batches(PolicyEntry **batch, int n)
 	MemoryContextSwitchTo(oldcxt);
 
 	for (int i = 0; i < n; i++)
-		cache[i] = pc_key_cache(batch[i]->key, batch[i]->keylen, &regs[i]);
+		cache[i] = batch_key_cache(batch[i], &regs[i]);
 	for (int i = 0; i < n; i++)
 	{
 		PcFetchTarget target;

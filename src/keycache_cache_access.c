@@ -46,15 +46,20 @@ pc_cache_may_read(const PcCacheReg *reg)
  * Which cache a key is of
  *
  * A key "name:rest" is the cache name's if name is registered and
- * published; every other key is the default cache's.  Each backend keeps a
- * copy of the published slots, taken again when the generation moves, so
- * that a read takes caches.lock only after a change.
+ * published; every other key is the default cache's.  The prefix is looked
+ * up once, where the key comes in (pc_key_cache_for_read() for a reader's
+ * call, pc_key_restorable() for the dump's record), and the key's entry
+ * keeps the answer, a PcCacheId; the worker and the views ask
+ * pc_cache_of() about that.  Each backend keeps a copy of the published
+ * slots, taken again when the generation moves, so that a read takes
+ * caches.lock only after a change.
  * ----------------------------------------------------------------
  */
 typedef struct LocalCache
 {
 	int			slot;
 	bool		open;
+	uint32		gen;
 	uint32		namelen;
 	PcCacheReg	reg;
 } LocalCache;
@@ -88,6 +93,7 @@ refresh_local_caches(void)
 		lc = &local_caches[local_count++];
 		lc->slot = s;
 		lc->open = slot->open;
+		lc->gen = slot->gen;
 		lc->reg = slot->reg;
 		lc->namelen = (uint32) strlen(slot->reg.name);
 	}
@@ -107,28 +113,21 @@ could_be_cache_name(const char *name, uint32 len)
 	return true;
 }
 
-/* Is the key of the shape of a named cache's, "name:rest"? */
-bool
-pc_key_may_be_named(const char *key, uint32 len)
-{
-	const char *colon = memchr(key, ':', Min(len, NAMEDATALEN));
-
-	return colon != NULL && could_be_cache_name(key, (uint32) (colon - key));
-}
-
 /*
- * The cache a key is of: its slot (and a copy of its registration in
- * *reg), PC_CACHE_DEFAULT, or PC_CACHE_UNAVAILABLE for a key of a cache
- * that is opening or closing, or whose prefix could be a cache's while the
+ * The cache a key is of, by its prefix: its slot (with a copy of its
+ * registration in *reg, and its id in *id), PC_CACHE_DEFAULT (*id
+ * PC_CACHE_ID_DEFAULT), or PC_CACHE_UNAVAILABLE for a key of a cache that
+ * is opening or closing, or whose prefix could be a cache's while the
  * registry is not published yet (after a start): such a key reads as
  * pending and is not created.  No rights are checked here.
  */
-int
-pc_key_cache(const char *key, uint32 len, PcCacheReg *reg)
+static int
+key_cache(const char *key, uint32 len, PcCacheReg *reg, PcCacheId *id)
 {
 	const char *colon = memchr(key, ':', Min(len, NAMEDATALEN));
 	uint32		namelen;
 
+	*id = PC_CACHE_ID_DEFAULT;
 	if (colon == NULL)
 		return PC_CACHE_DEFAULT;
 	namelen = (uint32) (colon - key);
@@ -143,23 +142,56 @@ pc_key_cache(const char *key, uint32 len, PcCacheReg *reg)
 
 		if (lc->namelen != namelen || memcmp(lc->reg.name, key, namelen) != 0)
 			continue;
-		if (reg != NULL)
-			*reg = lc->reg;
-		return lc->open ? lc->slot : PC_CACHE_UNAVAILABLE;
+		if (!lc->open)
+			return PC_CACHE_UNAVAILABLE;
+		*reg = lc->reg;
+		*id = PC_CACHE_ID(lc->slot, lc->gen);
+		return lc->slot;
 	}
 	return PC_CACHE_DEFAULT;
 }
 
 /*
- * The cache a key is of, for a call on it by the current user (get,
- * lookup, fetch, invalidate, evict): an ERROR (42501) unless the user may
- * read that cache.
+ * The cache a key's entry says it is of: its slot (a copy of its
+ * registration in *reg, if reg is not NULL) while that very cache holds
+ * the slot and is open, PC_CACHE_DEFAULT for the default cache's, and
+ * PC_CACHE_UNAVAILABLE for a key of a cache that is closing, or is gone:
+ * such a key is not read, fetched or shown as any cache's until the
+ * worker has evicted it.
  */
 int
-pc_key_cache_for_read(const char *key, uint32 len)
+pc_cache_of(PcCacheId id, PcCacheReg *reg)
+{
+	int			slot = pc_cache_id_slot(id);
+
+	if (id == PC_CACHE_ID_DEFAULT)
+		return PC_CACHE_DEFAULT;
+	refresh_local_caches();
+	for (int i = 0; i < local_count; i++)
+	{
+		const LocalCache *lc = &local_caches[i];
+
+		if (lc->slot != slot)
+			continue;
+		if (!lc->open || PC_CACHE_ID(lc->slot, lc->gen) != id)
+			break;
+		if (reg != NULL)
+			*reg = lc->reg;
+		return slot;
+	}
+	return PC_CACHE_UNAVAILABLE;
+}
+
+/*
+ * The cache a key is of, for a call on it by the current user (get,
+ * lookup, fetch, invalidate, evict): as key_cache() says, with its id in
+ * *id, and an ERROR (42501) unless the user may read that cache.
+ */
+int
+pc_key_cache_for_read(const char *key, uint32 len, PcCacheId *id)
 {
 	PcCacheReg	reg;
-	int			slot = pc_key_cache(key, len, &reg);
+	int			slot = key_cache(key, len, &reg, id);
 
 	if (slot >= 0 && !pc_cache_may_read(&reg))
 		ereport(ERROR,
@@ -170,16 +202,17 @@ pc_key_cache_for_read(const char *key, uint32 len)
 }
 
 /*
- * What the key dump writes of a key's cache (keycache_dump.c): for a named
- * cache's key, *tagged and its creation time in *tag; for the default
- * cache's, neither.  False: leave the key out (its cache is opening or
- * closing, so its value is not that cache's).
+ * What the key dump writes of a key's cache (keycache_dump.c), from the id
+ * its entry keeps: for a named cache's key, *tagged and the cache's
+ * creation time in *tag; for the default cache's, neither.  False: leave
+ * the key out (its cache is closing or gone, so its value is no cache's
+ * now).
  */
 bool
-pc_key_dump_tag(const char *key, uint32 len, bool *tagged, TimestampTz *tag)
+pc_cache_dump_tag(PcCacheId id, bool *tagged, TimestampTz *tag)
 {
 	PcCacheReg	reg;
-	int			slot = pc_key_cache(key, len, &reg);
+	int			slot = pc_cache_of(id, &reg);
 
 	*tagged = slot >= 0;
 	*tag = slot >= 0 ? reg.created_at : 0;
@@ -193,13 +226,14 @@ pc_key_dump_tag(const char *key, uint32 len, bool *tagged, TimestampTz *tag)
  * a cache made again under the name, nor a default key of a prefix that a
  * cache has taken since: each would be served under grants its value was
  * not fetched for.  Before the registry is published, no key of a prefix
- * that could be a cache's is.
+ * that could be a cache's is.  *id: the cache its entry is made for.
  */
 bool
-pc_key_restorable(const char *key, uint32 len, bool tagged, TimestampTz tag)
+pc_key_restorable(const char *key, uint32 len, bool tagged, TimestampTz tag,
+				  PcCacheId *id)
 {
 	PcCacheReg	reg;
-	int			slot = pc_key_cache(key, len, &reg);
+	int			slot = key_cache(key, len, &reg, id);
 
 	if (slot == PC_CACHE_DEFAULT)
 		return !tagged;

@@ -316,7 +316,7 @@ pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms)
 	return o->paused_until_ms > now_ms ? o->paused_until_ms - now_ms : 0;
 }
 
-/* Count n for a named cache's counter (slot from pc_key_cache()). */
+/* Count n for a named cache's counter (a slot, or PC_CACHE_DEFAULT: none). */
 void
 pc_cache_count(int slot, PcCacheCounter counter, uint64 n)
 {
@@ -716,7 +716,7 @@ typedef struct PcCacheChanges
  * Make the slots say what regs (n of them) say: a cache still registered
  * keeps its slot and counters; one gone is closed, and a new one takes a
  * free slot closed, with counters at zero.  A closed cache's keys read as
- * pending and are not created (pc_key_cache()).  The caller then clears
+ * pending and are not created (pc_cache_of()).  The caller then clears
  * the map of their prefixes and calls finish_publish().  At the first
  * publication since the server started, new caches open at once: until
  * then no key of a prefix that could be a cache's was created, and the
@@ -795,6 +795,7 @@ publish(const PcCacheReg *regs, int n, uint64 narrowings,
 			pg_atomic_write_u64(&slot->counters[c], 0);
 		slot->reg = regs[r];
 		slot->in_use = true;
+		slot->gen = (slot->gen + 1) & PC_CACHE_ID_GEN_MASK;
 		slot->open = first;
 		if (!first)
 			ch->opening[ch->nopening++] = s;

@@ -27,7 +27,25 @@
  * projcache.fetch_timeout is 0 (none) */
 #define PC_CACHE_MAX_FETCH_MS	(60 * 1000)
 
-/* What pc_key_cache() says of a key besides a slot number. */
+/*
+ * The cache a key is of, resolved once from its prefix where the key comes
+ * in (a reader's call, the dump's record) and kept in its entry: the slot
+ * of its named cache and that slot's generation, which tells the cache that
+ * holds the slot from any that held it before (keycache_caches.c), or
+ * PC_CACHE_ID_DEFAULT for the default cache.  Never written to disk: the
+ * dump tags a key with its cache's creation time instead.
+ */
+typedef uint32 PcCacheId;
+
+#define PC_CACHE_ID_DEFAULT		((PcCacheId) 0)
+#define PC_CACHE_ID_GEN_MASK	0xFFFFFFU
+#define PC_CACHE_ID(slot, gen) \
+	((PcCacheId) ((((uint32) (gen) & PC_CACHE_ID_GEN_MASK) << 8) | \
+				  (uint32) ((slot) + 1)))
+/* Its slot, or -1 (PC_CACHE_DEFAULT) for the default cache. */
+#define pc_cache_id_slot(id)	((int) ((id) & 0xFF) - 1)
+
+/* What pc_cache_of() and pc_key_cache_for_read() say besides a slot. */
 #define PC_CACHE_DEFAULT		(-1)	/* the default cache's */
 #define PC_CACHE_UNAVAILABLE	(-2)	/* a cache's that is opening or
 										 * closing, or maybe one's: the
@@ -91,6 +109,8 @@ typedef struct PcCacheSlot
 	bool		open;			/* its keys are routed to it; false while the
 								 * worker clears its prefix (opening or
 								 * closing) */
+	uint32		gen;			/* bumped each time a cache takes the slot:
+								 * the PcCacheId of its keys says it */
 	PcCacheReg	reg;
 	pg_atomic_uint64 counters[PC_CACHE_NUM_COUNTERS];
 } PcCacheSlot;
@@ -184,16 +204,14 @@ extern void pc_caches_release_named(const int *entries, int n);
 extern bool pc_caches_reload_due(int64 now_ms, long *sleep_ms);
 typedef void (*PcCacheEvictFn) (const char *prefix, uint32 len);
 extern void pc_caches_reload(int64 now_ms, PcCacheEvictFn evict_prefix);
-extern int	pc_key_cache(const char *key, uint32 len, PcCacheReg *reg);
-extern int	pc_key_cache_for_read(const char *key, uint32 len);
-extern bool pc_key_dump_tag(const char *key, uint32 len, bool *tagged,
-							TimestampTz *tag);
+extern int	pc_cache_of(PcCacheId id, PcCacheReg *reg);
+extern int	pc_key_cache_for_read(const char *key, uint32 len, PcCacheId *id);
+extern bool pc_cache_dump_tag(PcCacheId id, bool *tagged, TimestampTz *tag);
 extern bool pc_key_restorable(const char *key, uint32 len, bool tagged,
-							  TimestampTz tag);
+							  TimestampTz tag, PcCacheId *id);
 extern bool pc_caches_published(void);
 extern bool pc_caches_in_use(void);
 extern uint64 pc_caches_generation(void);
-extern bool pc_key_may_be_named(const char *key, uint32 len);
 extern bool pc_fetch_escalates(Oid fn, Oid runas);
 extern int	pc_cache_overrun_entry(const PcCacheReg *reg);
 extern int64 pc_cache_paused_ms(const PcCacheReg *reg, int64 now_ms);

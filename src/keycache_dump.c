@@ -753,10 +753,9 @@ copy_record(PcKeyDump *d, int i, int64 now)
 	bool		visited;
 	bool		tagged;
 	TimestampTz tag;
+	PcCacheId	cache = PC_CACHE_ID_DEFAULT;
+	Size		tag_at = 0;
 
-	/* (only the worker changes the caches: this holds while it copies) */
-	if (!pc_key_dump_tag(d->list.keys[i], d->list.lens[i], &tagged, &tag))
-		return RECORD_GONE;
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		return RECORD_GONE;
@@ -769,9 +768,13 @@ copy_record(PcKeyDump *d, int i, int64 now)
 		struct varlena *config = pc_entry_config(entry, &d->oom);
 		int32		revision_len = revision ? (int32) strlen(revision) : -1;
 		uint32		config_len = config ? VARSIZE(config) : 0;
-		Size		tag_at = sizeof(KeyRecord) + d->list.lens[i] +
-			Max(revision_len, 0) + config_len;
-		Size		need = tag_at + (tagged ? sizeof(TimestampTz) : 0);
+		Size		need;
+
+		/* Room for its cache's tag, which is known once the lock is gone. */
+		tag_at = sizeof(KeyRecord) + d->list.lens[i] + Max(revision_len, 0) +
+			config_len;
+		need = tag_at + sizeof(TimestampTz);
+		cache = entry->cache;
 
 		/* Grow the buffer without an ERROR while the lock is held. */
 		if (need >= (Size) d->record.maxlen)
@@ -806,9 +809,7 @@ copy_record(PcKeyDump *d, int i, int64 now)
 			if (config != NULL)
 				memcpy(d->record.data + sizeof(rec) + d->list.lens[i] +
 					   Max(revision_len, 0), config, config_len);
-			if (tagged)
-				memcpy(d->record.data + tag_at, &tag, sizeof(tag));
-			d->record.len = need;
+			d->record.len = tag_at;
 			result = RECORD_COPIED;
 		}
 		if (revision != NULL)
@@ -817,6 +818,22 @@ copy_record(PcKeyDump *d, int i, int64 now)
 			pfree(config);
 	}
 	pc_entry_release(entry);
+
+	/*
+	 * A named cache's key is tagged with its cache's creation time; a key of
+	 * a cache that is closing or gone is left out.  (The caches' lock is
+	 * taken alone: not under the entry's.)
+	 */
+	if (result == RECORD_COPIED)
+	{
+		if (!pc_cache_dump_tag(cache, &tagged, &tag))
+			result = RECORD_GONE;
+		else if (tagged)
+		{
+			memcpy(d->record.data + tag_at, &tag, sizeof(tag));
+			d->record.len = tag_at + sizeof(tag);
+		}
+	}
 	return result;
 }
 
@@ -1036,15 +1053,19 @@ typedef struct RestoredHeader
 	const KeyRecord *rec;
 	int64		fetched_at;
 	int64		expires_at;
+	PcCacheId	cache;
 } RestoredHeader;
 
-/* A reader may have had the key fetched meanwhile: then it keeps that. */
+/*
+ * A reader may have had the key fetched meanwhile: then it keeps that.
+ * Nor does another cache's entry of the key take the record.
+ */
 static bool
 restore_header(PcEntry *entry, void *arg)
 {
 	RestoredHeader *h = arg;
 
-	if (entry->state != PC_STATE_PENDING)
+	if (entry->state != PC_STATE_PENDING || entry->cache != h->cache)
 		return false;
 	entry->state = h->rec->state;
 	entry->fetch_state = PC_FETCH_COMPLETE;
@@ -1057,13 +1078,14 @@ restore_header(PcEntry *entry, void *arg)
 }
 
 /*
- * Store one valid record's key in the map, stale, with its age, unless a
- * reader's fetch cached it meanwhile; false if there was no room (which
- * ends the load).
+ * Store one valid record's key in the map, for cache, stale, with its age,
+ * unless a reader's fetch cached it meanwhile; false if there was no room
+ * (which ends the load).
  */
 static bool
-store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
-			 int64 expires_at, PcDumpRestoreFn restore, LoadCounts *counts)
+store_record(const KeyRecord *rec, const char *key, PcCacheId cache,
+			 int64 fetched_at, int64 expires_at, PcDumpRestoreFn restore,
+			 LoadCounts *counts)
 {
 	const char *data = key + rec->keylen;
 	char	   *revision = NULL;
@@ -1082,7 +1104,7 @@ store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
 		config = palloc(rec->config_len);
 		memcpy(config, data + Max(rec->revision_len, 0), rec->config_len);
 	}
-	entry = pc_keymap_find_or_create(key, rec->keylen, &created);
+	entry = pc_keymap_find_or_create(key, rec->keylen, cache, &created);
 	if (entry == NULL)
 		return false;
 	pc_entry_release(entry);
@@ -1115,6 +1137,7 @@ store_record(const KeyRecord *rec, const char *key, int64 fetched_at,
 	h.rec = rec;
 	h.fetched_at = fetched_at;
 	h.expires_at = expires_at;
+	h.cache = cache;
 	pc_entry_commit(key, rec->keylen, &w, &prep, restore_header, &h,
 					&applied);
 	if (revision)
@@ -1146,6 +1169,7 @@ load_record(const char *payload, uint32 len, const TombList *tombs,
 	int64		lifetime;
 	bool		tagged = false;
 	TimestampTz tag = 0;
+	PcCacheId	cache;
 
 	if (!record_valid(payload, len, &rec, &tagged, &tag))
 	{
@@ -1159,7 +1183,7 @@ load_record(const char *payload, uint32 len, const TombList *tombs,
 		counts->removed++;
 		return true;
 	}
-	if (!pc_key_restorable(key, rec.keylen, tagged, tag))
+	if (!pc_key_restorable(key, rec.keylen, tagged, tag, &cache))
 	{
 		counts->other_cache++;
 		return true;
@@ -1174,8 +1198,8 @@ load_record(const char *payload, uint32 len, const TombList *tombs,
 		return true;
 	}
 	if (pc_key_memory_used() > high ||
-		!store_record(&rec, key, now - age, now - age + lifetime, restore,
-					  counts))
+		!store_record(&rec, key, cache, now - age, now - age + lifetime,
+					  restore, counts))
 	{
 		counts->full = true;
 		return false;

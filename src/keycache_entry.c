@@ -23,8 +23,8 @@
 /* A split body is kept whole unless cutting it saves at least this. */
 #define PC_SPLIT_MIN	16
 
-StaticAssertDecl(ENTRY_HEADER == 40,
-				 "an entry's header must stay 40 bytes: check its fields");
+StaticAssertDecl(ENTRY_HEADER == 44,
+				 "an entry's header must stay 44 bytes: check its fields");
 
 static dsa_pointer
 entry_tail(const PcEntry *entry)

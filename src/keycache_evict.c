@@ -107,14 +107,23 @@ take_visited(PolicyEntry *e, void *arg)
  * (max_memory) pays for its own writes, within it; the pools without a
  * budget (the default cache's and those of caches without one) share what
  * the budgets leave, and the largest of them pays.  A cache that floods
- * itself thus evicts its own keys, never another cache's.
+ * itself thus evicts its own keys, never another cache's.  A key's pool is
+ * the slot its entry says it is of, when the worker learns of it.
  */
 int
 pc_key_pool(const char *key, size_t keylen, void *arg)
 {
-	int			slot = pc_key_cache(key, (uint32) keylen, NULL);
+	PcKey		search = pc_search_key(key, (uint32) keylen);
+	PcEntry    *entry;
+	int			slot = PC_CACHE_DEFAULT;
 
-	return slot >= 0 ? slot + 1 : 0;
+	entry = pc_entry_find(&search, false);
+	if (entry != NULL)
+	{
+		slot = pc_cache_id_slot(entry->cache);
+		pc_entry_release(entry);
+	}
+	return slot + 1;
 }
 
 /* A named cache's own budget in bytes (its pool's), or 0 for none. */

@@ -200,15 +200,22 @@ projcache_invalidate(PG_FUNCTION_ARGS)
 	uint32		len;
 	PcKey		search;
 	PcEntry    *entry;
+	PcCacheId	cache;
 
 	pc_require_loaded();
 	pc_check_key(arg, &key, &len);
 	/* A key of a cache that opens or closes is being evicted anyway. */
-	if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+	if (pc_key_cache_for_read(key, len, &cache) == PC_CACHE_UNAVAILABLE)
 		PG_RETURN_BOOL(false);
 
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, true);
+	if (entry != NULL && entry->cache != cache)
+	{
+		/* another cache's, being evicted: not this cache's key */
+		pc_entry_release(entry);
+		entry = NULL;
+	}
 	if (entry == NULL)
 	{
 		if (pc_wal_logging())
@@ -267,10 +274,11 @@ projcache_evict(PG_FUNCTION_ARGS)
 	const char *key;
 	uint32		len;
 	uint64		serial;
+	PcCacheId	cache;
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
-	if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+	if (pc_key_cache_for_read(key, len, &cache) == PC_CACHE_UNAVAILABLE)
 		PG_RETURN_BOOL(false);	/* being evicted anyway */
 	if (!request_cached_key(key, len, PC_REQ_EVICT, &serial))
 		PG_RETURN_BOOL(false);

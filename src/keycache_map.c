@@ -485,14 +485,19 @@ pc_entry_scan_end(PcEntryScan *scan)
  * entries.
  */
 PcEntry *
-pc_keymap_find_or_create(const char *key, uint32 len, bool *created)
+pc_keymap_find_or_create(const char *key, uint32 len, PcCacheId cache,
+						 bool *created)
 {
-	return pc_keymap_find_or_create_for(key, len, InvalidOid, created);
+	return pc_keymap_find_or_create_for(key, len, InvalidOid, cache, created);
 }
 
-/* Fill in a new pending entry, not linked yet, counted for slot owner. */
+/*
+ * Fill in a new pending entry of cache, not linked yet, counted for slot
+ * owner.
+ */
 static void
-init_entry(PcEntry *entry, const char *key, uint32 len, int owner)
+init_entry(PcEntry *entry, const char *key, uint32 len, int owner,
+		   PcCacheId cache)
 {
 	memset(entry, 0, ENTRY_HEADER);
 	entry->next = InvalidDsaPointer;
@@ -501,6 +506,7 @@ init_entry(PcEntry *entry, const char *key, uint32 len, int owner)
 		pg_atomic_add_fetch_u64(&keymap_shared->entry_serial, 1);
 	entry->keylen = (uint16) len;
 	entry->owner = (uint8) owner;
+	entry->cache = cache;
 	entry->state = PC_STATE_PENDING;
 	entry->fetch_state = PC_FETCH_PENDING;
 	memcpy(entry->body, key, len);
@@ -510,10 +516,12 @@ init_entry(PcEntry *entry, const char *key, uint32 len, int owner)
  * The same, for a reader of role 'role': a key it creates counts for it,
  * and a role that has reached projcache.max_keys_per_role creates none
  * (NULL, as with no room; the worker is woken to evict its oldest keys).
+ * The entry found may be of another cache than 'cache' (the one the caller
+ * resolved the key to) if the caches changed meanwhile: the caller checks.
  */
 PcEntry *
 pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
-							 bool *created)
+							 PcCacheId cache, bool *created)
 {
 	PcKey		search = pc_search_key(key, len);
 	Size		size = ENTRY_HEADER + len;
@@ -545,7 +553,7 @@ pc_keymap_find_or_create_for(const char *key, uint32 len, Oid role,
 		}
 		return entry;
 	}
-	init_entry(pc_map_address(dp), key, len, owner);
+	init_entry(pc_map_address(dp), key, len, owner, cache);
 
 	/*
 	 * Keep chains short first.  The count and size read without the lock are

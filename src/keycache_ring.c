@@ -19,7 +19,9 @@
  *
  * Records are a uint32 length, the Oid of the role that made the request
  * (a new key's fetch waits for that role's turn, see keycache_policy.h),
- * and the key's bytes, padded to 4 bytes, written circularly.
+ * the cache the reader resolved the key to (the worker creates a refused
+ * key's entry for it), and the key's bytes, padded to 4 bytes, written
+ * circularly; pc_ring_record() reads one back.
  *
  * The rings are a part of shared memory of their own ("projcache request
  * ring"): PcRingShared, then the two rings.  Its lock (tranche
@@ -56,10 +58,14 @@ typedef struct PcRingShared
 static PcRingShared *ring_shared = NULL;
 
 #define PC_RING_BYTES		(256 * 1024)
-#define PC_RING_HEADER		(sizeof(uint32) + sizeof(Oid))
+/* length word, role, cache */
+#define PC_RING_HEADER		(sizeof(uint32) + sizeof(Oid) + sizeof(PcCacheId))
+/* In a record's length word: the reader found no room to create the key. */
+#define PC_RING_REFUSED		0x80000000U
 #define PC_RING_RECORD(len) (PC_RING_HEADER + TYPEALIGN(4, (len)))
 
-StaticAssertDecl(sizeof(Oid) == 4, "ring records stay 4-byte aligned");
+StaticAssertDecl(sizeof(Oid) == 4 && sizeof(PcCacheId) == 4,
+				 "ring records stay 4-byte aligned");
 
 /* The two rings lie one after the other at ring_base(). */
 #define PC_RING_STRIDE	MAXALIGN(offsetof(PcRequestRing, data) + PC_RING_BYTES)
@@ -165,11 +171,12 @@ ring_read(PcRequestRing *ring, uint64 pos, void *dst, Size n)
 }
 
 /*
- * Append a key asked for by role (refused: that found no room to create
- * it); false if the ring has no room for it.
+ * Append a key of cache asked for by role (refused: that found no room to
+ * create it); false if the ring has no room for it.
  */
 bool
-pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
+pc_ring_push(const char *key, uint32 len, Oid role, PcCacheId cache,
+			 bool refused)
 {
 	PcRequestRing *ring = ring_of(refused);
 	Size		need = PC_RING_RECORD(len);
@@ -183,6 +190,8 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 		ring_write(ring, ring->write_pos, &word, sizeof(uint32));
 		ring_write(ring, ring->write_pos + sizeof(uint32), &role,
 				   sizeof(Oid));
+		ring_write(ring, ring->write_pos + sizeof(uint32) + sizeof(Oid),
+				   &cache, sizeof(PcCacheId));
 		ring_write(ring, ring->write_pos + PC_RING_HEADER, key, len);
 		ring->write_pos += need;
 		ok = true;
@@ -193,7 +202,7 @@ pc_ring_push(const char *key, uint32 len, Oid role, bool refused)
 
 /*
  * Move whole records of one ring, as many as fit, into buf (length word,
- * role, bytes, padded as in the ring).  Returns the bytes copied.
+ * role, cache, bytes, padded as in the ring).  Returns the bytes copied.
  */
 static Size
 drain_ring(PcRequestRing *ring, char *buf, Size bufsize)
@@ -215,7 +224,8 @@ drain_ring(PcRequestRing *ring, char *buf, Size bufsize)
 			break;
 		memcpy(buf + copied, &word, sizeof(uint32));
 		ring_read(ring, ring->read_pos + sizeof(uint32),
-				  buf + copied + sizeof(uint32), sizeof(Oid) + len);
+				  buf + copied + sizeof(uint32),
+				  PC_RING_HEADER - sizeof(uint32) + len);
 		copied += rec;
 		ring->read_pos += rec;
 	}
@@ -239,6 +249,25 @@ pc_ring_drain(char *buf, Size bufsize)
 	return copied;
 }
 
+/*
+ * The record at offset off of what pc_ring_drain() copied into buf, in
+ * *rec (its key points into buf); returns the offset of the next one.
+ */
+Size
+pc_ring_record(const char *buf, Size off, PcRingRecord *rec)
+{
+	uint32		word;
+
+	memcpy(&word, buf + off, sizeof(uint32));
+	memcpy(&rec->role, buf + off + sizeof(uint32), sizeof(Oid));
+	memcpy(&rec->cache, buf + off + sizeof(uint32) + sizeof(Oid),
+		   sizeof(PcCacheId));
+	rec->len = word & ~PC_RING_REFUSED;
+	rec->refused = (word & PC_RING_REFUSED) != 0;
+	rec->key = buf + off + PC_RING_HEADER;
+	return off + PC_RING_RECORD(rec->len);
+}
+
 /* ----------------------------------------------------------------
  * Requests to the worker
  * ----------------------------------------------------------------
@@ -252,7 +281,8 @@ pc_ring_drain(char *buf, Size bufsize)
 void
 pc_request_send(const char *key, uint32 len)
 {
-	if (!pc_ring_push(key, len, GetOuterUserId(), false))
+	/* (its entry says which cache it is of) */
+	if (!pc_ring_push(key, len, GetOuterUserId(), PC_CACHE_ID_DEFAULT, false))
 	{
 		/* Ring full: the worker will scan the map for request bits. */
 		pc_ring_note_overflow();
@@ -270,10 +300,10 @@ pc_request_send(const char *key, uint32 len)
  * key later would have it fetched alone.
  */
 void
-pc_request_send_refused(const char *key, uint32 len)
+pc_request_send_refused(const char *key, uint32 len, PcCacheId cache)
 {
 	/* Lost when its share of the ring is full: no scan finds it. */
-	if (pc_ring_push(key, len, GetOuterUserId(), true))
+	if (pc_ring_push(key, len, GetOuterUserId(), cache, true))
 	{
 		pc_count(PC_CTR_FETCH_REQUESTS, 1);
 		pc_wake_worker();

@@ -38,9 +38,6 @@
 #include "keycache_policy.h"
 #include "snapshot.h"
 
-/* How many times entries() copies the map while the caches change. */
-#define PC_ENTRIES_ATTEMPTS	10
-
 /* How often a read that waits looks whether a cache opened or closed. */
 #define PC_CACHES_POLL_WAIT_MS	50
 
@@ -74,6 +71,7 @@ typedef struct PcRead
 	char	   *revision;		/* details only */
 	char	   *last_error;		/* details only */
 	bool		visited;		/* read since the eviction last looked */
+	PcCacheId	cache;			/* the cache it is of */
 	bool		oom;			/* a copy failed under the lock */
 } PcRead;
 
@@ -93,6 +91,7 @@ copy_entry(PcEntry *entry, bool details, bool want_config, PcRead *r)
 
 	PC_ASSERT_ENTRY_LOCKED();
 	r->visited = pc_entry_visited(entry);
+	r->cache = entry->cache;
 	r->state = entry->state;
 	r->fetch_state = entry->fetch_state;
 	r->invalidated = entry->invalidated;
@@ -191,15 +190,29 @@ count_read(PcCounter counter)
 		flush_read_counts();
 }
 
+/* A key read as pending, unknown: its cache opens or closes. */
+static void
+read_pending(PcRead *r)
+{
+	memset(r, 0, sizeof(PcRead));
+	r->state = PC_STATE_PENDING;
+	r->fetch_state = PC_FETCH_PENDING;
+}
+
 /*
- * Read a key: the get() and lookup() path.  Unknown keys are created
- * pending; unknown, pending, stale and expired keys get a fetch requested
- * unless one is under way.  Counts the read.  A reader that will wait for
- * the key (waiting) creates it even while admission is closed: it waits for
- * one key at a time, so it cannot outrun the fetches.
+ * Read a key of cache (as pc_key_cache_for_read() resolved it): the get()
+ * and lookup() path.  Unknown keys are created pending, for that cache;
+ * unknown, pending, stale and expired keys get a fetch requested unless
+ * one is under way.  Counts the read.  A reader that will wait for the key
+ * (waiting) creates it even while admission is closed: it waits for one
+ * key at a time, so it cannot outrun the fetches.  An entry of another
+ * cache reads as pending, and is left alone: the caches changed since the
+ * key was resolved, which the caller sees by their generation and reads
+ * again, and the worker evicts it before the cache it is of opens again.
  */
 static void
-read_key(const char *key, uint32 len, bool details, bool waiting, PcRead *r)
+read_key(const char *key, uint32 len, PcCacheId cache, bool details,
+		 bool waiting, PcRead *r)
 {
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
@@ -219,7 +232,7 @@ read_key(const char *key, uint32 len, bool details, bool waiting, PcRead *r)
 		 */
 		if (waiting || !pc_worker_admission_closed())
 			entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
-												 &created);
+												 cache, &created);
 		if (entry == NULL)
 		{
 			/*
@@ -227,19 +240,23 @@ read_key(const char *key, uint32 len, bool details, bool waiting, PcRead *r)
 			 * projcache.max_keys_per_role, or admission closed: read as a
 			 * pending key; the worker makes room, or creates it once it may.
 			 */
-			memset(r, 0, sizeof(PcRead));
-			r->state = PC_STATE_PENDING;
-			r->fetch_state = PC_FETCH_PENDING;
+			read_pending(r);
 			pc_count(PC_CTR_REFUSED_READS, 1);
-			pc_request_send_refused(key, len);
+			pc_request_send_refused(key, len, cache);
 			return;
 		}
 		r->found = !created;
 	}
 	else
-	{
 		r->found = true;
-
+	if (entry->cache != cache)
+	{
+		pc_entry_release(entry);
+		read_pending(r);
+		return;
+	}
+	if (r->found)
+	{
 		/*
 		 * S3-FIFO: mark it read, writing only when it is not marked yet: a
 		 * hit writes at most this one shared cache line.
@@ -351,14 +368,6 @@ typedef struct KeyWait
 	PcRead	   *r;
 } KeyWait;
 
-/* A key read as pending, unknown: its cache opens or closes. */
-static void
-read_pending(PcRead *r)
-{
-	memset(r, 0, sizeof(PcRead));
-	r->state = PC_STATE_PENDING;
-	r->fetch_state = PC_FETCH_PENDING;
-}
 
 /*
  * For pc_wait_on_key(): read the key; done once it is no longer pending.  A
@@ -374,11 +383,12 @@ key_settled(const char *key, uint32 len, void *arg)
 	PcKey		search = pc_search_key(key, len);
 	PcEntry    *entry;
 	uint64		generation;
+	PcCacheId	cache;
 
 	do
 	{
 		generation = pc_caches_generation();
-		if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+		if (pc_key_cache_for_read(key, len, &cache) == PC_CACHE_UNAVAILABLE)
 		{
 			read_pending(w->r);
 			return false;
@@ -387,7 +397,13 @@ key_settled(const char *key, uint32 len, void *arg)
 		if (entry == NULL)
 		{
 			/* Evicted meanwhile: read (and re-create) it as a reader would. */
-			read_key(key, len, w->details, true, w->r);
+			read_key(key, len, cache, w->details, true, w->r);
+		}
+		else if (entry->cache != cache)
+		{
+			/* Another cache's, until the worker evicts it: pending. */
+			pc_entry_release(entry);
+			read_pending(w->r);
 		}
 		else
 		{
@@ -503,6 +519,7 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 			   const char **key, uint32 *len)
 {
 	int			cache;
+	PcCacheId	cache_id;
 	uint64		generation;
 	int64		deadline;
 
@@ -519,7 +536,7 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 	do
 	{
 		generation = pc_caches_generation();
-		cache = pc_key_cache_for_read(*key, *len);
+		cache = pc_key_cache_for_read(*key, *len, &cache_id);
 		if (cache == PC_CACHE_UNAVAILABLE)
 		{
 			/*
@@ -531,7 +548,7 @@ read_with_wait(text *keyarg, int64 wait_ms, bool details, PcRead *r,
 			read_pending(r);
 			return;
 		}
-		read_key(*key, *len, details, wait_ms > 0, r);
+		read_key(*key, *len, cache_id, details, wait_ms > 0, r);
 	} while (pc_caches_generation() != generation);
 	pc_cache_count(cache, r->found && r->state != PC_STATE_PENDING ?
 				   PC_CACHE_HITS : PC_CACHE_MISSES, 1);
@@ -693,20 +710,27 @@ projcache_fetch(PG_FUNCTION_ARGS)
 	uint32		len;
 	PcKey		search;
 	PcEntry    *entry;
+	PcCacheId	cache;
 	bool		created;
 	bool		send;
 
 	pc_require_loaded();
 	pc_check_key(PG_GETARG_TEXT_PP(0), &key, &len);
-	if (pc_key_cache_for_read(key, len) == PC_CACHE_UNAVAILABLE)
+	if (pc_key_cache_for_read(key, len, &cache) == PC_CACHE_UNAVAILABLE)
 		PG_RETURN_VOID();		/* its cache opens or closes */
 	search = pc_search_key(key, len);
 	entry = pc_entry_find(&search, false);
 	if (entry == NULL)
 		entry = pc_keymap_find_or_create_for(key, len, GetOuterUserId(),
-											 &created);
+											 cache, &created);
 	if (entry == NULL)
 		PG_RETURN_VOID();		/* no room: the worker is making some */
+	if (entry->cache != cache)
+	{
+		/* another cache's, until the worker evicts it */
+		pc_entry_release(entry);
+		PG_RETURN_VOID();
+	}
 	/* Asked for by name: not a key read once in passing. */
 	send = pc_request_mark(entry, PC_REQ_FETCH | PC_REQ_DEMAND);
 	pc_entry_release(entry);
@@ -811,55 +835,39 @@ projcache_entries(PG_FUNCTION_ARGS)
 	PcKeyList	copies;
 	int64		now;
 	int			i;
-	bool	   *shown = NULL;
-	char	  **cache_names = NULL;
+	bool	   *shown;
+	char	  **cache_names;
+	char	   *slot_names[PC_MAX_CACHES] = {NULL};
 
 	pc_require_loaded();
 	InitMaterializedSRF(fcinfo, 0);
 
+	pc_keylist_init(&copies, sizeof(PcRead));
+	pc_keylist_from_map(&copies, NULL, copy_for_view);
+	if (copies.oom)
+		pc_report_oom("a cached value");
+	shown = pc_array_resize_no_oom(NULL, copies.count, sizeof(bool));
+	cache_names = pc_array_resize_no_oom(NULL, copies.count, sizeof(char *));
+	if (shown == NULL || cache_names == NULL)
+		pc_report_oom("the list of keys shown");
+
 	/*
-	 * Only the keys of the caches the user may read, judged by the caches
-	 * published when the keys were copied: a cache dropped in between would
-	 * show its keys as the default cache's.  If the caches keep changing, at
-	 * last only the keys no cache may have.
+	 * Only the keys of the caches the user may read, by the cache each entry
+	 * says it is of: a key of a cache that is closing or gone is shown to
+	 * superusers only, as no cache's.
 	 */
-	for (int attempt = 1;; attempt++)
+	for (i = 0; i < copies.count; i++)
 	{
-		uint64		generation = pc_caches_generation();
-		char	   *slot_names[PC_MAX_CACHES] = {NULL};
+		const PcRead *r = pc_keylist_payload(&copies, i);
+		PcCacheReg	reg;
+		int			cache = pc_cache_of(r->cache, &reg);
 
-		pc_keylist_init(&copies, sizeof(PcRead));
-		pc_keylist_from_map(&copies, NULL, copy_for_view);
-		if (copies.oom)
-			pc_report_oom("a cached value");
-		shown = pc_array_resize_no_oom(NULL, copies.count, sizeof(bool));
-		cache_names = pc_array_resize_no_oom(NULL, copies.count,
-											 sizeof(char *));
-		if (shown == NULL || cache_names == NULL)
-			pc_report_oom("the list of keys shown");
-		for (i = 0; i < copies.count; i++)
-		{
-			PcCacheReg	reg;
-			int			cache = pc_key_cache(copies.keys[i], copies.lens[i],
-											 &reg);
-
-			shown[i] = !((cache >= 0 && !pc_cache_may_read(&reg)) ||
-						 (cache == PC_CACHE_UNAVAILABLE && !superuser()));
-			if (cache >= 0 && slot_names[cache] == NULL)
-				slot_names[cache] = pstrdup(reg.name);
-			cache_names[i] = cache >= 0 ? slot_names[cache] :
-				cache == PC_CACHE_DEFAULT ? PC_DEFAULT_CACHE_NAME : NULL;
-		}
-		if (pc_caches_generation() == generation)
-			break;
-		if (attempt == PC_ENTRIES_ATTEMPTS)
-		{
-			for (i = 0; i < copies.count; i++)
-				if (!superuser() &&
-					pc_key_may_be_named(copies.keys[i], copies.lens[i]))
-					shown[i] = false;
-			break;
-		}
+		shown[i] = !((cache >= 0 && !pc_cache_may_read(&reg)) ||
+					 (cache == PC_CACHE_UNAVAILABLE && !superuser()));
+		if (cache >= 0 && slot_names[cache] == NULL)
+			slot_names[cache] = pstrdup(reg.name);
+		cache_names[i] = cache >= 0 ? slot_names[cache] :
+			cache == PC_CACHE_DEFAULT ? PC_DEFAULT_CACHE_NAME : NULL;
 	}
 
 	now = pc_now_ms();

@@ -575,15 +575,10 @@ process_requests(int64 now)
 
 	while (off < n)
 	{
-		uint32		len;
-		Oid			role;
+		PcRingRecord rec;
 
-		memcpy(&len, ring_buf + off, sizeof(uint32));
-		len &= ~PC_RING_REFUSED;
-		memcpy(&role, ring_buf + off + sizeof(uint32), sizeof(Oid));
-		handle_request(ring_buf + off + sizeof(uint32) + sizeof(Oid), len,
-					   role, now);
-		off += sizeof(uint32) + sizeof(Oid) + TYPEALIGN(4, len);
+		off = pc_ring_record(ring_buf, off, &rec);
+		handle_request(rec.key, rec.len, rec.role, now);
 	}
 	ring_len = n;
 
@@ -594,14 +589,14 @@ process_requests(int64 now)
 }
 
 /*
- * Create the keys that readers found no room for (PC_RING_REFUSED), once
+ * Create the keys that readers found no room for (refused records), once
  * eviction has made room, and begin their fetches, as the readers' own
  * requests would have: a service warming its cache reads every key once,
  * then waits for each, and a key it could not create would otherwise be
  * fetched alone when its wait comes.  Room that runs out meanwhile is made
  * again; a key still without room, or asked for while admission is closed
- * ("Admission"), is left to its next read.  In a transaction: counting a
- * key for its role reads the catalog.
+ * ("Admission"), or whose cache closed since, is left to its next read.
+ * In a transaction: counting a key for its role reads the catalog.
  */
 static void
 create_refused_keys(int64 now)
@@ -612,19 +607,23 @@ create_refused_keys(int64 now)
 
 	while (off < ring_len)
 	{
-		uint32		word;
+		PcRingRecord rec;
+		const char *key;
 		uint32		len;
 		Oid			role;
-		const char *key;
 
-		memcpy(&word, ring_buf + off, sizeof(uint32));
-		len = word & ~PC_RING_REFUSED;
-		memcpy(&role, ring_buf + off + sizeof(uint32), sizeof(Oid));
-		key = ring_buf + off + sizeof(uint32) + sizeof(Oid);
-		off += sizeof(uint32) + sizeof(Oid) + TYPEALIGN(4, len);
-		/* While admission is closed, they are left to their next reads. */
-		if ((word & PC_RING_REFUSED) != 0 &&
-			pg_atomic_read_u32(&worker_shared->admission_closed) == 0)
+		off = pc_ring_record(ring_buf, off, &rec);
+		key = rec.key;
+		len = rec.len;
+		role = rec.role;
+
+		/*
+		 * While admission is closed, they are left to their next reads; so is
+		 * a key of a cache that closed since its reader asked.
+		 */
+		if (rec.refused &&
+			pg_atomic_read_u32(&worker_shared->admission_closed) == 0 &&
+			pc_cache_of(rec.cache, NULL) != PC_CACHE_UNAVAILABLE)
 		{
 			PcEntry    *entry;
 			bool		created;
@@ -635,14 +634,15 @@ create_refused_keys(int64 now)
 				MemoryContextSwitchTo(cxt);
 				in_xact = true;
 			}
-			entry = pc_keymap_find_or_create_for(key, len, role, &created);
+			entry = pc_keymap_find_or_create_for(key, len, role, rec.cache,
+												 &created);
 			if (entry == NULL)
 			{
 				/* room runs out again: make more, as a reader would ask */
 				pc_evict_for_memory();
 				pc_evict_for_roles();
 				entry = pc_keymap_find_or_create_for(key, len, role,
-													 &created);
+													 rec.cache, &created);
 			}
 			if (entry == NULL)
 				continue;
