@@ -404,10 +404,15 @@ server_suites() {
 		note=
 		settle "$rc"
 		if [ "$bad" -gt 0 ]; then
+			names=
 			for f in $failing_files; do
 				base=$(basename "$f" .pl)
+				names="$names${names:+ }$base"
 				show_tail "tmp_check/log/regress_log_$base" tmp_check/log/"${base}"_*.log
 			done
+			# The summary names the failing files: the last lines of a
+			# long log are often all that is kept of it.
+			[ -z "$names" ] || note="${note:+$note; }failed: $names"
 			[ -n "$failing_files" ] || show_tail tmp_check/log/*
 		fi
 		summary_add "TAP$sfx" "$ok" "$bad" "$note"
