@@ -17,6 +17,7 @@ OBJS = \
 	src/keycache_policy.o \
 	src/keycache_map.o \
 	src/keycache_entry.o \
+	src/keycache_map_check.o \
 	src/keycache_keylist.o \
 	src/keycache_roles.o \
 	src/keycache_ring.o \
