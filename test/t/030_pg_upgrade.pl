@@ -25,7 +25,7 @@
 #   binary-upgrade mode, where the launcher stays out);
 # - a named cache (1.3) made on the old server keeps its registry row, is
 #   published, and reads for the role granted it (42501 for another); a
-#   database still at 1.2 updates to 1.3.1, the default version, after the
+#   database still at 1.2 updates to 1.4, the default version, after the
 #   upgrade and reads it.
 
 use strict;
@@ -135,7 +135,7 @@ RESET ROLE;
 is($old->safe_psql('postgres', 'SET ROLE app; SELECT user_id FROM cached.billing'),
 	'1', 'the old server reads the snapshot through the foreign table and its view');
 
-# A named cache (1.3; the old server installed 1.3.1, the default version)
+# A named cache (1.3; the old server installed 1.4, the default version)
 # granted to app, and a database whose extension is still at 1.2.
 $old->safe_psql(
 	'postgres', q{
@@ -420,12 +420,12 @@ is( $new->safe_psql(
 like($err, qr/42501.*permission denied for cache "flags"/s,
 	'a role not granted the cache is refused with 42501');
 
-# The database still at 1.2 after pg_upgrade updates to 1.3.1, and reads
+# The database still at 1.2 after pg_upgrade updates to 1.4, and reads
 # the named cache there.
 $new->safe_psql('db12', 'ALTER EXTENSION projcache UPDATE');
 is( $new->safe_psql(
 		'db12', "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.3.1', 'a database at 1.2 before pg_upgrade updates to 1.3.1 after it');
+	'1.4', 'a database at 1.2 before pg_upgrade updates to 1.4 after it');
 $new->safe_psql('db12',
 	'GRANT USAGE ON SCHEMA projcache TO app; GRANT EXECUTE ON FUNCTION projcache.get(text, interval) TO app'
 );
