@@ -50,6 +50,7 @@ OBJS = \
 	src/snapshot_index.o \
 	src/snapshot_fdw.o \
 	src/snapshot_dump.o \
+	src/stream_registry.o \
 	src/wal_records.o
 
 EXTENSION = projcache
@@ -69,6 +70,11 @@ TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
 PG_CPPFLAGS = -I$(srcdir)/src
+
+# The streams' registry parses connection strings with libpq, as
+# contrib/dblink links it.
+PG_CPPFLAGS += -I$(libpq_srcdir)
+SHLIB_LINK_INTERNAL += $(libpq)
 
 # PROJCACHE_ASSERTS=1 builds projcache's own code with assertions on (the
 # Assert()s of the server's headers and projcache's lock assertions), as a
