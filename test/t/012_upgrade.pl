@@ -699,14 +699,16 @@ SELECT string_agg(c.relname || ':' || p.proname, ',' ORDER BY c.relname)
   JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
   JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
  WHERE c.relnamespace = 'projcache'::regnamespace}),
-		'caches:caches_1_3_1,entries:entries_1_3_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1',
+		'caches:caches_1_3_1,entries:entries_1_3_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1,'
+		  . 'stream_mappings:stream_mappings_1_4,streams:streams_1_4',
 		"$from: the extension's views read the versioned functions");
 	is( $node->safe_psql(
 			$db, q{
 SELECT count(*) FROM pg_proc
  WHERE pronamespace = 'projcache'::regnamespace
    AND proname IN ('entries', 'stats', 'snapshots', 'entries_1_2_1', 'stats_1_2_1',
-                   'snapshots_1_2_1', 'entries_1_3_1', 'caches_1_3', 'caches_1_3_1')
+                   'snapshots_1_2_1', 'entries_1_3_1', 'caches_1_3', 'caches_1_3_1',
+                   'streams_1_4', 'stream_mappings_1_4', 'create_stream')
    AND aclcontains(proacl, makeaclitem(0, proowner, 'EXECUTE', false))}),
 		'0', "$from: none of those functions is PUBLIC's");
 	# What the role's objects do not touch: the members, their definitions
