@@ -339,6 +339,22 @@ SET client_min_messages = warning;
 DROP TABLE pg_temp.stream_registry;
 RESET ROLE;
 
+------------------------------------------------------------------------
+-- DROP ROLE of a stream's owner is refused (2BP01), until the stream goes
+------------------------------------------------------------------------
+CREATE ROLE st_dropme IN ROLE st_owner;
+SET ROLE st_dropme;
+SELECT projcache.create_stream('dropme', 'host=src password=x', 'pub');
+RESET ROLE;
+SELECT st.try('DROP ROLE st_dropme');
+BEGIN;
+SELECT projcache.drop_stream('dropme');
+SELECT st.try('DROP ROLE st_dropme');
+ROLLBACK;
+SELECT name, owner FROM projcache.streams WHERE name = 'dropme';
+SELECT projcache.drop_stream('dropme');
+DROP ROLE st_dropme;
+
 -- Clean up.
 SELECT count(projcache.drop_stream(name)) FROM projcache.streams;
 SELECT projcache.drop_cache('st_mine');

@@ -39,6 +39,11 @@
  * locks the registry's totals (lock_stream_totals()), so that two of them
  * cannot both take the last of projcache.max_streams.
  *
+ * DROP ROLE of a stream's owner, in projcache.database, is refused
+ * (pc_stream_of_owner(), which keycache_role_guard.c's guard asks):
+ * create_stream holds a lock on its owner until it commits, and the guard
+ * takes the lock DROP ROLE takes on the role before it reads the registry.
+ *
  * Nothing runs the streams yet: the views show each stream "stopped",
  * its counters at 0.
  *
@@ -50,11 +55,14 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/htup_details.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -67,11 +75,14 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "compat.h"
 #include "keycache_caches.h"
 #include "projcache.h"
 #include "shmem.h"
+#include "stream_registry.h"
 #include "user_switch.h"
 
 PG_FUNCTION_INFO_V1(projcache_create_stream);
@@ -582,6 +593,9 @@ projcache_create_stream(PG_FUNCTION_ARGS)
 				 errmsg("role \"pg_database_owner\" cannot own a stream")));
 	check_conninfo(name, conninfo, !super);
 	publication = check_publication(publication);
+
+	/* A DROP ROLE of the owner waits for this transaction, then sees it. */
+	LockSharedObject(AuthIdRelationId, GetUserId(), 0, AccessShareLock);
 	if (!PG_ARGISNULL(3))
 	{
 		slot_name = text_to_cstring(PG_GETARG_TEXT_PP(3));
@@ -1174,4 +1188,75 @@ projcache_stream_mappings(PG_FUNCTION_ARGS)
 	}
 	stream_end(&rs);
 	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * DROP ROLE's guard
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The streams' registry of this database, if it is projcache's own: a
+ * plain table, a member of the extension, owned by a superuser (as
+ * pc_caches_registry_relid() checks the caches').  A relation of that name
+ * made otherwise is never read as the bootstrap superuser.  InvalidOid if
+ * there is none.
+ */
+static Oid
+stream_registry_relid(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	Oid			ext = get_extension_oid("projcache", true);
+	Oid			relid;
+	HeapTuple	tup;
+	bool		ours;
+
+	if (!OidIsValid(nsp) || !OidIsValid(ext))
+		return InvalidOid;
+	relid = get_relname_relid("stream_registry", nsp);
+	if (!OidIsValid(relid) ||
+		getExtensionOfObject(RelationRelationId, relid) != ext)
+		return InvalidOid;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	ours = ((Form_pg_class) GETSTRUCT(tup))->relkind == RELKIND_RELATION &&
+		superuser_arg(((Form_pg_class) GETSTRUCT(tup))->relowner);
+	ReleaseSysCache(tup);
+	return ours ? relid : InvalidOid;
+}
+
+/*
+ * The name of a stream the role owns, in the registry as the latest
+ * snapshot has it (this transaction's changes included), or NULL: none, or
+ * this is not projcache.database, or it has no registry of ours.  For the
+ * guard that refuses DROP ROLE of a stream's owner, which holds the lock
+ * on the role that create_stream takes.
+ */
+char *
+pc_stream_of_owner(Oid role)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		args[1] = {ObjectIdGetDatum(role)};
+	PcUserSwitch rs;
+	SPIPlanPtr	plan;
+	char	   *name = NULL;
+
+	if (pc_database == NULL || IsInParallelMode() ||
+		strcmp(get_database_name(MyDatabaseId), pc_database) != 0 ||
+		!OidIsValid(stream_registry_relid()))
+		return NULL;
+	stream_begin(&rs);
+	plan = SPI_prepare("SELECT name FROM projcache.stream_registry"
+					   " WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+					   " ORDER BY name LIMIT 1",
+					   1, argtypes);
+	if (plan == NULL ||
+		SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
+							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read projcache.stream_registry");
+	if (SPI_processed > 0)
+		name = spi_string(0, 1);
+	stream_end(&rs);
+	return name;
 }
