@@ -17,6 +17,7 @@ OBJS = \
 	src/keycache_policy.o \
 	src/keycache_map.o \
 	src/keycache_entry.o \
+	src/keycache_map_check.o \
 	src/keycache_keylist.o \
 	src/keycache_roles.o \
 	src/keycache_ring.o \
@@ -49,6 +50,7 @@ OBJS = \
 	src/snapshot_index.o \
 	src/snapshot_fdw.o \
 	src/snapshot_dump.o \
+	src/stream_registry.o \
 	src/wal_records.o
 
 EXTENSION = projcache
@@ -68,6 +70,11 @@ TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
 PG_CPPFLAGS = -I$(srcdir)/src
+
+# The streams' registry parses connection strings with libpq, as
+# contrib/dblink links it.
+PG_CPPFLAGS += -I$(libpq_srcdir)
+SHLIB_LINK_INTERNAL += $(libpq)
 
 # PROJCACHE_ASSERTS=1 builds projcache's own code with assertions on (the
 # Assert()s of the server's headers and projcache's lock assertions), as a

@@ -158,6 +158,7 @@ typedef enum PcWaitEvent
 	PC_WAIT_SNAPSHOT_LOAD,		/* a reader waits for a snapshot's load */
 	PC_WAIT_WORKER,				/* the key cache worker between batches */
 	PC_WAIT_LAUNCHER,			/* the launcher between its checks */
+	PC_WAIT_MAP_CHECK,			/* the key map's self-check between walks */
 	PC_WAIT_EVENTS				/* how many; not an event */
 } PcWaitEvent;
 
@@ -175,6 +176,7 @@ pc_wait_event(PcWaitEvent which)
 		"projcache snapshot load",
 		"projcache worker",
 		"projcache launcher",
+		"projcache map check",
 	};
 	static uint32 ids[PC_WAIT_EVENTS];
 

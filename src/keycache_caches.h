@@ -221,6 +221,7 @@ extern void pc_caches_narrow_at_commit(const char *name, bool drop,
 extern void pc_cache_count(int slot, PcCacheCounter counter, uint64 n);
 extern bool pc_interval_ms(const Interval *iv, int64 *ms);
 extern bool pc_cache_may_read(const PcCacheReg *reg);
+extern bool pc_registry_name_ok(const char *name);
 extern Oid	pc_cache_bound_function(const char *signature, Oid stored_oid,
 									const char *owner_name, Oid cache_owner);
 

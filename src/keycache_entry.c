@@ -282,6 +282,15 @@ pc_entry_error_ref(const PcEntry *entry)
 	return pc_ref_dsa(entry->error);
 }
 
+/* A split entry's tail chunk; InvalidDsaPointer if it has none. */
+dsa_pointer
+pc_entry_tail_ref(const PcEntry *entry)
+{
+	if (!(entry->parts & PC_PART_SPLIT))
+		return InvalidDsaPointer;
+	return entry_tail(entry);
+}
+
 void
 pc_entry_periods(const PcEntry *entry, int32 *max_age_ms,
 				 int32 *stale_for_ms)

@@ -227,11 +227,18 @@ pc_key_cv(const char *key, uint32 len)
 	return &keymap_shared->key_cv[pc_key_hash(key, len) % PC_NUM_KEY_CVS];
 }
 
+/* The partition a key's hash picks: its high bits. */
+int
+pc_map_partition_index(uint32 hash)
+{
+	return (int) (hash >> (32 - PC_MAP_PARTITIONS_LOG2));
+}
+
 static PcMapPartition *
 partition_of(uint32 hash)
 {
 	(void) pc_area();			/* maps the table */
-	return &map_control->partitions[hash >> (32 - PC_MAP_PARTITIONS_LOG2)].p;
+	return &map_control->partitions[pc_map_partition_index(hash)].p;
 }
 
 /*
@@ -394,9 +401,9 @@ pc_entry_find(const PcKey *search, bool exclusive)
 	return entry;
 }
 
-/* Release an entry found or created locked. */
-void
-pc_entry_release(PcEntry *entry)
+/* Release the partition lock entry_locked() noted. */
+static void
+partition_release(void)
 {
 	PcMapPartition *part = held_partition;
 
@@ -407,6 +414,46 @@ pc_entry_release(PcEntry *entry)
 #endif
 	held_partition = NULL;
 	LWLockRelease(&part->lock);
+}
+
+/* Release an entry found or created locked. */
+void
+pc_entry_release(PcEntry *entry)
+{
+	partition_release();
+}
+
+/*
+ * The map's self-check (keycache_map_check.c) walks the partitions one at
+ * a time: pc_map_partition_lock() takes partition 'index' in shared mode,
+ * with no other lock of ours held, and counts it as an entry's lock until
+ * pc_map_partition_unlock().  While it is held, the partition's buckets and
+ * chains stay as they are.
+ */
+int
+pc_map_npartitions(void)
+{
+	return PC_MAP_PARTITIONS;
+}
+
+PcMapPartition *
+pc_map_partition_lock(int index)
+{
+	PcMapPartition *part;
+
+	Assert(index >= 0 && index < PC_MAP_PARTITIONS);
+	(void) pc_area();			/* maps the table */
+	part = &map_control->partitions[index].p;
+	pc_lock_alone(&part->lock, LW_SHARED);
+	entry_locked(part);
+	return part;
+}
+
+void
+pc_map_partition_unlock(PcMapPartition *part)
+{
+	Assert(part == held_partition);
+	partition_release();
 }
 
 /*

@@ -2,8 +2,9 @@
  *
  * keycache_map.h
  *	  What the key map's own files tell one another: keycache_map.c (the
- *	  table and its entries) and keycache_entry.c (an entry's body, and the
- *	  worker writing it).  No other file includes it.
+ *	  table and its entries), keycache_entry.c (an entry's body, and the
+ *	  worker writing it) and keycache_map_check.c (the map's self-check).
+ *	  No other file includes it.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -80,10 +81,15 @@ typedef struct BodyLayout
 
 /* keycache_map.c */
 extern PcRef *pc_map_chain_link(const PcEntry *entry, PcMapPartition **part);
+extern int	pc_map_partition_index(uint32 hash);
+extern int	pc_map_npartitions(void);
+extern PcMapPartition *pc_map_partition_lock(int index);
+extern void pc_map_partition_unlock(PcMapPartition *part);
 
 /* keycache_entry.c */
 extern void pc_body_layout(const PcEntry *entry, BodyLayout *l);
 extern dsa_pointer pc_entry_error_ref(const PcEntry *entry);
+extern dsa_pointer pc_entry_tail_ref(const PcEntry *entry);
 extern Size pc_chunks_footprint(Size head_size, Size tail_size);
 extern void pc_entry_chunks(const PcEntry *entry, Size *head_size, dsa_pointer *tail,
 							Size *tail_size);

@@ -492,12 +492,27 @@ registry_totals(const char *except, Oid owner, RegistryTotals *t)
  * ----------------------------------------------------------------
  */
 
+/*
+ * The characters of a registered name (a cache's, a stream's):
+ * [a-z][a-z0-9_]*.  Its length is checked apart, with its own message.
+ */
+bool
+pc_registry_name_ok(const char *name)
+{
+	size_t		len = strlen(name);
+	bool		ok = len > 0 && name[0] >= 'a' && name[0] <= 'z';
+
+	for (size_t i = 1; ok && i < len; i++)
+		ok = (name[i] >= 'a' && name[i] <= 'z') ||
+			(name[i] >= '0' && name[i] <= '9') || name[i] == '_';
+	return ok;
+}
+
 /* A cache's name: [a-z][a-z0-9_]*, at most NAMEDATALEN - 1 bytes, not "default". */
 static void
 check_cache_name(const char *name)
 {
 	size_t		len = strlen(name);
-	bool		ok = len > 0 && name[0] >= 'a' && name[0] <= 'z';
 
 	if (len >= NAMEDATALEN)
 		ereport(ERROR,
@@ -505,10 +520,7 @@ check_cache_name(const char *name)
 				 errmsg("cache name is %zu bytes long, longer than %d", len,
 						NAMEDATALEN - 1)));
 
-	for (size_t i = 1; ok && i < len; i++)
-		ok = (name[i] >= 'a' && name[i] <= 'z') ||
-			(name[i] >= '0' && name[i] <= '9') || name[i] == '_';
-	if (!ok)
+	if (!pc_registry_name_ok(name))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid cache name \"%s\"", name),

@@ -20,6 +20,7 @@
 
 #include "keycache.h"
 #include "keycache_caches.h"
+#include "stream_registry.h"
 #include "user_switch.h"
 
 /* ----------------------------------------------------------------
@@ -47,6 +48,11 @@
  *	 the worker.
  *
  * DROP OWNED does not revoke caches: revoke_cache and drop_cache do.
+ *
+ * A change stream (1.4) names its owner the same way: in
+ * projcache.database, DROP ROLE of it is refused too (the registry read by
+ * stream_registry.c).  Streams have no published copy yet, so a DROP ROLE
+ * in another database does not see them.
  * ----------------------------------------------------------------
  */
 static object_access_hook_type prev_object_access_hook = NULL;
@@ -275,6 +281,7 @@ refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
 {
 	char		cache[NAMEDATALEN] = "";
 	const char *as = NULL;
+	char	   *stream;
 
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
@@ -300,6 +307,15 @@ refuse_named_role_drop(ObjectAccessType access, Oid classId, Oid objectId,
 						GetUserNameFromId(objectId, false), cache),
 				 errdetail("It is the cache's %s.", as),
 				 errhint("Drop the cache, revoke it from the role, or change its fetch role, in database \"%s\".",
+						 pc_database ? pc_database : "")));
+	stream = pc_stream_of_owner(objectId);
+	if (stream != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("role \"%s\" cannot be dropped because stream \"%s\" depends on it",
+						GetUserNameFromId(objectId, false), stream),
+				 errdetail("It is the stream's owner."),
+				 errhint("Drop the stream in database \"%s\".",
 						 pc_database ? pc_database : "")));
 }
 

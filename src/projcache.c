@@ -72,6 +72,7 @@ int			pc_batch_interval_ms = 100;
 int			pc_fetch_timeout_ms = 30 * 1000;
 int			pc_max_memory_kb = 64 * 1024;
 int			pc_max_snapshots = 64;
+int			pc_max_streams = 4;
 int			pc_snap_memory_kb = -1;
 int			pc_snap_memory_per_owner_kb = -1;
 int			pc_max_snapshots_per_owner = -1;
@@ -284,6 +285,15 @@ define_settings(void)
 							NULL,
 							&pc_max_snapshots,
 							64, 1, 10000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("projcache.max_streams",
+							"Sets the most change streams that may be registered.",
+							"A role that is not a superuser may own at most half of them.",
+							&pc_max_streams,
+							4, 0, 64,
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);

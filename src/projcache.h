@@ -58,6 +58,7 @@ extern int	pc_batch_interval_ms;
 extern int	pc_fetch_timeout_ms;
 extern int	pc_max_memory_kb;
 extern int	pc_max_snapshots;
+extern int	pc_max_streams;
 extern int	pc_snap_memory_kb;
 extern int	pc_snap_memory_per_owner_kb;
 extern int	pc_max_snapshots_per_owner;

@@ -48,6 +48,8 @@ typedef struct PcAreaShared
 	int			dsa_tranche;
 	pg_atomic_uint64 memory_used;	/* DSA bytes taken by keys, values and
 									 * messages (pc_dsa_footprint) */
+	pg_atomic_uint64 changes;	/* bumped after each change of memory_used
+								 * (pc_area_changes) */
 	/* the DSA area follows, at area_offset() */
 } PcAreaShared;
 
@@ -151,6 +153,7 @@ pc_area_shmem_startup(void)
 	{
 		area_shared->dsa_tranche = LWLockNewTrancheId();
 		pg_atomic_init_u64(&area_shared->memory_used, 0);
+		pg_atomic_init_u64(&area_shared->changes, 0);
 		advise_huge_pages(area_base(), pc_dsa_bytes());
 		area_creating = dsa_create_in_place(area_base(), pc_dsa_bytes(),
 											area_shared->dsa_tranche, NULL);
@@ -198,6 +201,32 @@ void
 pc_area_charge(Size footprint)
 {
 	pg_atomic_fetch_add_u64(&area_shared->memory_used, footprint);
+	pg_atomic_fetch_add_u64(&area_shared->changes, 1);
+}
+
+/*
+ * How many times memory_used has changed since the area was created.  A
+ * reader that finds the same count before and after reading several
+ * things knows that no chunk was allocated or freed meanwhile (the key
+ * map's self-check, keycache_map_check.c).
+ */
+uint64
+pc_area_changes(void)
+{
+	return pg_atomic_read_u64(&area_shared->changes);
+}
+
+/*
+ * How many bytes of the area's one segment there are from dp on (0 if dp
+ * is not in it): the key map's self-check tests a reference with it before
+ * it reads what the reference points to.
+ */
+Size
+pc_area_bytes_from(dsa_pointer dp)
+{
+	if (dp == 0 || dp >= pc_dsa_bytes())
+		return 0;
+	return pc_dsa_bytes() - dp;
 }
 
 static void
@@ -387,12 +416,14 @@ pc_alloc_internal(Size size, Size bound)
 	if (pg_atomic_add_fetch_u64(&area_shared->memory_used, footprint) > bound)
 	{
 		pg_atomic_fetch_sub_u64(&area_shared->memory_used, footprint);
+		pg_atomic_fetch_add_u64(&area_shared->changes, 1);
 		return InvalidDsaPointer;
 	}
 	dp = dsa_allocate_extended(pc_area(), size,
 							   DSA_ALLOC_NO_OOM | DSA_ALLOC_HUGE);
 	if (!DsaPointerIsValid(dp))
 		pg_atomic_fetch_sub_u64(&area_shared->memory_used, footprint);
+	pg_atomic_fetch_add_u64(&area_shared->changes, 1);
 	return dp;
 }
 
@@ -439,6 +470,7 @@ pc_free(dsa_pointer dp, Size size)
 		return;
 	dsa_free(pc_area(), dp);
 	pg_atomic_fetch_sub_u64(&area_shared->memory_used, pc_dsa_footprint(size));
+	pg_atomic_fetch_add_u64(&area_shared->changes, 1);
 }
 
 /* The part of projcache.max_memory counted against pc_key_memory_bound(). */

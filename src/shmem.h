@@ -15,7 +15,12 @@
  * The area's own state:
  * - memory_used (atomic): DSA bytes taken, as pc_dsa_footprint() counts
  *	 them, by keys, values and messages; snapshot rows are counted apart,
- *	 by the snapshot slots (snapshot_store.c).
+ *	 by the snapshot slots (snapshot_store.c).  What charges it: pc_alloc()
+ *	 (entries' chunks and the key map's grown bucket arrays),
+ *	 pc_store_message() (the keys' and the snapshots' messages) and
+ *	 pc_area_charge() (the key map's first bucket arrays).
+ * - changes (atomic): bumped after each change of memory_used, so that a
+ *	 reader can tell that nothing was allocated or freed while it looked.
  * - the DSA's own lock: its allocator.  It comes below every lock of ours
  *	 (an allocation under a partition or slot lock; see locks.h).
  *
@@ -38,6 +43,8 @@ extern dsa_area *pc_area_being_created(char **segment);
 extern void pc_area_shmem_startup_done(void);
 extern void pc_area_on_attach(PcAreaAttachFn fn);
 extern void pc_area_charge(Size footprint);
+extern uint64 pc_area_changes(void);
+extern Size pc_area_bytes_from(dsa_pointer dp);
 
 extern bool pc_loaded(void);
 extern void pc_require_loaded(void);

@@ -49,6 +49,7 @@ extern void pc_snap_shmem_startup(void);
 extern bool pc_snap_memory_reserve(Size footprint);
 extern void pc_snap_memory_release(Size footprint);
 extern Size pc_snap_memory_used(void);
+extern Size pc_snap_messages_footprint(void);
 extern void pc_snap_registry_changed(void);
 extern uint64 pc_snap_registry_generation(void);
 extern PcSnapRef pc_snap_acquire(Oid dbid, const char *name, int64 reg_id,

@@ -134,6 +134,28 @@ pc_snap_memory_used(void)
 }
 
 /*
+ * What the slots' last error messages take from the keys' memory
+ * (pc_store_message() charges them there, not to snapshot_memory), for the
+ * key map's self-check: each slot's lock in shared mode, one at a time.
+ */
+Size
+pc_snap_messages_footprint(void)
+{
+	PcSnapSlot *slots = pc_snap_slots();
+	Size		total = 0;
+	int			i;
+
+	for (i = 0; i < pc_snap_shared->max_snapshots; i++)
+	{
+		pc_lock_inner(pc_snap_slot_lock(i), LW_SHARED);
+		if (DsaPointerIsValid(slots[i].last_error))
+			total += pc_dsa_footprint(slots[i].last_error_bytes);
+		LWLockRelease(pc_snap_slot_lock(i));
+	}
+	return total;
+}
+
+/*
  * A transaction that changed a snapshot registry committed: each backend's
  * copy of the registry is read again (snapshot_regcache.c).
  */

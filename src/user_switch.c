@@ -15,9 +15,10 @@
  *	 PC_AS_EXTENSION: the bootstrap superuser, with search_path
  *	 "pg_catalog, pg_temp".  Only projcache's own fixed SQL, every operator
  *	 and function qualified, on its own tables (the snapshot registry and
- *	 its sequence, whose SQL is all in snapshot_registry.c, and the named
+ *	 its sequence, whose SQL is all in snapshot_registry.c, the named
  *	 caches' registry, whose SQL is in keycache_registry.c and
- *	 keycache_caches.c; PUBLIC may read none of them) and on the catalogs; and the storing of a
+ *	 keycache_caches.c, and the change streams' registry, whose SQL is in
+ *	 stream_registry.c; PUBLIC may read none of them) and on the catalogs; and the storing of a
  *	 snapshot's backing view, from a query tree the owner's analysis made
  *	 (snapshot_view.c, pc_snap_create_view): no caller's text is parsed
  *	 then, and nothing of the caller's runs.

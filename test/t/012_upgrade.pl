@@ -4,8 +4,9 @@
 # ALTER EXTENSION projcache UPDATE TO '1.2.1' (1.0 -> 1.1.1 -> 1.2 -> 1.2.1,
 # through the direct update to 1.1.1, which does what 1.0 -> 1.0.1 -> 1.1
 # -> 1.1.1 does), compared with a fresh 1.2.1; then every way on to 1.3,
-# compared with a fresh 1.3, and to 1.3.1, the default version, compared
-# with a fresh 1.3.1 (at the end).
+# compared with a fresh 1.3, and to 1.4, the default version, compared
+# with a fresh 1.4 (at the end; there is no projcache--1.4.sql: a fresh
+# 1.4 is projcache--1.3.1.sql, then projcache--1.3.1--1.4.sql).
 #
 # - The newest library serves a database whose SQL is still 1.0: a snapshot
 #   registered and read there loads.
@@ -44,7 +45,7 @@
 #   such views made on 1.1.1 (which stopped its update to 1.2, dropping
 #   entries() and stats()) do not block it and work after it, and the
 #   entries view shows the cache column.  Each of those ways equals a
-#   fresh 1.3.1 install.
+#   fresh install of the default version, 1.4 (through 1.3.1).
 
 use strict;
 use warnings;
@@ -478,7 +479,7 @@ for my $db ('old_db', 'fresh_db')
 	$dx{$db} = $stdout;
 }
 # (18's \dx has a "Default version" column too)
-like($dx{old_db}, qr/^ projcache \| 1\.2\.1 +\|(?: 1\.3\.1 +\|)? projcache \|/m,
+like($dx{old_db}, qr/^ projcache \| 1\.2\.1 +\|(?: 1\.4 +\|)? projcache \|/m,
 	'\dx shows old_db at 1.2.1');
 like($dx{old_db}, qr/Objects in extension "projcache"/,
 	'\dx+ lists the members');
@@ -551,23 +552,23 @@ for my $db (sort keys %paths)
 }
 
 # ---------------------------------------------------------------------------
-# 1.3.1, the default version: CREATE EXTENSION without a version installs
+# 1.4, the default version: CREATE EXTENSION without a version installs
 # it.  Each way above, updated on from 1.3, equals that fresh install; so
 # does the update of each version before 1.2 straight to the default,
-# which takes projcache--1.1.1--1.3.1.sql.
+# which takes projcache--1.1.1--1.3.1.sql, then projcache--1.3.1--1.4.sql.
 # ---------------------------------------------------------------------------
-$node->safe_psql('postgres', 'CREATE DATABASE fresh_131');
-$node->safe_psql('fresh_131', 'CREATE EXTENSION projcache');
-is($node->safe_psql('fresh_131',
+$node->safe_psql('postgres', 'CREATE DATABASE fresh_14');
+$node->safe_psql('fresh_14', 'CREATE EXTENSION projcache');
+is($node->safe_psql('fresh_14',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.3.1', 'CREATE EXTENSION projcache installs 1.3.1');
-$node->safe_psql('fresh_131', $common);
-$node->safe_psql('fresh_131', $common_versioned);
+	'1.4', 'CREATE EXTENSION projcache installs 1.4');
+$node->safe_psql('fresh_14', $common);
+$node->safe_psql('fresh_14', $common_versioned);
 # What the update copies from entries_1_2_1() to entries_1_3_1().
-$node->safe_psql('fresh_131',
+$node->safe_psql('fresh_14',
 	'GRANT EXECUTE ON FUNCTION projcache.entries_1_3_1() TO app');
 $node->safe_psql(
-	'fresh_131', q{
+	'fresh_14', q{
 SET ROLE snap_owner;
 SELECT projcache.create_snapshot('grants',
 	'SELECT user_id, audience FROM public.grants', '1h');
@@ -577,8 +578,8 @@ for my $db (sort keys %paths)
 	$node->safe_psql($db, 'ALTER EXTENSION projcache UPDATE');
 	is( $node->safe_psql(
 			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-		'1.3.1', "$db, then 1.3 -> 1.3.1: at the default version");
-	equals_fresh($db, 'fresh_131', "$db, then 1.3 -> 1.3.1");
+		'1.4', "$db, then 1.3 -> 1.3.1 -> 1.4: at the default version");
+	equals_fresh($db, 'fresh_14', "$db, then 1.3 -> 1.3.1 -> 1.4");
 }
 for my $from ('1.0', '1.0.1', '1.1', '1.1.1')
 {
@@ -589,19 +590,19 @@ for my $from ('1.0', '1.0.1', '1.1', '1.1.1')
 	$node->safe_psql($db, 'ALTER EXTENSION projcache UPDATE');
 	is( $node->safe_psql(
 			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-		'1.3.1', "$from -> 1.3.1: at the default version");
+		'1.4', "$from -> 1.3.1 -> 1.4: at the default version");
 	$node->safe_psql(
 		$db, q{
 SET ROLE snap_owner;
 SELECT projcache.create_snapshot('grants',
 	'SELECT user_id, audience FROM public.grants', '1h');
 });
-	equals_fresh($db, 'fresh_131', "$from -> 1.3.1");
+	equals_fresh($db, 'fresh_14', "$from -> 1.3.1 -> 1.4");
 }
 
 # ---------------------------------------------------------------------------
 # Objects of a non-owner role on the extension's functions and views do not
-# block the update to 1.3.1, and work after it: from 1.2 (through 1.2.1
+# block the update to 1.4, and work after it: from 1.2 (through 1.2.1
 # and 1.3), and from 1.1 and 1.1.1 (through projcache--1.1.1--1.3.1.sql:
 # 1.1.1 -> 1.2 dropped entries() and stats(), and such a view made it
 # fail).  The role's views keep the columns they were made with, also those
@@ -677,7 +678,7 @@ SELECT projcache.create_snapshot('grants', 'SELECT user_id, audience FROM public
 	  or diag($err);
 	is( $node->safe_psql(
 			$db, "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-		'1.3.1', "$from: updated to 1.3.1, the default version");
+		'1.4', "$from: updated to 1.4, the default version");
 	is($node->safe_psql($db, $user_reads), $user_reads_out,
 		"$from: after the update, the role's views and its reads of the extension's views work");
 	is($node->safe_psql($db, $user_columns), $columns_before,
@@ -698,19 +699,21 @@ SELECT string_agg(c.relname || ':' || p.proname, ',' ORDER BY c.relname)
   JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
   JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
  WHERE c.relnamespace = 'projcache'::regnamespace}),
-		'caches:caches_1_3_1,entries:entries_1_3_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1',
+		'caches:caches_1_3_1,entries:entries_1_3_1,snapshots:snapshots_1_2_1,stats:stats_1_2_1,'
+		  . 'stream_mappings:stream_mappings_1_4,streams:streams_1_4',
 		"$from: the extension's views read the versioned functions");
 	is( $node->safe_psql(
 			$db, q{
 SELECT count(*) FROM pg_proc
  WHERE pronamespace = 'projcache'::regnamespace
    AND proname IN ('entries', 'stats', 'snapshots', 'entries_1_2_1', 'stats_1_2_1',
-                   'snapshots_1_2_1', 'entries_1_3_1', 'caches_1_3', 'caches_1_3_1')
+                   'snapshots_1_2_1', 'entries_1_3_1', 'caches_1_3', 'caches_1_3_1',
+                   'streams_1_4', 'stream_mappings_1_4', 'create_stream')
    AND aclcontains(proacl, makeaclitem(0, proowner, 'EXECUTE', false))}),
 		'0', "$from: none of those functions is PUBLIC's");
 	# What the role's objects do not touch: the members, their definitions
 	# and descriptions.
-	equals_fresh($db, 'fresh_131', "$from, with the role's views",
+	equals_fresh($db, 'fresh_14', "$from, with the role's views",
 		'extension members', 'definitions of the members',
 		'descriptions of the members', 'configuration tables');
 }

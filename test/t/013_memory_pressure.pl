@@ -232,6 +232,12 @@ is( $node->safe_psql(
 cmp_ok(stat_value($node, 'memory_used'), '<=', $limit,
 	'memory_used is within memory_limit');
 
+# The key map checks out: its invariants hold (debug_check_map() raises
+# data_corrupted at the first one broken), and it holds the keys
+# projcache.entries lists.
+my ($checked, $listed) = key_map_check($node);
+is($checked, $listed, 'the key map checks out');
+
 is(worker_pid($node), $pid, 'the worker kept its pid');
 log_shows_no_crash($node);
 $node->stop;

@@ -31,7 +31,7 @@
 #   mallory's objects ran; the registry's id default that the 1.0 script
 #   bound to mallory's nextval(text) is pg_catalog.nextval again.  The
 #   updates from 1.2, 1.1.1 (the direct projcache--1.1.1--1.3.1.sql) and
-#   1.3 run none of mallory's objects either, also those named like the
+#   1.3, each on to 1.4, run none of mallory's objects either, also those named like the
 #   functions they add (entries_1_2_1(), entries_1_3_1(), caches_1_3_1(),
 #   with a default or variadic argument): the update fails on such a call
 #   as ambiguous, or completes.
@@ -82,6 +82,12 @@ SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
  WHERE target = '1.3.1' AND path IS NOT NULL ORDER BY source}),
 	"1.0 -> 1.0--1.1.1--1.3.1\n1.0.1 -> 1.0.1--1.1.1--1.3.1\n1.1 -> 1.1--1.1.1--1.3.1\n1.1.1 -> 1.1.1--1.3.1\n1.2 -> 1.2--1.2.1--1.3--1.3.1\n1.2.1 -> 1.2.1--1.3--1.3.1\n1.3 -> 1.3--1.3.1",
 	'updates to 1.3.1 from 1.1.1 and before take the direct 1.1.1--1.3.1, which drops nothing; from 1.2 on, through 1.3');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT source || ' -> ' || path FROM pg_extension_update_paths('projcache')
+ WHERE target = '1.4' AND path IS NOT NULL ORDER BY source}),
+	"1.0 -> 1.0--1.1.1--1.3.1--1.4\n1.0.1 -> 1.0.1--1.1.1--1.3.1--1.4\n1.1 -> 1.1--1.1.1--1.3.1--1.4\n1.1.1 -> 1.1.1--1.3.1--1.4\n1.2 -> 1.2--1.2.1--1.3--1.3.1--1.4\n1.2.1 -> 1.2.1--1.3--1.3.1--1.4\n1.3 -> 1.3--1.3.1--1.4\n1.3.1 -> 1.3.1--1.4",
+	'updates to 1.4 go through 1.3.1');
 
 # A database where mallory may create schemas, and the sequence pwn()
 # counts its calls in.
@@ -279,8 +285,8 @@ my ($rc, $out, $err) =
   $node->psql('shared_update', 'ALTER EXTENSION projcache UPDATE');
 is($rc, 0, "(b') the update from 1.0 in a superuser's schema completes");
 unlike($err, qr/hostile code ran/, "(b') without running mallory's code");
-is(extversion('shared_update'), '1.3.1',
-	"(b') projcache is at 1.3.1, the default version");
+is(extversion('shared_update'), '1.4',
+	"(b') projcache is at 1.4, the default version");
 is($node->safe_psql('shared_update', $registry_default),
 	"nextval('projcache.snapshot_registry_id_seq'::regclass)|0",
 	"(b') the registry's id default is pg_catalog.nextval(regclass) again");
@@ -365,7 +371,7 @@ for my $c (@shared_updates)
 	if (!defined $ambiguous)
 	{
 		is($rc, 0, "$what: the update completes") or diag($err);
-		is(extversion($db), '1.3.1', "$what: projcache is at 1.3.1");
+		is(extversion($db), '1.4', "$what: projcache is at 1.4");
 	}
 	else
 	{
@@ -401,19 +407,19 @@ is( $node->safe_psql(
 SELECT e.extversion, n.nspowner::regrole = current_user::regrole
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'projcache'}),
-	'1.3.1|t',
-	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.3.1');
+	'1.4|t',
+	'(c) CREATE EXTENSION makes schema projcache, the superuser\'s, and installs 1.4');
 
 $node->safe_psql('postgres', 'CREATE DATABASE restored');
 $node->safe_psql('restored',
 	'CREATE SCHEMA projcache; CREATE EXTENSION projcache WITH SCHEMA projcache');
-is(extversion('restored'), '1.3.1',
+is(extversion('restored'), '1.4',
 	'(c) a schema a superuser made first (as a restored dump does) passes the check');
 
 $node->safe_psql('postgres', 'CREATE DATABASE old');
 $node->safe_psql('old', "CREATE EXTENSION projcache VERSION '1.0'");
 $node->safe_psql('old', 'ALTER EXTENSION projcache UPDATE');
-is(extversion('old'), '1.3.1', '(c) the update from 1.0 in its own schema works');
+is(extversion('old'), '1.4', '(c) the update from 1.0 in its own schema works');
 
 $node->stop;
 done_testing();

@@ -25,7 +25,7 @@
 #   binary-upgrade mode, where the launcher stays out);
 # - a named cache (1.3) made on the old server keeps its registry row, is
 #   published, and reads for the role granted it (42501 for another); a
-#   database still at 1.2 updates to 1.3.1, the default version, after the
+#   database still at 1.2 updates to 1.4, the default version, after the
 #   upgrade and reads it.
 
 use strict;
@@ -135,7 +135,7 @@ RESET ROLE;
 is($old->safe_psql('postgres', 'SET ROLE app; SELECT user_id FROM cached.billing'),
 	'1', 'the old server reads the snapshot through the foreign table and its view');
 
-# A named cache (1.3; the old server installed 1.3.1, the default version)
+# A named cache (1.3; the old server installed 1.4, the default version)
 # granted to app, and a database whose extension is still at 1.2.
 $old->safe_psql(
 	'postgres', q{
@@ -153,6 +153,37 @@ GRANT EXECUTE ON FUNCTION projcache.get(text) TO outsider;
 GRANT SELECT ON projcache.caches TO app;
 CREATE DATABASE db12;
 });
+
+# A change stream (1.4) of app's, mapped to the named cache, the default
+# cache and a snapshot: its owner and its mappings' identities are kept.
+my $stream_rows = q{
+SELECT s.name || ' ' || s.owner || ' ' || s.publication || ' '
+       || m.source_table || ' ' || coalesce(m.cache_name, '-') || ' '
+       || coalesce((m.cache_created_at = c.created_at)::text, '-') || ' '
+       || coalesce(n.name, '-')
+  FROM projcache.stream_mapping_registry m
+  JOIN projcache.stream_registry s ON s.id = m.stream_id
+  LEFT JOIN projcache.cache_registry c ON c.name = m.cache_name
+  LEFT JOIN projcache.snapshot_registry n ON n.id = m.snapshot_id
+ ORDER BY 1};
+$old->safe_psql(
+	'postgres', q{
+GRANT EXECUTE ON FUNCTION projcache.create_stream(text, text, text, text),
+	projcache.stream_table(text, text, text, text, text)
+	TO app;
+SET ROLE app;
+SELECT projcache.create_stream('orders', 'host=src password=pw', 'pub');
+RESET ROLE;
+SELECT projcache.stream_table('orders', 'public.orders', 'id', 'flags');
+SELECT projcache.stream_table('orders', 'public.orders', 'id');
+SELECT projcache.stream_snapshot('orders', 'public.grants', 'grants');
+});
+my $streams_before = $old->safe_psql('postgres', $stream_rows);
+is( $streams_before,
+	"orders app pub public.grants - - grants\n"
+	  . "orders app pub public.orders - - -\n"
+	  . "orders app pub public.orders flags true -",
+	'the old server has the stream and its three mappings');
 $old->safe_psql('db12', "CREATE EXTENSION projcache VERSION '1.2'");
 
 # What the new server must show the same: the settings, the extension's
@@ -400,6 +431,9 @@ is( $new->safe_psql(
 		q{SELECT name || ' ' || expiry || ' ' || readers::text FROM projcache.cache_registry}),
 	'flags 00:10:00 {app}',
 	'the named caches\' registry kept its row');
+is($new->safe_psql('postgres', $stream_rows),
+	$streams_before,
+	'the streams\' registry kept its stream, its owner and its mappings');
 my $published = 0;
 for (1 .. 600)
 {
@@ -420,12 +454,12 @@ is( $new->safe_psql(
 like($err, qr/42501.*permission denied for cache "flags"/s,
 	'a role not granted the cache is refused with 42501');
 
-# The database still at 1.2 after pg_upgrade updates to 1.3.1, and reads
+# The database still at 1.2 after pg_upgrade updates to 1.4, and reads
 # the named cache there.
 $new->safe_psql('db12', 'ALTER EXTENSION projcache UPDATE');
 is( $new->safe_psql(
 		'db12', "SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.3.1', 'a database at 1.2 before pg_upgrade updates to 1.3.1 after it');
+	'1.4', 'a database at 1.2 before pg_upgrade updates to 1.4 after it');
 $new->safe_psql('db12',
 	'GRANT USAGE ON SCHEMA projcache TO app; GRANT EXECUTE ON FUNCTION projcache.get(text, interval) TO app'
 );

@@ -242,7 +242,7 @@ $node->command_ok([ 'pg_dump', '-d', $node->connstr('postgres'), '-f', $dump ],
 like(slurp_file($dump), qr/COPY projcache\.cache_registry\b/,
 	'the dump carries the data of projcache.cache_registry');
 $node->safe_psql('postgres', 'CREATE DATABASE restored');
-# The dump says CREATE EXTENSION IF NOT EXISTS without a version: 1.3.1, the
+# The dump says CREATE EXTENSION IF NOT EXISTS without a version: 1.4, the
 # default, into an empty database.
 ($rc, $out, $err) =
   $node->psql('restored', slurp_file($dump), on_error_stop => 0);
@@ -251,7 +251,7 @@ is(join("\n", $err =~ /(ERROR:.*)/g),
 is( $node->safe_psql(
 		'restored',
 		"SELECT extversion FROM pg_extension WHERE extname = 'projcache'"),
-	'1.3.1', 'the restored extension is at 1.3.1, the default version');
+	'1.4', 'the restored extension is at 1.4, the default version');
 is( $node->safe_psql(
 		'restored',
 		q{SELECT name, owner, fetch_function, expiry, readers FROM projcache.cache_registry ORDER BY name}

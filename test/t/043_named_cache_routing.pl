@@ -351,6 +351,12 @@ COMMIT;
 		'default', "$r, sources back: lapsed:a reads the default function");
 }
 
+# The key map checks out: its invariants hold (debug_check_map() raises
+# data_corrupted at the first one broken), and it holds the keys
+# projcache.entries lists.
+my ($checked, $listed) = key_map_check($node);
+is($checked, $listed, 'the key map checks out');
+
 log_shows_no_crash($node);
 
 done_testing();

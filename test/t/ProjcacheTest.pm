@@ -60,6 +60,7 @@ our @EXPORT = qw(
   wait_session
   log_shows_no_crash
   wait_event_of
+  key_map_check
 );
 
 # A failed poll should fail the test in seconds, not minutes: the whole TAP
@@ -470,6 +471,38 @@ sub log_shows_no_crash
 		qr/PANIC|TRAP:|terminated by signal|(?:server process|client backend) .* exited with exit code/i,
 		'the log shows no crash');
 	return;
+}
+
+=pod
+
+=item key_map_check(node)
+
+Checks the key map with C<projcache.debug_check_map()>, which raises
+C<data_corrupted> (and so fails the test) at the first invariant it finds
+broken, and returns the entries it walked and the rows of
+C<projcache.entries> (read as the bootstrap superuser, who sees every key).
+The rows are counted before and after the check, again until the two
+counts agree (the worker may still be fetching or evicting), so the two
+numbers are equal when the map checks out.
+
+=cut
+
+sub key_map_check
+{
+	my ($node) = @_;
+	my $count = 'SELECT count(*) FROM projcache.entries';
+	my ($before, $checked, $after);
+
+	for my $try (1 .. 50)
+	{
+		$before = $node->safe_psql('postgres', $count);
+		$checked = $node->safe_psql('postgres',
+			'SELECT entries FROM projcache.debug_check_map()');
+		$after = $node->safe_psql('postgres', $count);
+		last if $before eq $after;
+		sleep(1);
+	}
+	return ($checked, $after);
 }
 
 =pod

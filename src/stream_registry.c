@@ -1,0 +1,1262 @@
+/*-------------------------------------------------------------------------
+ *
+ * stream_registry.c
+ *	  The change streams' registry (1.4): projcache.stream_registry and
+ *	  projcache.stream_mapping_registry, the SQL functions that change them
+ *	  (create_stream, alter_stream, stream_table, stream_snapshot,
+ *	  unstream_table, drop_stream), the checks each makes first, and the
+ *	  functions behind the views projcache.streams and
+ *	  projcache.stream_mappings.
+ *
+ * The registry is the tables of the database projcache.database, as the
+ * named caches' is: these functions refuse to run in another.  Its rows
+ * are read and written as the bootstrap superuser (pc_become_extension),
+ * by SQL text written here only, with the caller's values as parameters,
+ * once the caller's rights are checked:
+ *
+ *	 - create_stream: EXECUTE on it (not granted to PUBLIC); the caller
+ *	   becomes the owner.  A stream of an owner who is not a superuser has
+ *	   a password in its connection string and names no file or service
+ *	   of this server (check_conninfo(), 2F003);
+ *	 - alter_stream, drop_stream, stream_table, stream_snapshot,
+ *	   unstream_table: the privileges of the stream's owner (superusers
+ *	   have them); stream_table also the privileges of the named cache's
+ *	   owner, or a superuser for the default cache; stream_snapshot the
+ *	   privileges of the snapshot's owner.
+ *
+ * A stream's owner, a mapping's stream, cache and snapshot are stored by
+ * identity: the owner as a regrole (its OID; pg_dump writes its name, and
+ * pg_upgrade keeps role OIDs), the stream by its id, a named cache by its
+ * name and created_at (a cache dropped and made again is another cache:
+ * see create_cache) and a snapshot by its id.  Foreign keys with ON DELETE
+ * CASCADE delete a mapping with its stream, its cache or its snapshot.
+ *
+ * Locks: a change of a stream or of its mappings locks the stream's row
+ * (FOR UPDATE), once the caller is known to own it, so that a role that
+ * does not own the stream never holds its lock; a mapping's cache or
+ * snapshot row is locked FOR KEY SHARE (as its foreign key would), so that
+ * it is not dropped under the check of its owner.  create_stream also
+ * locks the registry's totals (lock_stream_totals()), so that two of them
+ * cannot both take the last of projcache.max_streams.
+ *
+ * DROP ROLE of a stream's owner, in projcache.database, is refused
+ * (pc_stream_of_owner(), which keycache_role_guard.c's guard asks):
+ * create_stream holds a lock on its owner until it commits, and the guard
+ * takes the lock DROP ROLE takes on the role before it reads the registry.
+ *
+ * Nothing runs the streams yet: the views show each stream "stopped",
+ * its counters at 0.
+ *
+ * Copyright (c) 2026, projcache developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/htup_details.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "libpq-fe.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "compat.h"
+#include "keycache_caches.h"
+#include "projcache.h"
+#include "shmem.h"
+#include "stream_registry.h"
+#include "user_switch.h"
+
+PG_FUNCTION_INFO_V1(projcache_create_stream);
+PG_FUNCTION_INFO_V1(projcache_alter_stream);
+PG_FUNCTION_INFO_V1(projcache_stream_table);
+PG_FUNCTION_INFO_V1(projcache_stream_snapshot);
+PG_FUNCTION_INFO_V1(projcache_unstream_table);
+PG_FUNCTION_INFO_V1(projcache_drop_stream);
+PG_FUNCTION_INFO_V1(projcache_streams);
+PG_FUNCTION_INFO_V1(projcache_stream_mappings);
+
+/* The mappings one stream may have. */
+#define PC_MAX_STREAM_MAPPINGS	256
+
+/* The columns of projcache.streams and projcache.stream_mappings. */
+#define STREAMS_COLS			20
+#define STREAM_MAPPINGS_COLS	8
+
+/*
+ * Connection options that a stream of an owner who is not a superuser may
+ * not set: each makes the connection use a file or a service entry of
+ * this server (sslrootcert=system names none).
+ */
+typedef struct ServerFileOption
+{
+	const char *keyword;
+	const char *allowed;		/* a value that names no file, or NULL */
+} ServerFileOption;
+
+static const ServerFileOption server_file_options[] = {
+	{"passfile", NULL},
+	{"service", NULL},
+	{"sslcert", NULL},
+	{"sslkey", NULL},
+	{"sslrootcert", "system"},
+	{"sslcrl", NULL},
+	{"sslcrldir", NULL},
+	{"sslkeylogfile", NULL},
+};
+
+/* ----------------------------------------------------------------
+ * The registry's statements
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The registry is projcache.database's tables: refuse to run elsewhere,
+ * where tables of those names are not what the streams' workers read.
+ */
+static void
+check_stream_database(void)
+{
+	pc_require_loaded();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("streams are changed on the primary"),
+				 errdetail("A standby reads the registry its primary wrote.")));
+
+	/*
+	 * The totals that bound the registry are read after its lock is taken:
+	 * under a transaction snapshot taken before, they would miss what other
+	 * transactions committed meanwhile.
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("streams are changed in READ COMMITTED transactions only"),
+				 errdetail("The bound on streams is checked against what is committed when the registry is locked.")));
+	if (pc_database == NULL ||
+		strcmp(get_database_name(MyDatabaseId), pc_database) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("streams are registered in database \"%s\"",
+						pc_database ? pc_database : ""),
+				 errdetail("The streams' workers read the registry of the database projcache.database names only."),
+				 errhint("Connect to database \"%s\" to register, change or drop a stream.",
+						 pc_database ? pc_database : "")));
+}
+
+/* Statements on the registry: as the bootstrap superuser, in SPI. */
+static void
+stream_begin(PcUserSwitch *rs)
+{
+	pc_become_extension(rs);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+stream_end(PcUserSwitch *rs)
+{
+	SPI_finish();
+	pc_unbecome(rs);
+}
+
+/* Run one statement; an ERROR unless SPI answers 'expect'. */
+static void
+stream_exec(const char *sql, int nargs, Oid *argtypes, Datum *args,
+			const char *nulls, int expect)
+{
+	int			ret = SPI_execute_with_args(sql, nargs, argtypes, args, nulls,
+											false, 0);
+
+	if (ret != expect)
+		elog(ERROR, "could not run a statement on the stream registry: %s",
+			 SPI_result_code_string(ret));
+}
+
+/* A column of the current SPI row as a string of the caller's memory. */
+static char *
+spi_string(int row, int col)
+{
+	char	   *v = SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+								 col);
+	char	   *copy;
+
+	if (v == NULL)
+		return NULL;
+	copy = SPI_palloc(strlen(v) + 1);
+	strcpy(copy, v);
+	return copy;
+}
+
+static Datum
+spi_datum(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col,
+						 isnull);
+}
+
+/*
+ * The registry's totals are locked against other creations until the end
+ * of the transaction.  Not the table: a lock on it would make every
+ * change wait for any open transaction that changed any stream.  The lock
+ * is an object lock on the registry's OID that nothing else takes.
+ */
+static void
+lock_stream_totals(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", false);
+	Oid			relid = get_relname_relid("stream_registry", nsp);
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "projcache.stream_registry does not exist");
+	LockDatabaseObject(RelationRelationId, relid, 0, ExclusiveLock);
+}
+
+/* What a change needs of a registered stream. */
+typedef struct StreamRow
+{
+	int64		id;
+	Oid			owner;
+	char	   *conninfo;
+} StreamRow;
+
+/*
+ * The row of a stream; an ERROR (42704) if there is none.  With lock, the
+ * row is locked (FOR UPDATE) until the end of the transaction, and read as
+ * its latest version.
+ */
+static void
+read_stream_row(const char *name, StreamRow *row, bool lock)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	bool		isnull;
+	PcUserSwitch rs;
+
+	stream_begin(&rs);
+	stream_exec(lock ?
+				"SELECT id, owner::pg_catalog.oid, conninfo"
+				" FROM projcache.stream_registry"
+				" WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
+				"SELECT id, owner::pg_catalog.oid, conninfo"
+				" FROM projcache.stream_registry"
+				" WHERE name OPERATOR(pg_catalog.=) $1",
+				1, argtypes, args, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		stream_end(&rs);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" does not exist", name)));
+	}
+	row->id = DatumGetInt64(spi_datum(0, 1, &isnull));
+	row->owner = DatumGetObjectId(spi_datum(0, 2, &isnull));
+	row->conninfo = spi_string(0, 3);
+	stream_end(&rs);
+}
+
+/* The caller must have the privileges of the stream's owner. */
+static void
+check_stream_owner(const char *name, const StreamRow *row)
+{
+	if (!has_privs_of_role(GetUserId(), row->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of stream \"%s\"", name)));
+}
+
+/*
+ * The row of a stream the caller must own, locked for the change.  The
+ * owner is checked before the row is locked, so that a role that does not
+ * own the stream never holds its lock, and again on the locked row, its
+ * latest version.
+ */
+static void
+lock_owned_stream_row(const char *name, StreamRow *row)
+{
+	read_stream_row(name, row, false);
+	check_stream_owner(name, row);
+	read_stream_row(name, row, true);
+	check_stream_owner(name, row);
+}
+
+/* ----------------------------------------------------------------
+ * Checks of the arguments
+ * ----------------------------------------------------------------
+ */
+
+/* A stream's name: as a cache's, [a-z][a-z0-9_]*, at most 63 bytes. */
+static void
+check_stream_name(const char *name)
+{
+	size_t		len = strlen(name);
+
+	if (len >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("stream name is %zu bytes long, longer than %d", len,
+						NAMEDATALEN - 1)));
+	if (!pc_registry_name_ok(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid stream name \"%s\"", name),
+				 errdetail("A stream's name is a lower-case letter, then lower-case letters, digits and underscores, at most %d bytes.",
+						   NAMEDATALEN - 1)));
+}
+
+/*
+ * A name as SQL writes it (unquoted: folded to lower case; "quoted": as
+ * it is), of parts separated by dots: the names, as the source's catalogs
+ * have them.  An ERROR (42602) if it is no such name.
+ */
+static List *
+parse_names(const char *text)
+{
+	return pc_string_to_qualified_name_list(text);
+}
+
+/* A publication's name: one SQL identifier. */
+static char *
+check_publication(const char *text)
+{
+	List	   *names = parse_names(text);
+
+	if (list_length(names) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid publication name \"%s\"", text),
+				 errdetail("A publication's name is one identifier, quoted as SQL quotes it if need be.")));
+	return strVal(linitial(names));
+}
+
+/* A key column's name: one SQL identifier. */
+static char *
+check_key_column(const char *text)
+{
+	List	   *names = parse_names(text);
+
+	if (list_length(names) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid key column name \"%s\"", text),
+				 errdetail("A key column's name is one identifier, quoted as SQL quotes it if need be.")));
+	return strVal(linitial(names));
+}
+
+/*
+ * A source table: schema.table, as SQL writes it.  Kept as the two names
+ * quoted as needed (quote_identifier()), so that the text reads back as
+ * the same two names.
+ */
+static char *
+check_source_table(const char *text)
+{
+	List	   *names = parse_names(text);
+
+	if (list_length(names) != 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("source table \"%s\" is not schema.table", text),
+				 errdetail("A stream's table is named with its schema on the source, which has its own search_path."),
+				 errhint("Write the table as schema.table, for example public.accounts.")));
+	return psprintf("%s.%s", quote_identifier(strVal(linitial(names))),
+					quote_identifier(strVal(lsecond(names))));
+}
+
+/*
+ * A slot's name, as the source's ReplicationSlotValidateName() takes it:
+ * lower-case letters, digits and underscores, at most NAMEDATALEN - 1
+ * bytes.
+ */
+static void
+check_slot_name(const char *name)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("replication slot name \"%s\" is too short", name)));
+	if (len >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("replication slot name \"%s\" is too long", name)));
+	for (const char *p = name; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+			  *p == '_'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_NAME),
+					 errmsg("replication slot name \"%s\" contains invalid character",
+							name),
+					 errhint("Replication slot names may only contain lower case letters, numbers, and the underscore character.")));
+}
+
+/* The value a connection option has in opts, or NULL. */
+static const char *
+conninfo_value(PQconninfoOption *opts, const char *keyword)
+{
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+		if (strcmp(o->keyword, keyword) == 0)
+			return o->val;
+	return NULL;
+}
+
+/*
+ * A stream's connection string, parsed by libpq as its worker will parse
+ * it.  It may not set replication (the worker connects with
+ * replication=database) nor a dbname that is a connection string itself
+ * (its options would not be the ones checked here).  With need_password
+ * (the stream's owner, or the caller, is not a superuser) it must hold a
+ * password that is not empty and no option that uses a file or a service
+ * of this server: as postgres_fdw asks of a user mapping, so that the
+ * connection never reaches a server through this server's own trust or
+ * peer authentication or its files.
+ */
+static void
+check_conninfo(const char *stream, const char *conninfo, bool need_password)
+{
+	PQconninfoOption *opts;
+	char	   *err = NULL;
+	const char *v;
+	bool		sets_replication;
+	bool		dbname_is_conninfo;
+	bool		has_password;
+	const char *file_option = NULL;
+
+	opts = PQconninfoParse(conninfo, &err);
+	if (opts == NULL)
+	{
+		char	   *detail = err != NULL ? pstrdup(err) : pstrdup("out of memory");
+		size_t		len = strlen(detail);
+
+		if (err != NULL)
+			PQfreemem(err);
+		while (len > 0 && detail[len - 1] == '\n')
+			detail[--len] = '\0';
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("invalid connection string for stream \"%s\"", stream),
+				 errdetail_internal("%s", detail)));
+	}
+
+	sets_replication = conninfo_value(opts, "replication") != NULL;
+	v = conninfo_value(opts, "dbname");
+	dbname_is_conninfo = v != NULL &&
+		(strchr(v, '=') != NULL || strncmp(v, "postgresql://", 13) == 0 ||
+		 strncmp(v, "postgres://", 11) == 0);
+	v = conninfo_value(opts, "password");
+	has_password = v != NULL && v[0] != '\0';
+	for (int i = 0; i < lengthof(server_file_options) && file_option == NULL;
+		 i++)
+	{
+		v = conninfo_value(opts, server_file_options[i].keyword);
+		if (v != NULL &&
+			(server_file_options[i].allowed == NULL ||
+			 strcmp(v, server_file_options[i].allowed) != 0))
+			file_option = server_file_options[i].keyword;
+	}
+	PQconninfoFree(opts);
+
+	if (sets_replication)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("connection string of stream \"%s\" sets \"replication\"",
+						stream),
+				 errdetail("The stream's worker connects with replication=database.")));
+	if (dbname_is_conninfo)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("connection string of stream \"%s\" has a dbname that is a connection string",
+						stream),
+				 errdetail("A stream's dbname names the source database."),
+				 errhint("Write each connection option in the connection string itself.")));
+	if (!need_password)
+		return;
+	if (!has_password)
+		ereport(ERROR,
+				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+				 errmsg("password is required"),
+				 errdetail("A stream of a role that is not a superuser must have a password in its connection string."),
+				 errhint("Add password=... to the connection string; the source must ask for it.")));
+	if (file_option != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+				 errmsg("connection option \"%s\" is not allowed in the stream of a role that is not a superuser",
+						file_option),
+				 errdetail("It would make the connection use a file or a service entry of this server."),
+				 errhint("Write the connection's options, its password among them, in the connection string itself.")));
+}
+
+/*
+ * A connection string without its password (nor any other option libpq
+ * shows as a password, such as sslpassword), rebuilt from libpq's parse;
+ * NULL if libpq cannot parse it.
+ */
+static char *
+conninfo_without_password(const char *conninfo)
+{
+	PQconninfoOption *opts;
+	char	   *err = NULL;
+	StringInfoData buf;
+
+	opts = PQconninfoParse(conninfo, &err);
+	if (opts == NULL)
+	{
+		if (err != NULL)
+			PQfreemem(err);
+		return NULL;
+	}
+	initStringInfo(&buf);
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+	{
+		if (o->val == NULL || strcmp(o->keyword, "password") == 0 ||
+			strchr(o->dispchar, '*') != NULL)
+			continue;
+		if (buf.len > 0)
+			appendStringInfoChar(&buf, ' ');
+		appendStringInfo(&buf, "%s='", o->keyword);
+		for (const char *p = o->val; *p; p++)
+		{
+			if (*p == '\'' || *p == '\\')
+				appendStringInfoChar(&buf, '\\');
+			appendStringInfoChar(&buf, *p);
+		}
+		appendStringInfoChar(&buf, '\'');
+	}
+	PQconninfoFree(opts);
+	return buf.data;
+}
+
+/* A text argument that must be given, as a C string. */
+static char *
+required_arg(FunctionCallInfo fcinfo, int n, const char *what)
+{
+	if (PG_ARGISNULL(n))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", what)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(n));
+}
+
+/* ----------------------------------------------------------------
+ * Streams
+ * ----------------------------------------------------------------
+ */
+
+/* projcache.create_stream(name, conninfo, publication, slot_name) */
+Datum
+projcache_create_stream(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *conninfo;
+	char	   *publication;
+	char	   *slot_name = NULL;
+	bool		super = superuser();
+	int			count;
+	int			owner_count;
+	int			unprivileged_count;
+	int			half = pc_max_streams / 2;
+	bool		inserted;
+	Oid			argtypes[5] = {TEXTOID, OIDOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	PcUserSwitch rs;
+	bool		isnull;
+
+	check_stream_database();
+	name = required_arg(fcinfo, 0, "a stream's name");
+	conninfo = required_arg(fcinfo, 1, "a stream's connection string");
+	publication = required_arg(fcinfo, 2, "a stream's publication");
+	check_stream_name(name);
+	if (GetUserId() == ROLE_PG_DATABASE_OWNER)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("role \"pg_database_owner\" cannot own a stream")));
+	check_conninfo(name, conninfo, !super);
+	publication = check_publication(publication);
+
+	/* A DROP ROLE of the owner waits for this transaction, then sees it. */
+	LockSharedObject(AuthIdRelationId, GetUserId(), 0, AccessShareLock);
+	if (!PG_ARGISNULL(3))
+	{
+		slot_name = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		check_slot_name(slot_name);
+	}
+
+	lock_stream_totals();
+	args[0] = ObjectIdGetDatum(GetUserId());
+	stream_begin(&rs);
+	stream_exec("SELECT pg_catalog.count(*),"
+				" pg_catalog.count(*) FILTER (WHERE owner::pg_catalog.oid"
+				" OPERATOR(pg_catalog.=) $1),"
+				" pg_catalog.count(*) FILTER"
+				" (WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_authid a"
+				" WHERE a.oid OPERATOR(pg_catalog.=) owner::pg_catalog.oid"
+				" AND a.rolsuper))"
+				" FROM projcache.stream_registry",
+				1, argtypes + 1, args, NULL, SPI_OK_SELECT);
+	count = (int) DatumGetInt64(spi_datum(0, 1, &isnull));
+	owner_count = (int) DatumGetInt64(spi_datum(0, 2, &isnull));
+	unprivileged_count = (int) DatumGetInt64(spi_datum(0, 3, &isnull));
+	stream_end(&rs);
+
+	if (count >= pc_max_streams)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cannot register more than %d streams", pc_max_streams),
+				 errhint("Drop a stream, or raise projcache.max_streams (a change of it takes a restart).")));
+	if (!super && owner_count >= half)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("role \"%s\" owns %d streams, the most one role may",
+						GetUserNameFromId(GetUserId(), false), half),
+				 errdetail("A role that is not a superuser may own at most half of projcache.max_streams (%d).",
+						   pc_max_streams)));
+
+	/*
+	 * Two roles (or more) must not take every stream either: the owners who
+	 * are not superusers own at most half of them together.
+	 */
+	if (!super && unprivileged_count >= half)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("roles that are not superusers own %d streams, the most they may together",
+						half),
+				 errdetail("Of the %d streams of projcache.max_streams, half are kept for streams of superusers.",
+						   pc_max_streams)));
+
+	args[0] = CStringGetTextDatum(name);
+	args[1] = ObjectIdGetDatum(GetUserId());
+	args[2] = CStringGetTextDatum(conninfo);
+	args[3] = CStringGetTextDatum(publication);
+	args[4] = slot_name ? CStringGetTextDatum(slot_name) : (Datum) 0;
+	nulls[4] = slot_name ? ' ' : 'n';
+	stream_begin(&rs);
+	stream_exec("INSERT INTO projcache.stream_registry"
+				" (name, owner, conninfo, publication, slot_name)"
+				" VALUES ($1, $2::pg_catalog.regrole, $3, $4, $5)"
+				" ON CONFLICT (name) DO NOTHING",
+				5, argtypes, args, nulls, SPI_OK_INSERT);
+	inserted = SPI_processed > 0;
+	stream_end(&rs);
+	if (!inserted)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("stream \"%s\" already exists", name)));
+	PG_RETURN_VOID();
+}
+
+/*
+ * projcache.alter_stream(name, conninfo, publication): a NULL argument
+ * keeps what the stream has.  The connection string the stream ends with
+ * (the new one, or the one it keeps) is checked for its owner as at
+ * creation, and for the caller: a superuser who changes another role's
+ * stream keeps a password in it, and an owner who is no longer a
+ * superuser gives one before changing anything else.
+ */
+Datum
+projcache_alter_stream(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	StreamRow	row;
+	Oid			argtypes[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		args[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	char	   *conninfo = NULL;
+	char	   *publication = NULL;
+	PcUserSwitch rs;
+
+	check_stream_database();
+	name = required_arg(fcinfo, 0, "the name of the stream to change");
+	check_stream_name(name);
+	lock_owned_stream_row(name, &row);
+	if (!PG_ARGISNULL(1))
+		conninfo = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	check_conninfo(name, conninfo ? conninfo : row.conninfo,
+				   !superuser() || !superuser_arg(row.owner));
+	if (!PG_ARGISNULL(2))
+		publication = check_publication(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+
+	args[0] = Int64GetDatum(row.id);
+	args[1] = conninfo ? CStringGetTextDatum(conninfo) : (Datum) 0;
+	nulls[1] = conninfo ? ' ' : 'n';
+	args[2] = publication ? CStringGetTextDatum(publication) : (Datum) 0;
+	nulls[2] = publication ? ' ' : 'n';
+	stream_begin(&rs);
+	stream_exec("UPDATE projcache.stream_registry SET"
+				" conninfo = COALESCE($2, conninfo),"
+				" publication = COALESCE($3, publication)"
+				" WHERE id OPERATOR(pg_catalog.=) $1",
+				3, argtypes, args, nulls, SPI_OK_UPDATE);
+	stream_end(&rs);
+	PG_RETURN_VOID();
+}
+
+/* projcache.drop_stream(name): its mappings go with it (ON DELETE CASCADE). */
+Datum
+projcache_drop_stream(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	StreamRow	row;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		args[1];
+	PcUserSwitch rs;
+
+	check_stream_database();
+	check_stream_name(name);
+	lock_owned_stream_row(name, &row);
+	args[0] = Int64GetDatum(row.id);
+	stream_begin(&rs);
+	stream_exec("DELETE FROM projcache.stream_registry"
+				" WHERE id OPERATOR(pg_catalog.=) $1",
+				1, argtypes, args, NULL, SPI_OK_DELETE);
+	stream_end(&rs);
+	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * Mappings
+ * ----------------------------------------------------------------
+ */
+
+/* A mapping's target, by identity. */
+typedef struct MappingTarget
+{
+	const char *cache;			/* a named cache, or NULL */
+	TimestampTz cache_created_at;
+	int64		snapshot;		/* a snapshot's id, or 0 */
+} MappingTarget;
+
+/*
+ * The named cache a mapping targets, which the caller must own: its
+ * created_at, the cache's identity with its name.  Its row is locked FOR
+ * KEY SHARE once the owner is checked, so that it is not dropped before
+ * this transaction ends.
+ */
+static TimestampTz
+owned_cache(const char *cache)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(cache)};
+	TimestampTz created_at = 0;
+	PcUserSwitch rs;
+
+	for (int pass = 0; pass < 2; pass++)
+	{
+		bool		isnull;
+		Oid			owner;
+		bool		found;
+
+		stream_begin(&rs);
+		stream_exec(pass == 0 ?
+					"SELECT owner::pg_catalog.oid, created_at"
+					" FROM projcache.cache_registry"
+					" WHERE name OPERATOR(pg_catalog.=) $1" :
+					"SELECT owner::pg_catalog.oid, created_at"
+					" FROM projcache.cache_registry"
+					" WHERE name OPERATOR(pg_catalog.=) $1 FOR KEY SHARE",
+					1, argtypes, args, NULL, SPI_OK_SELECT);
+		found = SPI_processed > 0;
+		if (found)
+		{
+			owner = DatumGetObjectId(spi_datum(0, 1, &isnull));
+			created_at = DatumGetTimestampTz(spi_datum(0, 2, &isnull));
+		}
+		stream_end(&rs);
+		if (!found)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("cache \"%s\" does not exist", cache)));
+		if (!has_privs_of_role(GetUserId(), owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must be owner of cache \"%s\"", cache)));
+	}
+	return created_at;
+}
+
+/* The id of a snapshot the caller must own, locked as owned_cache() does. */
+static int64
+owned_snapshot(const char *snapshot)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(snapshot)};
+	int64		id = 0;
+	PcUserSwitch rs;
+
+	for (int pass = 0; pass < 2; pass++)
+	{
+		bool		isnull;
+		Oid			owner;
+		bool		found;
+
+		stream_begin(&rs);
+		stream_exec(pass == 0 ?
+					"SELECT owner::pg_catalog.oid, id"
+					" FROM projcache.snapshot_registry"
+					" WHERE name OPERATOR(pg_catalog.=) $1" :
+					"SELECT owner::pg_catalog.oid, id"
+					" FROM projcache.snapshot_registry"
+					" WHERE name OPERATOR(pg_catalog.=) $1 FOR KEY SHARE",
+					1, argtypes, args, NULL, SPI_OK_SELECT);
+		found = SPI_processed > 0;
+		if (found)
+		{
+			owner = DatumGetObjectId(spi_datum(0, 1, &isnull));
+			id = DatumGetInt64(spi_datum(0, 2, &isnull));
+		}
+		stream_end(&rs);
+		if (!found)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("snapshot \"%s\" does not exist", snapshot)));
+		if (!has_privs_of_role(GetUserId(), owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must be owner of snapshot \"%s\"", snapshot)));
+	}
+	return id;
+}
+
+/*
+ * Add a mapping of the stream's table: to keys (key_column, key_prefix)
+ * of a cache, or to a snapshot.  The stream's row is locked already.
+ */
+static void
+add_mapping(const char *stream, const StreamRow *row, const char *table,
+			const char *key_column, const char *key_prefix,
+			const MappingTarget *target)
+{
+	Oid			argtypes[7] = {INT8OID, TEXTOID, TEXTOID, TEXTOID,
+	TIMESTAMPTZOID, TEXTOID, INT8OID};
+	Datum		args[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	PcUserSwitch rs;
+	bool		isnull;
+	int64		n;
+	bool		inserted;
+
+	args[0] = Int64GetDatum(row->id);
+	stream_begin(&rs);
+	stream_exec("SELECT pg_catalog.count(*)"
+				" FROM projcache.stream_mapping_registry"
+				" WHERE stream_id OPERATOR(pg_catalog.=) $1",
+				1, argtypes, args, NULL, SPI_OK_SELECT);
+	n = DatumGetInt64(spi_datum(0, 1, &isnull));
+	stream_end(&rs);
+	if (n >= PC_MAX_STREAM_MAPPINGS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("stream \"%s\" has %d mappings, the most a stream may have",
+						stream, PC_MAX_STREAM_MAPPINGS)));
+
+	args[1] = CStringGetTextDatum(table);
+	args[2] = key_column ? CStringGetTextDatum(key_column) : (Datum) 0;
+	nulls[2] = key_column ? ' ' : 'n';
+	args[3] = target->cache ? CStringGetTextDatum(target->cache) : (Datum) 0;
+	nulls[3] = target->cache ? ' ' : 'n';
+	args[4] = TimestampTzGetDatum(target->cache_created_at);
+	nulls[4] = target->cache ? ' ' : 'n';
+	args[5] = key_prefix ? CStringGetTextDatum(key_prefix) : (Datum) 0;
+	nulls[5] = key_prefix ? ' ' : 'n';
+	args[6] = Int64GetDatum(target->snapshot);
+	nulls[6] = target->snapshot != 0 ? ' ' : 'n';
+	stream_begin(&rs);
+	stream_exec("INSERT INTO projcache.stream_mapping_registry"
+				" (stream_id, source_table, key_column, cache_name,"
+				" cache_created_at, key_prefix, snapshot_id)"
+				" VALUES ($1, $2, $3, $4, $5, $6, $7)"
+				" ON CONFLICT DO NOTHING",
+				7, argtypes, args, nulls, SPI_OK_INSERT);
+	inserted = SPI_processed > 0;
+	stream_end(&rs);
+	if (inserted)
+		return;
+	if (target->snapshot != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("stream \"%s\" maps table %s to this snapshot already",
+						stream, table)));
+	if (target->cache != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("stream \"%s\" maps table %s to cache \"%s\" already",
+						stream, table, target->cache)));
+	ereport(ERROR,
+			(errcode(ERRCODE_DUPLICATE_OBJECT),
+			 errmsg("stream \"%s\" maps table %s to the default cache already",
+					stream, table)));
+}
+
+/*
+ * projcache.stream_table(stream, source_table, key_column, cache,
+ *	 key_prefix): a change to a row of the table invalidates key
+ *	 key_prefix || key_column of the cache (NULL: the default cache,
+ *	 superuser only).
+ */
+Datum
+projcache_stream_table(PG_FUNCTION_ARGS)
+{
+	char	   *stream;
+	char	   *table;
+	char	   *key_column;
+	char	   *key_prefix;
+	MappingTarget target = {0};
+	StreamRow	row;
+	size_t		key_room;
+
+	check_stream_database();
+	stream = required_arg(fcinfo, 0, "a mapping's stream");
+	table = required_arg(fcinfo, 1, "a mapping's source table");
+	key_column = required_arg(fcinfo, 2, "a mapping's key column");
+	key_prefix = required_arg(fcinfo, 4, "a mapping's key prefix");
+	check_stream_name(stream);
+	lock_owned_stream_row(stream, &row);
+	table = check_source_table(table);
+	key_column = check_key_column(key_column);
+	if (PG_ARGISNULL(3))
+	{
+		if (!superuser())
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("only a superuser may map a table to the default cache"),
+					 errhint("Name a cache of your own.")));
+	}
+	else
+	{
+		target.cache = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		target.cache_created_at = owned_cache(target.cache);
+	}
+
+	/* A full key is "cache:" (a named cache's), the prefix, then the key. */
+	key_room = strlen(key_prefix) + (target.cache ? strlen(target.cache) + 1 : 0);
+	if (key_room >= PC_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key prefix is %zu bytes long, too long for keys of at most %d bytes",
+						strlen(key_prefix), PC_MAX_KEY_BYTES),
+				 errdetail("A key is the prefix, then the key column's value, after \"name:\" for a named cache.")));
+	add_mapping(stream, &row, table, key_column, key_prefix, &target);
+	PG_RETURN_VOID();
+}
+
+/*
+ * projcache.stream_snapshot(stream, source_table, snapshot): a change to
+ * the table refreshes the snapshot.
+ */
+Datum
+projcache_stream_snapshot(PG_FUNCTION_ARGS)
+{
+	char	   *stream = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *table = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	char	   *snapshot = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	MappingTarget target = {0};
+	StreamRow	row;
+
+	check_stream_database();
+	check_stream_name(stream);
+	lock_owned_stream_row(stream, &row);
+	table = check_source_table(table);
+	target.snapshot = owned_snapshot(snapshot);
+	add_mapping(stream, &row, table, NULL, NULL, &target);
+	PG_RETURN_VOID();
+}
+
+/*
+ * projcache.unstream_table(stream, source_table, cache, snapshot): remove
+ * the mapping of the table to the cache (NULL: the default cache) or to
+ * the snapshot.  The owner of the stream may remove any of its mappings.
+ */
+Datum
+projcache_unstream_table(PG_FUNCTION_ARGS)
+{
+	char	   *stream;
+	char	   *table;
+	char	   *cache = NULL;
+	char	   *snapshot = NULL;
+	StreamRow	row;
+	Oid			argtypes[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		args[3];
+	PcUserSwitch rs;
+	bool		deleted;
+
+	check_stream_database();
+	stream = required_arg(fcinfo, 0, "a mapping's stream");
+	table = required_arg(fcinfo, 1, "a mapping's source table");
+	if (!PG_ARGISNULL(2))
+		cache = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (!PG_ARGISNULL(3))
+		snapshot = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	if (cache != NULL && snapshot != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a mapping is to a cache or to a snapshot, not both"),
+				 errhint("Remove each mapping by a call of its own.")));
+	check_stream_name(stream);
+	lock_owned_stream_row(stream, &row);
+	table = check_source_table(table);
+
+	args[0] = Int64GetDatum(row.id);
+	args[1] = CStringGetTextDatum(table);
+	args[2] = CStringGetTextDatum(snapshot ? snapshot : cache ? cache : "");
+	stream_begin(&rs);
+	if (snapshot != NULL)
+		stream_exec("DELETE FROM projcache.stream_mapping_registry m"
+					" USING projcache.snapshot_registry s"
+					" WHERE m.stream_id OPERATOR(pg_catalog.=) $1"
+					" AND m.source_table OPERATOR(pg_catalog.=) $2"
+					" AND m.snapshot_id OPERATOR(pg_catalog.=) s.id"
+					" AND s.name OPERATOR(pg_catalog.=) $3",
+					3, argtypes, args, NULL, SPI_OK_DELETE);
+	else if (cache != NULL)
+		stream_exec("DELETE FROM projcache.stream_mapping_registry"
+					" WHERE stream_id OPERATOR(pg_catalog.=) $1"
+					" AND source_table OPERATOR(pg_catalog.=) $2"
+					" AND cache_name OPERATOR(pg_catalog.=) $3",
+					3, argtypes, args, NULL, SPI_OK_DELETE);
+	else
+		stream_exec("DELETE FROM projcache.stream_mapping_registry"
+					" WHERE stream_id OPERATOR(pg_catalog.=) $1"
+					" AND source_table OPERATOR(pg_catalog.=) $2"
+					" AND cache_name IS NULL AND snapshot_id IS NULL",
+					2, argtypes, args, NULL, SPI_OK_DELETE);
+	deleted = SPI_processed > 0;
+	stream_end(&rs);
+	if (deleted)
+		PG_RETURN_VOID();
+	if (snapshot != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" maps table %s to no snapshot \"%s\"",
+						stream, table, snapshot)));
+	if (cache != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" maps table %s to no cache \"%s\"",
+						stream, table, cache)));
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("stream \"%s\" does not map table %s to the default cache",
+					stream, table)));
+	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * The views
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * projcache.streams_1_4(): the streams whose owner's privileges the
+ * caller has (a superuser: every stream), with the connection string
+ * without its password to the owner itself and to superusers (NULL to a
+ * member of the owner role).  Until a stream's worker exists, each is
+ * "stopped" and has done nothing.
+ */
+Datum
+projcache_streams(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			me = GetUserId();
+	PcUserSwitch rs;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != STREAMS_COLS)
+		elog(ERROR, "projcache.streams has %d columns, not %d",
+			 rsinfo->setDesc->natts, STREAMS_COLS);
+
+	stream_begin(&rs);
+	stream_exec("SELECT name, owner::pg_catalog.oid, conninfo, publication,"
+				" slot_name FROM projcache.stream_registry ORDER BY name",
+				0, NULL, NULL, NULL, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		Datum		values[STREAMS_COLS];
+		bool		nulls[STREAMS_COLS];
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(spi_datum(r, 2, &isnull));
+		char	   *shown;
+		int			col = 0;
+
+		if (!has_privs_of_role(me, owner))
+			continue;
+		memset(nulls, true, sizeof(nulls));
+		values[col] = spi_datum(r, 1, &nulls[col]);
+		col++;
+		values[col] = ObjectIdGetDatum(owner);
+		nulls[col++] = false;
+		/* the connection string: to its owner and superusers only */
+		shown = me != owner && !superuser_arg(me) ? NULL :
+			conninfo_without_password(SPI_getvalue(SPI_tuptable->vals[r],
+												   SPI_tuptable->tupdesc, 3));
+		if (shown != NULL)
+		{
+			values[col] = CStringGetTextDatum(shown);
+			nulls[col] = false;
+		}
+		col++;
+		values[col] = spi_datum(r, 4, &nulls[col]);
+		col++;
+		values[col] = spi_datum(r, 5, &nulls[col]);
+		col++;
+		values[col] = CStringGetTextDatum("stopped");
+		nulls[col++] = false;
+		/* source_system_id .. last_commit_at: none yet */
+		col += 6;
+		/* transactions .. reconnects */
+		for (int i = 0; i < 6; i++)
+		{
+			values[col] = Int64GetDatum(0);
+			nulls[col++] = false;
+		}
+		/* last_error, last_error_at */
+		col += 2;
+		Assert(col == STREAMS_COLS);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
+	}
+	stream_end(&rs);
+	return (Datum) 0;
+}
+
+/*
+ * projcache.stream_mappings_1_4(): the mappings of the streams the caller
+ * sees in projcache.streams.  cache is a named cache's name, "default"
+ * for the default cache, NULL for a snapshot's mapping.
+ */
+Datum
+projcache_stream_mappings(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			me = GetUserId();
+	PcUserSwitch rs;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != STREAM_MAPPINGS_COLS)
+		elog(ERROR, "projcache.stream_mappings has %d columns, not %d",
+			 rsinfo->setDesc->natts, STREAM_MAPPINGS_COLS);
+
+	stream_begin(&rs);
+	stream_exec("SELECT s.name, m.source_table, m.key_column,"
+				" CASE WHEN m.snapshot_id IS NULL THEN"
+				" COALESCE(m.cache_name, 'default') END,"
+				" m.key_prefix, n.name, s.owner::pg_catalog.oid"
+				" FROM projcache.stream_mapping_registry m"
+				" JOIN projcache.stream_registry s"
+				" ON s.id OPERATOR(pg_catalog.=) m.stream_id"
+				" LEFT JOIN projcache.snapshot_registry n"
+				" ON n.id OPERATOR(pg_catalog.=) m.snapshot_id"
+				" ORDER BY s.name, m.source_table, m.cache_name NULLS FIRST,"
+				" n.name NULLS FIRST",
+				0, NULL, NULL, NULL, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		Datum		values[STREAM_MAPPINGS_COLS];
+		bool		nulls[STREAM_MAPPINGS_COLS];
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(spi_datum(r, 7, &isnull));
+
+		if (!has_privs_of_role(me, owner))
+			continue;
+		for (int c = 0; c < 6; c++)
+			values[c] = spi_datum(r, c + 1, &nulls[c]);
+		values[6] = CStringGetTextDatum("ok");
+		nulls[6] = false;
+		values[7] = (Datum) 0;
+		nulls[7] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
+	}
+	stream_end(&rs);
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * DROP ROLE's guard
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The streams' registry of this database, if it is projcache's own: a
+ * plain table, a member of the extension, owned by a superuser (as
+ * pc_caches_registry_relid() checks the caches').  A relation of that name
+ * made otherwise is never read as the bootstrap superuser.  InvalidOid if
+ * there is none.
+ */
+static Oid
+stream_registry_relid(void)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	Oid			ext = get_extension_oid("projcache", true);
+	Oid			relid;
+	HeapTuple	tup;
+	bool		ours;
+
+	if (!OidIsValid(nsp) || !OidIsValid(ext))
+		return InvalidOid;
+	relid = get_relname_relid("stream_registry", nsp);
+	if (!OidIsValid(relid) ||
+		getExtensionOfObject(RelationRelationId, relid) != ext)
+		return InvalidOid;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	ours = ((Form_pg_class) GETSTRUCT(tup))->relkind == RELKIND_RELATION &&
+		superuser_arg(((Form_pg_class) GETSTRUCT(tup))->relowner);
+	ReleaseSysCache(tup);
+	return ours ? relid : InvalidOid;
+}
+
+/*
+ * The name of a stream the role owns, in the registry as the latest
+ * snapshot has it (this transaction's changes included), or NULL: none, or
+ * this is not projcache.database, or it has no registry of ours.  For the
+ * guard that refuses DROP ROLE of a stream's owner, which holds the lock
+ * on the role that create_stream takes.
+ */
+char *
+pc_stream_of_owner(Oid role)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		args[1] = {ObjectIdGetDatum(role)};
+	PcUserSwitch rs;
+	SPIPlanPtr	plan;
+	char	   *name = NULL;
+
+	if (pc_database == NULL || IsInParallelMode() ||
+		strcmp(get_database_name(MyDatabaseId), pc_database) != 0 ||
+		!OidIsValid(stream_registry_relid()))
+		return NULL;
+	stream_begin(&rs);
+	plan = SPI_prepare("SELECT name FROM projcache.stream_registry"
+					   " WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+					   " ORDER BY name LIMIT 1",
+					   1, argtypes);
+	if (plan == NULL ||
+		SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
+							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read projcache.stream_registry");
+	if (SPI_processed > 0)
+		name = spi_string(0, 1);
+	stream_end(&rs);
+	return name;
+}
