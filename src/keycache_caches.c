@@ -369,37 +369,11 @@ column_int(HeapTuple tup, TupleDesc desc, int attno, bool is_int8)
 	return is_int8 ? DatumGetInt64(d) : DatumGetInt32(d);
 }
 
-/*
- * The registry's table in this database, if it is projcache's own: a plain
- * table that is a member of the extension and owned by a superuser.  A
- * relation of that name made otherwise (projcache.database may exist
- * without the extension, and its owner create a schema "projcache" there)
- * is not read: reading it as the bootstrap superuser would run its
- * owner's code (a view's functions, a column type's casts).  Returns its
- * OID, or InvalidOid.
- */
+/* The registry's table in this database, if it is projcache's own. */
 Oid
 pc_caches_registry_relid(void)
 {
-	Oid			nsp = get_namespace_oid("projcache", true);
-	Oid			ext = get_extension_oid("projcache", true);
-	Oid			relid;
-	HeapTuple	tup;
-	bool		ours;
-
-	if (!OidIsValid(nsp) || !OidIsValid(ext))
-		return InvalidOid;
-	relid = get_relname_relid("cache_registry", nsp);
-	if (!OidIsValid(relid) ||
-		getExtensionOfObject(RelationRelationId, relid) != ext)
-		return InvalidOid;
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tup))
-		return InvalidOid;
-	ours = ((Form_pg_class) GETSTRUCT(tup))->relkind == RELKIND_RELATION &&
-		superuser_arg(((Form_pg_class) GETSTRUCT(tup))->relowner);
-	ReleaseSysCache(tup);
-	return ours ? relid : InvalidOid;
+	return pc_extension_table("cache_registry");
 }
 
 /*

@@ -1195,35 +1195,11 @@ projcache_stream_mappings(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-/*
- * The streams' registry of this database, if it is projcache's own: a
- * plain table, a member of the extension, owned by a superuser (as
- * pc_caches_registry_relid() checks the caches').  A relation of that name
- * made otherwise is never read as the bootstrap superuser.  InvalidOid if
- * there is none.
- */
+/* The streams' registry of this database, if it is projcache's own. */
 static Oid
 stream_registry_relid(void)
 {
-	Oid			nsp = get_namespace_oid("projcache", true);
-	Oid			ext = get_extension_oid("projcache", true);
-	Oid			relid;
-	HeapTuple	tup;
-	bool		ours;
-
-	if (!OidIsValid(nsp) || !OidIsValid(ext))
-		return InvalidOid;
-	relid = get_relname_relid("stream_registry", nsp);
-	if (!OidIsValid(relid) ||
-		getExtensionOfObject(RelationRelationId, relid) != ext)
-		return InvalidOid;
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tup))
-		return InvalidOid;
-	ours = ((Form_pg_class) GETSTRUCT(tup))->relkind == RELKIND_RELATION &&
-		superuser_arg(((Form_pg_class) GETSTRUCT(tup))->relowner);
-	ReleaseSysCache(tup);
-	return ours ? relid : InvalidOid;
+	return pc_extension_table("stream_registry");
 }
 
 /*

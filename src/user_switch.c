@@ -64,14 +64,21 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "commands/extension.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 #include "compat.h"
 #include "user_switch.h"
@@ -286,4 +293,37 @@ pc_keycache_worker_connect(const char *dbname)
 	pc_worker_connect(dbname, InvalidOid);
 	restore_server_settings(dbname, saved, nvars);
 	MemoryContextDelete(cxt);
+}
+
+/*
+ * The table projcache.<relname> of this database, if it is projcache's own:
+ * a plain table, a member of the extension, owned by a superuser.  A
+ * relation of that name made otherwise (projcache.database may exist
+ * without the extension, and its owner create a schema "projcache" there)
+ * is never read as the bootstrap superuser: reading it so would run its
+ * owner's code (a view's functions, a column type's casts).  InvalidOid if
+ * there is none.
+ */
+Oid
+pc_extension_table(const char *relname)
+{
+	Oid			nsp = get_namespace_oid("projcache", true);
+	Oid			ext = get_extension_oid("projcache", true);
+	Oid			relid;
+	HeapTuple	tup;
+	bool		ours;
+
+	if (!OidIsValid(nsp) || !OidIsValid(ext))
+		return InvalidOid;
+	relid = get_relname_relid(relname, nsp);
+	if (!OidIsValid(relid) ||
+		getExtensionOfObject(RelationRelationId, relid) != ext)
+		return InvalidOid;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	ours = ((Form_pg_class) GETSTRUCT(tup))->relkind == RELKIND_RELATION &&
+		superuser_arg(((Form_pg_class) GETSTRUCT(tup))->relowner);
+	ReleaseSysCache(tup);
+	return ours ? relid : InvalidOid;
 }

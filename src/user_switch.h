@@ -54,6 +54,9 @@ extern void pc_become_extension(PcUserSwitch *sw);
 extern void pc_unbecome(PcUserSwitch *sw);
 extern void pc_unbecome_user(PcUserSwitch *sw);
 
+/* projcache's own table of that name, or InvalidOid (never another's). */
+extern Oid	pc_extension_table(const char *relname);
+
 /* How a projcache background worker connects (no login role is needed). */
 extern void pc_worker_connect(const char *dbname, Oid dboid);
 extern void pc_keycache_worker_connect(const char *dbname);
