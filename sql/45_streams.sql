@@ -87,6 +87,15 @@ SELECT c, st.try(format('SELECT projcache.create_stream(%L, %L, %L)', 'a', c, 'p
                     'postgresql://src/db?nosuch=1', 'replication=database host=src',
                     'host=src replication=true', 'dbname=''host=elsewhere passfile=/x''',
                     'dbname=postgresql://elsewhere/db', 'dbname=postgres://elsewhere/db']) c;
+-- At most 1,023 bytes, as walreceiver's MAXCONNINFO (54000), at create
+-- and at alter.
+SELECT n, st.try(format('SELECT projcache.create_stream(%L, %L, %L)', 'len_' || n,
+                        'host=src application_name=' || repeat('x', n - 26), 'pub'))
+  FROM unnest(ARRAY[1023, 1024, 1048576]) n;
+SELECT st.try(format('SELECT projcache.alter_stream(%L, %L)', 'len_1023',
+                     'host=src application_name=' || repeat('x', 1024 - 26)));
+SELECT length(conninfo) FROM projcache.stream_registry WHERE name = 'len_1023';
+SELECT projcache.drop_stream('len_1023');
 -- Publications: one identifier (42602); slot names as the source takes
 -- them (42602, 42622).
 SELECT p, st.try(format('SELECT projcache.create_stream(%L, %L, %L)', 'a', 'host=src', p))

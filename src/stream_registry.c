@@ -97,6 +97,12 @@ PG_FUNCTION_INFO_V1(projcache_stream_mappings);
 /* The mappings one stream may have. */
 #define PC_MAX_STREAM_MAPPINGS	256
 
+/*
+ * The longest connection string a stream may have, its terminator
+ * included: walreceiver's MAXCONNINFO.
+ */
+#define PC_MAX_CONNINFO			1024
+
 /* The columns of projcache.streams and projcache.stream_mappings. */
 #define STREAMS_COLS			20
 #define STREAM_MAPPINGS_COLS	8
@@ -441,6 +447,12 @@ check_conninfo(const char *stream, const char *conninfo, bool need_password)
 	bool		dbname_is_conninfo;
 	bool		has_password;
 	const char *file_option = NULL;
+
+	if (strlen(conninfo) >= PC_MAX_CONNINFO)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("connection string of stream \"%s\" is %zu bytes long, longer than %d",
+						stream, strlen(conninfo), PC_MAX_CONNINFO - 1)));
 
 	opts = PQconninfoParse(conninfo, &err);
 	if (opts == NULL)
