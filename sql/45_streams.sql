@@ -96,6 +96,18 @@ SELECT st.try(format('SELECT projcache.alter_stream(%L, %L)', 'len_1023',
                      'host=src application_name=' || repeat('x', 1024 - 26)));
 SELECT length(conninfo) FROM projcache.stream_registry WHERE name = 'len_1023';
 SELECT projcache.drop_stream('len_1023');
+-- libpq's debug options ('D') and OAuth options (oauth_*) are refused
+-- to every role, a superuser too (2F003), as postgres_fdw refuses them;
+-- the libpq of a server before 18 knows none of them but replication, and
+-- refuses them as it parses (42601).
+SELECT o, r ~ format('^2F003: connection option "%s" is not allowed in a stream', o)
+          OR r LIKE format('42601: %%invalid connection option "%s"%%', o) AS refused
+  FROM unnest(ARRAY['scram_client_key', 'scram_server_key', 'sslkeylogfile',
+                    'oauth_issuer', 'oauth_client_id', 'oauth_client_secret',
+                    'oauth_scope']) o,
+       LATERAL st.try(format('SELECT projcache.create_stream(%L, %L, %L)', 'a',
+                             format('host=src password=pw %s=x', o), 'pub')) r;
+SELECT count(*) AS registered FROM projcache.stream_registry;
 -- Publications: one identifier (42602); slot names as the source takes
 -- them (42602, 42622).
 SELECT p, st.try(format('SELECT projcache.create_stream(%L, %L, %L)', 'a', 'host=src', p))
@@ -210,6 +222,18 @@ SET ROLE st_owner;
 SELECT count(*) AS passwords_shown FROM projcache.streams
  WHERE conninfo ~ '(secret|password)';
 RESET ROLE;
+-- Nor an option libpq marks secret ('*') or debug ('D'), were one
+-- stored (NULL where libpq cannot parse it).
+INSERT INTO projcache.stream_registry (name, owner, conninfo, publication)
+VALUES ('planted', current_user::regrole,
+        'host=src sslpassword=ssl_secret', 'pub'),
+       ('planted_18', current_user::regrole,
+        'host=src sslpassword=ssl_secret scram_client_key=key_secret scram_server_key=key_secret sslkeylogfile=/tmp/keylog oauth_client_secret=oauth_secret',
+        'pub');
+SELECT name, conninfo FROM projcache.streams WHERE name = 'planted';
+SELECT name, conninfo IS NULL OR conninfo = 'host=''src''' AS hidden
+  FROM projcache.streams WHERE name = 'planted_18';
+DELETE FROM projcache.stream_registry WHERE name IN ('planted', 'planted_18');
 
 ------------------------------------------------------------------------
 -- Mappings

@@ -126,8 +126,37 @@ static const ServerFileOption server_file_options[] = {
 	{"sslrootcert", "system"},
 	{"sslcrl", NULL},
 	{"sslcrldir", NULL},
-	{"sslkeylogfile", NULL},
 };
+
+/*
+ * Whether no stream may set a connection option, a superuser's neither:
+ * the options libpq marks as debug options ('D': replication, which
+ * check_conninfo() refuses first with a reason of its own, and since
+ * PostgreSQL 18 scram_client_key, scram_server_key and sslkeylogfile)
+ * and the OAuth options (oauth_*, PostgreSQL 18), which a background
+ * worker has no user to ask for.  postgres_fdw and dblink refuse the
+ * same.  Decided by what the libpq this runs with says of the option,
+ * so that options of a later libpq are covered too.
+ */
+static bool
+refused_option(const PQconninfoOption *o)
+{
+	return strchr(o->dispchar, 'D') != NULL ||
+		strncmp(o->keyword, "oauth_", strlen("oauth_")) == 0;
+}
+
+/*
+ * Whether projcache.streams leaves an option out of the connection
+ * string it shows: the password, any option libpq shows as secret ('*',
+ * such as sslpassword) and the debug options ('D').
+ */
+static bool
+hidden_option(const PQconninfoOption *o)
+{
+	return strcmp(o->keyword, "password") == 0 ||
+		strchr(o->dispchar, '*') != NULL ||
+		strchr(o->dispchar, 'D') != NULL;
+}
 
 /* ----------------------------------------------------------------
  * The registry's statements
@@ -447,6 +476,7 @@ check_conninfo(const char *stream, const char *conninfo, bool need_password)
 	bool		dbname_is_conninfo;
 	bool		has_password;
 	const char *file_option = NULL;
+	const char *refused = NULL;
 
 	if (strlen(conninfo) >= PC_MAX_CONNINFO)
 		ereport(ERROR,
@@ -486,6 +516,11 @@ check_conninfo(const char *stream, const char *conninfo, bool need_password)
 			 strcmp(v, server_file_options[i].allowed) != 0))
 			file_option = server_file_options[i].keyword;
 	}
+	for (PQconninfoOption *o = opts; o->keyword != NULL && refused == NULL;
+		 o++)
+		if (o->val != NULL && strcmp(o->keyword, "replication") != 0 &&
+			refused_option(o))
+			refused = pstrdup(o->keyword);
 	PQconninfoFree(opts);
 
 	if (sets_replication)
@@ -501,6 +536,12 @@ check_conninfo(const char *stream, const char *conninfo, bool need_password)
 						stream),
 				 errdetail("A stream's dbname names the source database."),
 				 errhint("Write each connection option in the connection string itself.")));
+	if (refused != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+				 errmsg("connection option \"%s\" is not allowed in a stream",
+						refused),
+				 errdetail("A stream's connection may set neither libpq's debug options nor its OAuth options.")));
 	if (!need_password)
 		return;
 	if (!has_password)
@@ -519,9 +560,9 @@ check_conninfo(const char *stream, const char *conninfo, bool need_password)
 }
 
 /*
- * A connection string without its password (nor any other option libpq
- * shows as a password, such as sslpassword), rebuilt from libpq's parse;
- * NULL if libpq cannot parse it.
+ * A connection string without its password, nor any other option
+ * hidden_option() names, rebuilt from libpq's parse; NULL if libpq cannot
+ * parse it.
  */
 static char *
 conninfo_without_password(const char *conninfo)
@@ -540,8 +581,7 @@ conninfo_without_password(const char *conninfo)
 	initStringInfo(&buf);
 	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
 	{
-		if (o->val == NULL || strcmp(o->keyword, "password") == 0 ||
-			strchr(o->dispchar, '*') != NULL)
+		if (o->val == NULL || hidden_option(o))
 			continue;
 		if (buf.len > 0)
 			appendStringInfoChar(&buf, ' ');
