@@ -147,6 +147,18 @@ SELECT c, st.try(format('SELECT projcache.create_stream(%L, %L, %L)', 'mine', c,
                     'host=src password=pw sslkey=/etc/ssl/private/k.key',
                     'host=src password=pw sslrootcert=/etc/passwd',
                     'host=src password=pw sslcrl=/x', 'host=src password=pw sslcrldir=/x']) c;
+-- sslcertmode, which libpq before 16 does not know (42601), but disable
+-- (2F003): it would present this server's default client certificate.
+SELECT m, r LIKE '2F003: connection option "sslcertmode" is not allowed in the stream of a role that is not a superuser%'
+          OR r LIKE '42601: %invalid connection option "sslcertmode"%' AS refused
+  FROM unnest(ARRAY['allow', 'require', 'Disable']) m,
+       LATERAL st.try(format('SELECT projcache.create_stream(%L, %L, %L)', 'mine',
+                             'host=src password=pw sslcertmode=' || m, 'pub')) r;
+SELECT r = 'ok' OR r LIKE '42601: %invalid connection option "sslcertmode"%' AS disable_taken
+  FROM st.try('SELECT projcache.create_stream(''certless'', ''host=src password=pw sslcertmode=disable'', ''pub'')') r;
+RESET ROLE;
+DELETE FROM projcache.stream_registry WHERE name = 'certless';
+SET ROLE st_owner;
 SELECT projcache.create_stream('mine', 'host=src dbname=app user=repl password=owner_secret sslmode=require', 'pub');
 SELECT projcache.create_stream('mine_uri', 'postgresql://repl:uri_secret@src:5433/app?sslrootcert=system', 'pub', 'mine_slot');
 SELECT name, owner, conninfo, publication, slot_name, state, transactions, lag

@@ -110,7 +110,10 @@ PG_FUNCTION_INFO_V1(projcache_stream_mappings);
 /*
  * Connection options that a stream of an owner who is not a superuser may
  * not set: each makes the connection use a file or a service entry of
- * this server (sslrootcert=system names none).
+ * this server (sslrootcert=system names none).  sslcertmode (libpq 16 and
+ * later) other than disable has libpq present this server's OS user's
+ * default client certificate (~/.postgresql/postgresql.crt); left out,
+ * it is "allow" by libpq's default, which the worker is to override.
  */
 typedef struct ServerFileOption
 {
@@ -126,6 +129,7 @@ static const ServerFileOption server_file_options[] = {
 	{"sslrootcert", "system"},
 	{"sslcrl", NULL},
 	{"sslcrldir", NULL},
+	{"sslcertmode", "disable"},
 };
 
 /*
