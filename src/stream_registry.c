@@ -649,14 +649,23 @@ projcache_create_stream(PG_FUNCTION_ARGS)
 				 errmsg("role \"pg_database_owner\" cannot own a stream")));
 	check_conninfo(name, conninfo, !super);
 	publication = check_publication(publication);
-
-	/* A DROP ROLE of the owner waits for this transaction, then sees it. */
-	LockSharedObject(AuthIdRelationId, GetUserId(), 0, AccessShareLock);
 	if (!PG_ARGISNULL(3))
 	{
 		slot_name = text_to_cstring(PG_GETARG_TEXT_PP(3));
 		check_slot_name(slot_name);
 	}
+
+	/*
+	 * A DROP ROLE of the owner waits for this transaction, then sees it.  A
+	 * DROP ROLE that holds the lock already is waited for: once it commits,
+	 * the role is gone (taking the lock has read the invalidations), as
+	 * shdepLockAndCheckObject() finds.
+	 */
+	LockSharedObject(AuthIdRelationId, GetUserId(), 0, AccessShareLock);
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(GetUserId())))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role %u was concurrently dropped", GetUserId())));
 
 	lock_stream_totals();
 	args[0] = ObjectIdGetDatum(GetUserId());

@@ -4,6 +4,9 @@
 #
 # a. Two create_stream racing for the last of projcache.max_streams: the
 #    second waits for the first to end, then counts its stream (54000).
+# c. create_stream by a role that a DROP ROLE, not yet committed, is
+#    dropping: it waits for the DROP ROLE, then finds the role gone and
+#    fails; no stream is left with an owner that does not exist.
 # b. pg_dump: the dump carries the streams and their mappings (a named
 #    cache's, the default cache's, a snapshot's), and restores into an
 #    empty database without an error, in an order the foreign keys take:
@@ -52,6 +55,40 @@ like($err_b, qr/cannot register more than 2 streams/,
 is($node->safe_psql('postgres', 'SELECT string_agg(name, \',\' ORDER BY name) FROM projcache.streams'),
 	'first,second', 'a: two streams, as projcache.max_streams says');
 $node->safe_psql('postgres', "SELECT projcache.drop_stream('second')");
+
+# ---------------------------------------------------------------------------
+# c. create_stream behind a DROP ROLE of its caller.
+# ---------------------------------------------------------------------------
+$node->safe_psql(
+	'postgres', q{
+CREATE ROLE carol LOGIN;
+GRANT USAGE ON SCHEMA projcache TO carol;
+GRANT EXECUTE ON FUNCTION projcache.create_stream(text, text, text, text) TO carol;
+});
+my $dropper = $node->background_psql('postgres');
+$dropper->query_safe('BEGIN; DROP OWNED BY carol; DROP ROLE carol;');
+my $carol = start_session($node, 'stream_carol',
+	"SELECT projcache.create_stream('carols', 'host=src password=pw', 'pub')",
+	user => 'carol');
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT EXISTS (SELECT FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+		   WHERE a.application_name = 'stream_carol' AND a.wait_event_type = 'Lock'
+		     AND NOT l.granted AND l.classid = 'pg_authid'::regclass)"
+	),
+	'c: create_stream waits for the DROP ROLE of its caller');
+$dropper->query_safe('COMMIT');
+$dropper->quit;
+my ($rc_c, $out_c, $err_c) = wait_session($carol);
+isnt($rc_c, 0, 'c: create_stream fails once the DROP ROLE commits');
+like($err_c, qr/role \d+ was concurrently dropped/,
+	'c: ... because its role is gone');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM projcache.stream_registry WHERE name = 'carols'
+		    OR NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = owner)"),
+	'0',
+	'c: no stream is left, nor any owner that does not exist');
 
 # ---------------------------------------------------------------------------
 # b. pg_dump and restore.
