@@ -166,18 +166,24 @@ SELECT name, owner, conninfo, publication, slot_name, state, transactions, lag
 -- A third is past the half of projcache.max_streams (4) one role may own.
 SELECT st.try('SELECT projcache.create_stream(''mine_3'', ''host=src password=x'', ''pub'')');
 RESET ROLE;
--- ... and the roles that are not superusers own half together.
+-- The bound is each role's: another role owns its half too.
 SET ROLE st_other;
 SELECT st.try('SELECT projcache.create_stream(''other_1'', ''host=src password=x'', ''pub'')');
 RESET ROLE;
--- A superuser takes the last; then none is left for anyone (54000).
-SELECT projcache.create_stream('su_slot', 'host=src password=su_secret', '"Mixed Pub"', 'su_slot_1');
+-- Then none is left, for a superuser neither (54000).
 SELECT st.try('SELECT projcache.create_stream(''su_1'', ''host=src'', ''pub'')');
 SELECT count(*) AS registered FROM projcache.streams;
+-- A superuser is bound by projcache.max_streams only.
+SELECT projcache.drop_stream('other_1');
+SELECT projcache.create_stream('su_slot', 'host=src password=su_secret', '"Mixed Pub"', 'su_slot_1');
+SET ROLE st_other;
+SELECT st.try('SELECT projcache.create_stream(''other_1'', ''host=src password=x'', ''pub'')');
+RESET ROLE;
 SELECT projcache.drop_stream('su_slot');
 SET ROLE st_other;
 SELECT st.try('SELECT projcache.create_stream(''other_1'', ''host=src password=x'', ''pub'')');
 RESET ROLE;
+SELECT projcache.drop_stream('other_1');
 
 ------------------------------------------------------------------------
 -- alter_stream

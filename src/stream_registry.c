@@ -629,7 +629,6 @@ projcache_create_stream(PG_FUNCTION_ARGS)
 	bool		super = superuser();
 	int			count;
 	int			owner_count;
-	int			unprivileged_count;
 	int			half = pc_max_streams / 2;
 	bool		inserted;
 	Oid			argtypes[5] = {TEXTOID, OIDOID, TEXTOID, TEXTOID, TEXTOID};
@@ -672,16 +671,11 @@ projcache_create_stream(PG_FUNCTION_ARGS)
 	stream_begin(&rs);
 	stream_exec("SELECT pg_catalog.count(*),"
 				" pg_catalog.count(*) FILTER (WHERE owner::pg_catalog.oid"
-				" OPERATOR(pg_catalog.=) $1),"
-				" pg_catalog.count(*) FILTER"
-				" (WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_authid a"
-				" WHERE a.oid OPERATOR(pg_catalog.=) owner::pg_catalog.oid"
-				" AND a.rolsuper))"
+				" OPERATOR(pg_catalog.=) $1)"
 				" FROM projcache.stream_registry",
 				1, argtypes + 1, args, NULL, SPI_OK_SELECT);
 	count = (int) DatumGetInt64(spi_datum(0, 1, &isnull));
 	owner_count = (int) DatumGetInt64(spi_datum(0, 2, &isnull));
-	unprivileged_count = (int) DatumGetInt64(spi_datum(0, 3, &isnull));
 	stream_end(&rs);
 
 	if (count >= pc_max_streams)
@@ -694,19 +688,7 @@ projcache_create_stream(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("role \"%s\" owns %d streams, the most one role may",
 						GetUserNameFromId(GetUserId(), false), half),
-				 errdetail("A role that is not a superuser may own at most half of projcache.max_streams (%d).",
-						   pc_max_streams)));
-
-	/*
-	 * Two roles (or more) must not take every stream either: the owners who
-	 * are not superusers own at most half of them together.
-	 */
-	if (!super && unprivileged_count >= half)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("roles that are not superusers own %d streams, the most they may together",
-						half),
-				 errdetail("Of the %d streams of projcache.max_streams, half are kept for streams of superusers.",
+				 errdetail("A role that is not a superuser may own at most half of projcache.max_streams (%d), rounded down.",
 						   pc_max_streams)));
 
 	args[0] = CStringGetTextDatum(name);

@@ -12,6 +12,10 @@
 #    empty database without an error, in an order the foreign keys take:
 #    each mapping keeps its stream, its cache's identity (name and
 #    created_at) and its snapshot.
+# d. The bound on a role's streams, over values of projcache.max_streams
+#    (a restart each): each role that is not a superuser owns at most
+#    max_streams / 2 (rounded down), two of them as many each, and a
+#    superuser takes the rest, up to max_streams.
 
 use strict;
 use warnings;
@@ -141,6 +145,67 @@ is( $node->safe_psql(
 		'SELECT count(*) FROM projcache.stream_mapping_registry WHERE cache_name IS NOT NULL'),
 	'0',
 	'b: the restored foreign keys hold');
+
+# ---------------------------------------------------------------------------
+# d. The bound on each role's streams.
+# ---------------------------------------------------------------------------
+$node->safe_psql(
+	'postgres', q{
+SELECT count(projcache.drop_stream(name)) FROM projcache.streams;
+CREATE ROLE dave;
+CREATE ROLE erin;
+GRANT USAGE ON SCHEMA projcache TO dave, erin;
+GRANT EXECUTE ON FUNCTION projcache.create_stream(text, text, text, text) TO dave, erin;
+});
+
+# Streams made by the role until one is refused: how many, and the error.
+sub fill
+{
+	my ($role, $max) = @_;
+	my ($n, $err) = (0, '');
+
+	while ($n <= $max)
+	{
+		my ($rc, $out);
+		($rc, $out, $err) = $node->psql('postgres',
+			"SET ROLE $role; SELECT projcache.create_stream('${role}_$n', 'host=src password=pw', 'pub')"
+		);
+		last if $rc != 0;
+		$n++;
+	}
+	return ($n, $err);
+}
+
+foreach my $max (1, 2, 3, 5)
+{
+	my $half = int($max / 2);
+
+	$node->append_conf('postgresql.conf', "projcache.max_streams = $max
+");
+	$node->restart;
+	my $registered = 0;
+	foreach my $role ('dave', 'erin')
+	{
+		my ($n, $err) = fill($role, $max);
+		is($n, $half, "d: max_streams = $max: $role owns $half");
+		$registered += $n;
+		like(
+			$err,
+			$registered < $max
+			? qr/role "$role" owns $half streams, the most one role may/
+			: qr/cannot register more than $max streams/,
+			"d: max_streams = $max: $role is refused the next");
+	}
+	my ($n, $err) = fill('postgres', $max);
+	is($n, $max - 2 * $half,
+		"d: max_streams = $max: a superuser takes the rest");
+	like(
+		$err,
+		qr/cannot register more than $max streams/,
+		"d: max_streams = $max: then the registry is full");
+	$node->safe_psql('postgres',
+		'SELECT count(projcache.drop_stream(name)) FROM projcache.streams');
+}
 
 $node->stop;
 done_testing();
