@@ -95,8 +95,14 @@ ALTER TABLE projcache.cache_registry
 -- snapshot_registry's id).  source_table is schema.table, each name
 -- quoted as SQL quotes it if need be; key_column is the column's name as
 -- the source's catalog has it.  Each mapping goes with its stream, its
--- cache or its snapshot (ON DELETE CASCADE).
+-- cache or its snapshot (ON DELETE CASCADE).  id is its primary key, so
+-- that the table has a replica identity: a FOR ALL TABLES publication of
+-- projcache.database would refuse its deletes without one.
+CREATE SEQUENCE projcache.stream_mapping_registry_id_seq;
+
 CREATE TABLE projcache.stream_mapping_registry (
+	id pg_catalog.int8 PRIMARY KEY
+		DEFAULT pg_catalog.nextval('projcache.stream_mapping_registry_id_seq'::pg_catalog.regclass),
 	stream_id pg_catalog.int8 NOT NULL
 		REFERENCES projcache.stream_registry (id) ON DELETE CASCADE,
 	source_table pg_catalog.text NOT NULL,
@@ -121,6 +127,7 @@ CREATE TABLE projcache.stream_mapping_registry (
 SELECT pg_catalog.pg_extension_config_dump('projcache.stream_registry'::pg_catalog.regclass, ''::pg_catalog.text);
 SELECT pg_catalog.pg_extension_config_dump('projcache.stream_registry_id_seq'::pg_catalog.regclass, ''::pg_catalog.text);
 SELECT pg_catalog.pg_extension_config_dump('projcache.stream_mapping_registry'::pg_catalog.regclass, ''::pg_catalog.text);
+SELECT pg_catalog.pg_extension_config_dump('projcache.stream_mapping_registry_id_seq'::pg_catalog.regclass, ''::pg_catalog.text);
 
 CREATE FUNCTION projcache.create_stream(name pg_catalog.text,
 	conninfo pg_catalog.text,
@@ -225,6 +232,7 @@ COMMENT ON VIEW projcache.stream_mappings IS
 REVOKE ALL ON projcache.stream_registry FROM PUBLIC;
 REVOKE ALL ON SEQUENCE projcache.stream_registry_id_seq FROM PUBLIC;
 REVOKE ALL ON projcache.stream_mapping_registry FROM PUBLIC;
+REVOKE ALL ON SEQUENCE projcache.stream_mapping_registry_id_seq FROM PUBLIC;
 REVOKE ALL ON FUNCTION projcache.create_stream(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION projcache.alter_stream(pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION projcache.stream_table(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;

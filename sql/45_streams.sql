@@ -342,6 +342,27 @@ SELECT projcache.drop_stream('mine');
 RESET ROLE;
 SELECT count(*) AS mapped FROM projcache.stream_mapping_registry;
 
+-- Every table of the extension has a primary key, so a FOR ALL TABLES
+-- publication in projcache.database takes the registry's changes.
+SELECT c.relname, EXISTS (SELECT FROM pg_constraint k
+                           WHERE k.conrelid = c.oid AND k.contype = 'p') AS has_primary_key
+  FROM pg_class c
+  JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid
+   AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+ WHERE c.relkind = 'r'
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'projcache')
+ ORDER BY 1;
+SET client_min_messages = error;
+CREATE PUBLICATION st_all FOR ALL TABLES;
+SET client_min_messages = warning;
+SELECT projcache.create_stream('published', 'host=src', 'pub');
+SELECT projcache.stream_table('published', 'public.a', 'id');
+SELECT projcache.stream_table('published', 'public.b', 'id');
+SELECT projcache.unstream_table('published', 'public.a');
+SELECT projcache.alter_stream('published', 'host=src2');
+SELECT projcache.drop_stream('published');
+DROP PUBLICATION st_all;
+
 ------------------------------------------------------------------------
 -- A hostile role that is not a superuser
 ------------------------------------------------------------------------
