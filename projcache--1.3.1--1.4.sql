@@ -92,9 +92,10 @@ ALTER TABLE projcache.cache_registry
 -- The mappings of the streams' tables: to keys of a named cache
 -- (cache_name, cache_created_at), of the default cache (both NULL,
 -- snapshot_id NULL) or to a snapshot of this database (snapshot_id, the
--- snapshot_registry's id).  source_table is schema.table, each name
--- quoted as SQL quotes it if need be; key_column is the column's name as
--- the source's catalog has it.  Each mapping goes with its stream, its
+-- snapshot_registry's id).  source_schema and source_table_name are the
+-- source table's schema and name, and key_column the column's name, as
+-- the source's catalog has them: two names, not a text quoted by a rule
+-- a session's settings change (quote_all_identifiers).  Each mapping goes with its stream, its
 -- cache or its snapshot (ON DELETE CASCADE).  id is its primary key, so
 -- that the table has a replica identity: a FOR ALL TABLES publication of
 -- projcache.database would refuse its deletes without one.
@@ -105,7 +106,8 @@ CREATE TABLE projcache.stream_mapping_registry (
 		DEFAULT pg_catalog.nextval('projcache.stream_mapping_registry_id_seq'::pg_catalog.regclass),
 	stream_id pg_catalog.int8 NOT NULL
 		REFERENCES projcache.stream_registry (id) ON DELETE CASCADE,
-	source_table pg_catalog.text NOT NULL,
+	source_schema pg_catalog.name NOT NULL,
+	source_table_name pg_catalog.name NOT NULL,
 	key_column pg_catalog.text,
 	cache_name pg_catalog.text,
 	cache_created_at pg_catalog.timestamptz,
@@ -121,7 +123,8 @@ CREATE TABLE projcache.stream_mapping_registry (
 		OR (snapshot_id IS NOT NULL AND key_column IS NULL
 			AND key_prefix IS NULL AND cache_name IS NULL
 			AND cache_created_at IS NULL)),
-	UNIQUE NULLS NOT DISTINCT (stream_id, source_table, cache_name, snapshot_id)
+	UNIQUE NULLS NOT DISTINCT (stream_id, source_schema, source_table_name,
+		cache_name, snapshot_id)
 );
 
 SELECT pg_catalog.pg_extension_config_dump('projcache.stream_registry'::pg_catalog.regclass, ''::pg_catalog.text);

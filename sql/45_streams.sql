@@ -292,8 +292,17 @@ SELECT projcache.stream_snapshot('mine', 'public.accounts', 'st_snap_mine');
 -- Once per (stream, table, target) (42710).
 SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.accounts'', ''other_id'', ''st_mine'')');
 SELECT st.try('SELECT projcache.stream_snapshot(''mine'', ''public.accounts'', ''st_snap_mine'')');
+-- One table is one table, whatever quote_all_identifiers says; the views
+-- show it quoted only as need be, whatever it says too.
+SET quote_all_identifiers = on;
+SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.accounts'', ''other_id'', ''st_mine'')');
+SELECT st.try('SELECT projcache.stream_table(''mine'', ''"public"."accounts"'', ''other_id'', ''st_mine'')');
+SELECT st.try('SELECT projcache.stream_snapshot(''mine'', ''public.accounts'', ''st_snap_mine'')');
 SELECT * FROM projcache.stream_mappings;
+RESET quote_all_identifiers;
 RESET ROLE;
+SELECT source_schema, source_table_name, pg_typeof(source_schema), pg_typeof(source_table_name)
+  FROM projcache.stream_mapping_registry ORDER BY 1, 2, key_prefix;
 SELECT projcache.stream_table('mine', 'public.accounts', 'id');
 SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.accounts'', ''id'')');
 SET ROLE st_other;
@@ -312,7 +321,9 @@ SELECT st.try('SELECT projcache.unstream_table(''mine'', ''public.nosuch'', ''st
 SELECT st.try('SELECT projcache.unstream_table(''mine'', ''public.nosuch'')');
 SELECT st.try('SELECT projcache.unstream_table(''mine'', ''public.nosuch'', snapshot => ''st_snap_mine'')');
 SELECT st.try('SELECT projcache.unstream_table(''mine'', ''accounts'', ''st_mine'')');
+SET quote_all_identifiers = on;
 SELECT projcache.unstream_table('mine', 'PUBLIC.PROJECTS', 'st_mine');
+RESET quote_all_identifiers;
 -- The stream's owner removes the default cache's mapping too.
 SELECT projcache.unstream_table('mine', 'public.accounts');
 SELECT stream, source_table, key_column, cache, snapshot FROM projcache.stream_mappings;

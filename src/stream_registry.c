@@ -402,12 +402,39 @@ check_key_column(const char *text)
 }
 
 /*
- * A source table: schema.table, as SQL writes it.  Kept as the two names
- * quoted as needed (quote_identifier()), so that the text reads back as
- * the same two names.
+ * A mapping's source table: its schema's name and its own, as the
+ * source's catalogs have them (kept as two columns of type name, so that
+ * one table is one table whatever a session's settings), and how the
+ * views and the messages show it.
+ */
+typedef struct SourceTable
+{
+	char	   *schema;
+	char	   *table;
+	char	   *shown;			/* source_table_text() */
+} SourceTable;
+
+/*
+ * schema.table, each name quoted as quote_identifier() quotes it with
+ * quote_all_identifiers off (whatever the session's setting): as the
+ * views show a mapping's table, and as stream_table reads it back.
  */
 static char *
-check_source_table(const char *text)
+source_table_text(const char *schema, const char *table)
+{
+	bool		quote_all = quote_all_identifiers;
+	char	   *shown;
+
+	quote_all_identifiers = false;
+	shown = psprintf("%s.%s", quote_identifier(schema),
+					 quote_identifier(table));
+	quote_all_identifiers = quote_all;
+	return shown;
+}
+
+/* A source table: schema.table, as SQL writes it. */
+static void
+check_source_table(const char *text, SourceTable *source)
 {
 	List	   *names = parse_names(text);
 
@@ -417,8 +444,9 @@ check_source_table(const char *text)
 				 errmsg("source table \"%s\" is not schema.table", text),
 				 errdetail("A stream's table is named with its schema on the source, which has its own search_path."),
 				 errhint("Write the table as schema.table, for example public.accounts.")));
-	return psprintf("%s.%s", quote_identifier(strVal(linitial(names))),
-					quote_identifier(strVal(lsecond(names))));
+	source->schema = strVal(linitial(names));
+	source->table = strVal(lsecond(names));
+	source->shown = source_table_text(source->schema, source->table);
 }
 
 /*
@@ -889,14 +917,15 @@ owned_snapshot(const char *snapshot)
  * of a cache, or to a snapshot.  The stream's row is locked already.
  */
 static void
-add_mapping(const char *stream, const StreamRow *row, const char *table,
+add_mapping(const char *stream, const StreamRow *row,
+			const SourceTable *table,
 			const char *key_column, const char *key_prefix,
 			const MappingTarget *target)
 {
-	Oid			argtypes[7] = {INT8OID, TEXTOID, TEXTOID, TEXTOID,
+	Oid			argtypes[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID,
 	TIMESTAMPTZOID, TEXTOID, INT8OID};
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	PcUserSwitch rs;
 	bool		isnull;
 	int64		n;
@@ -916,24 +945,26 @@ add_mapping(const char *stream, const StreamRow *row, const char *table,
 				 errmsg("stream \"%s\" has %d mappings, the most a stream may have",
 						stream, PC_MAX_STREAM_MAPPINGS)));
 
-	args[1] = CStringGetTextDatum(table);
-	args[2] = key_column ? CStringGetTextDatum(key_column) : (Datum) 0;
-	nulls[2] = key_column ? ' ' : 'n';
-	args[3] = target->cache ? CStringGetTextDatum(target->cache) : (Datum) 0;
-	nulls[3] = target->cache ? ' ' : 'n';
-	args[4] = TimestampTzGetDatum(target->cache_created_at);
+	args[1] = CStringGetTextDatum(table->schema);
+	args[2] = CStringGetTextDatum(table->table);
+	args[3] = key_column ? CStringGetTextDatum(key_column) : (Datum) 0;
+	nulls[3] = key_column ? ' ' : 'n';
+	args[4] = target->cache ? CStringGetTextDatum(target->cache) : (Datum) 0;
 	nulls[4] = target->cache ? ' ' : 'n';
-	args[5] = key_prefix ? CStringGetTextDatum(key_prefix) : (Datum) 0;
-	nulls[5] = key_prefix ? ' ' : 'n';
-	args[6] = Int64GetDatum(target->snapshot);
-	nulls[6] = target->snapshot != 0 ? ' ' : 'n';
+	args[5] = TimestampTzGetDatum(target->cache_created_at);
+	nulls[5] = target->cache ? ' ' : 'n';
+	args[6] = key_prefix ? CStringGetTextDatum(key_prefix) : (Datum) 0;
+	nulls[6] = key_prefix ? ' ' : 'n';
+	args[7] = Int64GetDatum(target->snapshot);
+	nulls[7] = target->snapshot != 0 ? ' ' : 'n';
 	stream_begin(&rs);
 	stream_exec("INSERT INTO projcache.stream_mapping_registry"
-				" (stream_id, source_table, key_column, cache_name,"
-				" cache_created_at, key_prefix, snapshot_id)"
-				" VALUES ($1, $2, $3, $4, $5, $6, $7)"
+				" (stream_id, source_schema, source_table_name, key_column,"
+				" cache_name, cache_created_at, key_prefix, snapshot_id)"
+				" VALUES ($1, $2::pg_catalog.name, $3::pg_catalog.name, $4, $5,"
+				" $6, $7, $8)"
 				" ON CONFLICT DO NOTHING",
-				7, argtypes, args, nulls, SPI_OK_INSERT);
+				8, argtypes, args, nulls, SPI_OK_INSERT);
 	inserted = SPI_processed > 0;
 	stream_end(&rs);
 	if (inserted)
@@ -942,16 +973,16 @@ add_mapping(const char *stream, const StreamRow *row, const char *table,
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("stream \"%s\" maps table %s to this snapshot already",
-						stream, table)));
+						stream, table->shown)));
 	if (target->cache != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("stream \"%s\" maps table %s to cache \"%s\" already",
-						stream, table, target->cache)));
+						stream, table->shown, target->cache)));
 	ereport(ERROR,
 			(errcode(ERRCODE_DUPLICATE_OBJECT),
 			 errmsg("stream \"%s\" maps table %s to the default cache already",
-					stream, table)));
+					stream, table->shown)));
 }
 
 /*
@@ -967,6 +998,7 @@ projcache_stream_table(PG_FUNCTION_ARGS)
 	char	   *table;
 	char	   *key_column;
 	char	   *key_prefix;
+	SourceTable source;
 	MappingTarget target = {0};
 	StreamRow	row;
 	size_t		key_room;
@@ -978,7 +1010,7 @@ projcache_stream_table(PG_FUNCTION_ARGS)
 	key_prefix = required_arg(fcinfo, 4, "a mapping's key prefix");
 	check_stream_name(stream);
 	lock_owned_stream_row(stream, &row);
-	table = check_source_table(table);
+	check_source_table(table, &source);
 	key_column = check_key_column(key_column);
 	if (PG_ARGISNULL(3))
 	{
@@ -1002,7 +1034,7 @@ projcache_stream_table(PG_FUNCTION_ARGS)
 				 errmsg("key prefix is %zu bytes long, too long for keys of at most %d bytes",
 						strlen(key_prefix), PC_MAX_KEY_BYTES),
 				 errdetail("A key is the prefix, then the key column's value, after \"name:\" for a named cache.")));
-	add_mapping(stream, &row, table, key_column, key_prefix, &target);
+	add_mapping(stream, &row, &source, key_column, key_prefix, &target);
 	PG_RETURN_VOID();
 }
 
@@ -1016,15 +1048,16 @@ projcache_stream_snapshot(PG_FUNCTION_ARGS)
 	char	   *stream = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *table = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	char	   *snapshot = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	SourceTable source;
 	MappingTarget target = {0};
 	StreamRow	row;
 
 	check_stream_database();
 	check_stream_name(stream);
 	lock_owned_stream_row(stream, &row);
-	table = check_source_table(table);
+	check_source_table(table, &source);
 	target.snapshot = owned_snapshot(snapshot);
-	add_mapping(stream, &row, table, NULL, NULL, &target);
+	add_mapping(stream, &row, &source, NULL, NULL, &target);
 	PG_RETURN_VOID();
 }
 
@@ -1040,9 +1073,10 @@ projcache_unstream_table(PG_FUNCTION_ARGS)
 	char	   *table;
 	char	   *cache = NULL;
 	char	   *snapshot = NULL;
+	SourceTable source;
 	StreamRow	row;
-	Oid			argtypes[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		args[3];
+	Oid			argtypes[4] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[4];
 	PcUserSwitch rs;
 	bool		deleted;
 
@@ -1060,32 +1094,36 @@ projcache_unstream_table(PG_FUNCTION_ARGS)
 				 errhint("Remove each mapping by a call of its own.")));
 	check_stream_name(stream);
 	lock_owned_stream_row(stream, &row);
-	table = check_source_table(table);
+	check_source_table(table, &source);
 
 	args[0] = Int64GetDatum(row.id);
-	args[1] = CStringGetTextDatum(table);
-	args[2] = CStringGetTextDatum(snapshot ? snapshot : cache ? cache : "");
+	args[1] = CStringGetTextDatum(source.schema);
+	args[2] = CStringGetTextDatum(source.table);
+	args[3] = CStringGetTextDatum(snapshot ? snapshot : cache ? cache : "");
 	stream_begin(&rs);
 	if (snapshot != NULL)
 		stream_exec("DELETE FROM projcache.stream_mapping_registry m"
 					" USING projcache.snapshot_registry s"
 					" WHERE m.stream_id OPERATOR(pg_catalog.=) $1"
-					" AND m.source_table OPERATOR(pg_catalog.=) $2"
+					" AND m.source_schema OPERATOR(pg_catalog.=) $2::pg_catalog.name"
+					" AND m.source_table_name OPERATOR(pg_catalog.=) $3::pg_catalog.name"
 					" AND m.snapshot_id OPERATOR(pg_catalog.=) s.id"
-					" AND s.name OPERATOR(pg_catalog.=) $3",
-					3, argtypes, args, NULL, SPI_OK_DELETE);
+					" AND s.name OPERATOR(pg_catalog.=) $4",
+					4, argtypes, args, NULL, SPI_OK_DELETE);
 	else if (cache != NULL)
 		stream_exec("DELETE FROM projcache.stream_mapping_registry"
 					" WHERE stream_id OPERATOR(pg_catalog.=) $1"
-					" AND source_table OPERATOR(pg_catalog.=) $2"
-					" AND cache_name OPERATOR(pg_catalog.=) $3",
-					3, argtypes, args, NULL, SPI_OK_DELETE);
+					" AND source_schema OPERATOR(pg_catalog.=) $2::pg_catalog.name"
+					" AND source_table_name OPERATOR(pg_catalog.=) $3::pg_catalog.name"
+					" AND cache_name OPERATOR(pg_catalog.=) $4",
+					4, argtypes, args, NULL, SPI_OK_DELETE);
 	else
 		stream_exec("DELETE FROM projcache.stream_mapping_registry"
 					" WHERE stream_id OPERATOR(pg_catalog.=) $1"
-					" AND source_table OPERATOR(pg_catalog.=) $2"
+					" AND source_schema OPERATOR(pg_catalog.=) $2::pg_catalog.name"
+					" AND source_table_name OPERATOR(pg_catalog.=) $3::pg_catalog.name"
 					" AND cache_name IS NULL AND snapshot_id IS NULL",
-					2, argtypes, args, NULL, SPI_OK_DELETE);
+					3, argtypes, args, NULL, SPI_OK_DELETE);
 	deleted = SPI_processed > 0;
 	stream_end(&rs);
 	if (deleted)
@@ -1094,16 +1132,16 @@ projcache_unstream_table(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("stream \"%s\" maps table %s to no snapshot \"%s\"",
-						stream, table, snapshot)));
+						stream, source.shown, snapshot)));
 	if (cache != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("stream \"%s\" maps table %s to no cache \"%s\"",
-						stream, table, cache)));
+						stream, source.shown, cache)));
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
 			 errmsg("stream \"%s\" does not map table %s to the default cache",
-					stream, table)));
+					stream, source.shown)));
 	PG_RETURN_VOID();
 }
 
@@ -1203,7 +1241,8 @@ projcache_stream_mappings(PG_FUNCTION_ARGS)
 			 rsinfo->setDesc->natts, STREAM_MAPPINGS_COLS);
 
 	stream_begin(&rs);
-	stream_exec("SELECT s.name, m.source_table, m.key_column,"
+	stream_exec("SELECT s.name, m.source_schema, m.source_table_name,"
+				" m.key_column,"
 				" CASE WHEN m.snapshot_id IS NULL THEN"
 				" COALESCE(m.cache_name, 'default') END,"
 				" m.key_prefix, n.name, s.owner::pg_catalog.oid"
@@ -1212,7 +1251,8 @@ projcache_stream_mappings(PG_FUNCTION_ARGS)
 				" ON s.id OPERATOR(pg_catalog.=) m.stream_id"
 				" LEFT JOIN projcache.snapshot_registry n"
 				" ON n.id OPERATOR(pg_catalog.=) m.snapshot_id"
-				" ORDER BY s.name, m.source_table, m.cache_name NULLS FIRST,"
+				" ORDER BY s.name, m.source_schema, m.source_table_name,"
+				" m.cache_name NULLS FIRST,"
 				" n.name NULLS FIRST",
 				0, NULL, NULL, NULL, SPI_OK_SELECT);
 	for (uint64 r = 0; r < SPI_processed; r++)
@@ -1220,12 +1260,18 @@ projcache_stream_mappings(PG_FUNCTION_ARGS)
 		Datum		values[STREAM_MAPPINGS_COLS];
 		bool		nulls[STREAM_MAPPINGS_COLS];
 		bool		isnull;
-		Oid			owner = DatumGetObjectId(spi_datum(r, 7, &isnull));
+		Oid			owner = DatumGetObjectId(spi_datum(r, 8, &isnull));
 
 		if (!has_privs_of_role(me, owner))
 			continue;
-		for (int c = 0; c < 6; c++)
-			values[c] = spi_datum(r, c + 1, &nulls[c]);
+		values[0] = spi_datum(r, 1, &nulls[0]);
+		values[1] = CStringGetTextDatum(source_table_text(SPI_getvalue(SPI_tuptable->vals[r],
+																	   SPI_tuptable->tupdesc, 2),
+														  SPI_getvalue(SPI_tuptable->vals[r],
+																	   SPI_tuptable->tupdesc, 3)));
+		nulls[1] = false;
+		for (int c = 2; c < 6; c++)
+			values[c] = spi_datum(r, c + 2, &nulls[c]);
 		values[6] = CStringGetTextDatum("ok");
 		nulls[6] = false;
 		values[7] = (Datum) 0;

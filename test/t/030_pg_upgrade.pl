@@ -158,7 +158,8 @@ CREATE DATABASE db12;
 # cache and a snapshot: its owner and its mappings' identities are kept.
 my $stream_rows = q{
 SELECT s.name || ' ' || s.owner || ' ' || s.publication || ' '
-       || m.source_table || ' ' || coalesce(m.cache_name, '-') || ' '
+       || m.source_schema || '.' || m.source_table_name || ' '
+       || coalesce(m.cache_name, '-') || ' '
        || coalesce((m.cache_created_at = c.created_at)::text, '-') || ' '
        || coalesce(n.name, '-')
   FROM projcache.stream_mapping_registry m

@@ -113,14 +113,16 @@ SELECT projcache.stream_table('first', 'public.orders', 'id');
 SELECT projcache.stream_snapshot('first', 'public.states', 'states');
 });
 my $rows = q{
-SELECT s.name, s.owner, s.conninfo, s.publication, m.source_table,
+SELECT s.name, s.owner, s.conninfo, s.publication, m.source_schema,
+       m.source_table_name,
        m.key_column, m.cache_name, m.key_prefix,
        m.cache_created_at = c.created_at AS same_cache, n.name AS snapshot
   FROM projcache.stream_mapping_registry m
   JOIN projcache.stream_registry s ON s.id = m.stream_id
   LEFT JOIN projcache.cache_registry c ON c.name = m.cache_name
   LEFT JOIN projcache.snapshot_registry n ON n.id = m.snapshot_id
- ORDER BY m.source_table, m.cache_name NULLS FIRST, n.name NULLS FIRST};
+ ORDER BY m.source_schema, m.source_table_name, m.cache_name NULLS FIRST,
+          n.name NULLS FIRST};
 my $before = $node->safe_psql('postgres', $rows);
 is(scalar(() = $before =~ /\n/g) + 1, 3, 'b: three mappings before the dump');
 
