@@ -170,7 +170,7 @@ CREATE FUNCTION projcache.stream_snapshot(stream pg_catalog.text,
 	snapshot pg_catalog.text)
 RETURNS pg_catalog.void
 AS 'MODULE_PATHNAME', 'projcache_stream_snapshot'
-LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION projcache.stream_snapshot(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
 'Map a source table of a stream to a snapshot, refreshed when the table changes';
@@ -189,7 +189,7 @@ COMMENT ON FUNCTION projcache.unstream_table(pg_catalog.text, pg_catalog.text, p
 CREATE FUNCTION projcache.drop_stream(name pg_catalog.text)
 RETURNS pg_catalog.void
 AS 'MODULE_PATHNAME', 'projcache_drop_stream'
-LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION projcache.drop_stream(pg_catalog.text) IS
 'Drop a stream and its mappings';

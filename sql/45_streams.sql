@@ -202,6 +202,11 @@ SELECT st.try('SELECT projcache.alter_stream(NULL)');
 SELECT projcache.alter_stream('mine', 'host=src2 dbname=app password=rotated_secret');
 SELECT projcache.alter_stream('mine', publication => 'pub2');
 SELECT projcache.alter_stream('mine');
+-- alter_stream and drop_stream run in any isolation level.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT projcache.alter_stream('mine', publication => 'pub_rr');
+SELECT projcache.drop_stream('mine');
+ROLLBACK;
 SELECT name, conninfo, publication, slot_name FROM projcache.streams WHERE name = 'mine';
 RESET ROLE;
 -- A superuser changing the stream of a role that is not one keeps a
@@ -273,6 +278,10 @@ SELECT t, st.try(format('SELECT projcache.stream_table(%L, %L, %L, %L)', 'mine',
 SELECT k, st.try(format('SELECT projcache.stream_table(%L, %L, %L, %L)', 'mine', 'public.accounts', k, 'st_mine'))
   FROM unnest(ARRAY['', 'a.b', '"', 'id; --']) k;
 SELECT st.try('SELECT projcache.stream_table(''mine'', NULL, ''id'', ''st_mine'')');
+SELECT st.try('SELECT projcache.stream_snapshot(NULL, ''public.accounts'', ''st_snap_mine'')');
+SELECT st.try('SELECT projcache.stream_snapshot(''mine'', NULL, ''st_snap_mine'')');
+SELECT st.try('SELECT projcache.stream_snapshot(''mine'', ''public.accounts'', NULL)');
+SELECT st.try('SELECT projcache.drop_stream(NULL)');
 SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.accounts'', ''id'', ''st_mine'', NULL)');
 SELECT st.try(format('SELECT projcache.stream_table(%L, %L, %L, %L, %L)', 'mine', 'public.accounts', 'id', 'st_mine', repeat('p', 1017)));
 -- Only a superuser maps to the default cache; only the owner of the
@@ -289,6 +298,13 @@ SELECT projcache.stream_table('mine', 'public.accounts', 'id', 'st_mine', 'acct:
 SELECT projcache.stream_table('mine', '"Sales"."Orders 2026"', '"OrderId"', 'st_mine');
 SELECT projcache.stream_table('mine', 'Public.Projects', 'ID', 'st_mine', 'p:');
 SELECT projcache.stream_snapshot('mine', 'public.accounts', 'st_snap_mine');
+-- stream_table and stream_snapshot count a stream's mappings: READ
+-- COMMITTED only (25000); unstream_table runs in any isolation level.
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.rr'', ''id'', ''st_mine'')');
+SELECT st.try('SELECT projcache.stream_snapshot(''mine'', ''public.rr'', ''st_snap_mine'')');
+SELECT projcache.unstream_table('mine', 'public.accounts', 'st_mine');
+ROLLBACK;
 -- Once per (stream, table, target) (42710).
 SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.accounts'', ''other_id'', ''st_mine'')');
 SELECT st.try('SELECT projcache.stream_snapshot(''mine'', ''public.accounts'', ''st_snap_mine'')');

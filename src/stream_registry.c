@@ -180,17 +180,6 @@ check_stream_database(void)
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("streams are changed on the primary"),
 				 errdetail("A standby reads the registry its primary wrote.")));
-
-	/*
-	 * The totals that bound the registry are read after its lock is taken:
-	 * under a transaction snapshot taken before, they would miss what other
-	 * transactions committed meanwhile.
-	 */
-	if (IsolationUsesXactSnapshot())
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("streams are changed in READ COMMITTED transactions only"),
-				 errdetail("The bound on streams is checked against what is committed when the registry is locked.")));
 	if (pc_database == NULL ||
 		strcmp(get_database_name(MyDatabaseId), pc_database) != 0)
 		ereport(ERROR,
@@ -200,6 +189,27 @@ check_stream_database(void)
 				 errdetail("The streams' workers read the registry of the database projcache.database names only."),
 				 errhint("Connect to database \"%s\" to register, change or drop a stream.",
 						 pc_database ? pc_database : "")));
+}
+
+/*
+ * What counts rows against a bound, create_stream (projcache.max_streams
+ * and a role's half) and stream_table and stream_snapshot (a stream's
+ * mappings), counts them once it holds the lock that makes the count
+ * and its insert one: under a transaction snapshot taken before the lock
+ * (REPEATABLE READ, SERIALIZABLE) it would not see the rows of the
+ * transaction it waited for, and two of them could both take the last
+ * place.  The other functions change one stream's row, locked FOR UPDATE,
+ * which such a snapshot takes as well (a serialization failure if the row
+ * changed since).
+ */
+static void
+check_read_committed(const char *what)
+{
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("%s runs in READ COMMITTED transactions only", what),
+				 errdetail("Its bound is checked against what is committed when its lock is taken.")));
 }
 
 /* Statements on the registry: as the bootstrap superuser, in SPI. */
@@ -666,6 +676,7 @@ projcache_create_stream(PG_FUNCTION_ARGS)
 	bool		isnull;
 
 	check_stream_database();
+	check_read_committed("create_stream");
 	name = required_arg(fcinfo, 0, "a stream's name");
 	conninfo = required_arg(fcinfo, 1, "a stream's connection string");
 	publication = required_arg(fcinfo, 2, "a stream's publication");
@@ -790,13 +801,14 @@ projcache_alter_stream(PG_FUNCTION_ARGS)
 Datum
 projcache_drop_stream(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *name;
 	StreamRow	row;
 	Oid			argtypes[1] = {INT8OID};
 	Datum		args[1];
 	PcUserSwitch rs;
 
 	check_stream_database();
+	name = required_arg(fcinfo, 0, "the name of the stream to drop");
 	check_stream_name(name);
 	lock_owned_stream_row(name, &row);
 	args[0] = Int64GetDatum(row.id);
@@ -1004,6 +1016,7 @@ projcache_stream_table(PG_FUNCTION_ARGS)
 	size_t		key_room;
 
 	check_stream_database();
+	check_read_committed("stream_table");
 	stream = required_arg(fcinfo, 0, "a mapping's stream");
 	table = required_arg(fcinfo, 1, "a mapping's source table");
 	key_column = required_arg(fcinfo, 2, "a mapping's key column");
@@ -1045,14 +1058,18 @@ projcache_stream_table(PG_FUNCTION_ARGS)
 Datum
 projcache_stream_snapshot(PG_FUNCTION_ARGS)
 {
-	char	   *stream = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	char	   *table = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	char	   *snapshot = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	char	   *stream;
+	char	   *table;
+	char	   *snapshot;
 	SourceTable source;
 	MappingTarget target = {0};
 	StreamRow	row;
 
 	check_stream_database();
+	check_read_committed("stream_snapshot");
+	stream = required_arg(fcinfo, 0, "a mapping's stream");
+	table = required_arg(fcinfo, 1, "a mapping's source table");
+	snapshot = required_arg(fcinfo, 2, "a mapping's snapshot");
 	check_stream_name(stream);
 	lock_owned_stream_row(stream, &row);
 	check_source_table(table, &source);
