@@ -321,6 +321,13 @@ SELECT source_schema, source_table_name, pg_typeof(source_schema), pg_typeof(sou
   FROM projcache.stream_mapping_registry ORDER BY 1, 2, key_prefix;
 SELECT projcache.stream_table('mine', 'public.accounts', 'id');
 SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.accounts'', ''id'')');
+-- 'default', as the view shows it, is the default cache (no named cache
+-- may have the name).
+SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.accounts'', ''id'', ''default'')');
+SELECT st.try('SELECT projcache.create_cache(''default'', ''st.fetch(text[],text[])'')');
+SET ROLE st_owner;
+SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.x'', ''id'', ''default'')');
+RESET ROLE;
 SET ROLE st_other;
 SELECT st.try('SELECT projcache.stream_table(''mine'', ''public.x'', ''id'', ''st_theirs'')');
 SELECT st.try('SELECT projcache.unstream_table(''mine'', ''public.accounts'', ''st_mine'')');
@@ -340,7 +347,12 @@ SELECT st.try('SELECT projcache.unstream_table(''mine'', ''accounts'', ''st_mine
 SET quote_all_identifiers = on;
 SELECT projcache.unstream_table('mine', 'PUBLIC.PROJECTS', 'st_mine');
 RESET quote_all_identifiers;
--- The stream's owner removes the default cache's mapping too.
+-- The stream's owner removes the default cache's mapping too, named as
+-- the view names it or NULL.
+BEGIN;
+SELECT projcache.unstream_table('mine', 'public.accounts', 'default');
+SELECT count(*) AS default_mapped FROM projcache.stream_mappings WHERE cache = 'default';
+ROLLBACK;
 SELECT projcache.unstream_table('mine', 'public.accounts');
 SELECT stream, source_table, key_column, cache, snapshot FROM projcache.stream_mappings;
 SELECT projcache.stream_table('mine', 'public.projects', 'id', 'st_mine', 'p:');

@@ -1025,7 +1025,10 @@ projcache_stream_table(PG_FUNCTION_ARGS)
 	lock_owned_stream_row(stream, &row);
 	check_source_table(table, &source);
 	key_column = check_key_column(key_column);
-	if (PG_ARGISNULL(3))
+	/* "default", the name the views show, is the default cache's too */
+	if (PG_ARGISNULL(3) ||
+		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(3)),
+			   PC_DEFAULT_CACHE_NAME) == 0)
 	{
 		if (!superuser())
 			ereport(ERROR,
@@ -1102,6 +1105,9 @@ projcache_unstream_table(PG_FUNCTION_ARGS)
 	table = required_arg(fcinfo, 1, "a mapping's source table");
 	if (!PG_ARGISNULL(2))
 		cache = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	/* "default", which no named cache is called, is the default cache */
+	if (cache != NULL && strcmp(cache, PC_DEFAULT_CACHE_NAME) == 0)
+		cache = NULL;
 	if (!PG_ARGISNULL(3))
 		snapshot = text_to_cstring(PG_GETARG_TEXT_PP(3));
 	if (cache != NULL && snapshot != NULL)
