@@ -834,94 +834,75 @@ typedef struct MappingTarget
 } MappingTarget;
 
 /*
- * The named cache a mapping targets, which the caller must own: its
- * created_at, the cache's identity with its name.  Its row is locked FOR
- * KEY SHARE once the owner is checked, so that it is not dropped before
- * this transaction ends.
+ * A registry row a mapping targets, which the caller must own: the value
+ * of its identity column (a cache's created_at, a snapshot's id), read by
+ * the query 'find' (its owner's OID, then that column, of the row named
+ * $1), which 'lock' is with FOR KEY SHARE.  The owner is checked first,
+ * then the row locked and checked again, so that another role's row is
+ * never locked and the row is not dropped before this transaction ends.
+ * what: "cache" or "snapshot", for the errors.  Both identity columns are
+ * 64-bit integers (timestamptz is one), read before SPI's memory goes.
  */
+static int64
+owned_target(const char *what, const char *find, const char *lock,
+			 const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	int64		identity = 0;
+	PcUserSwitch rs;
+
+	for (int pass = 0; pass < 2; pass++)
+	{
+		bool		isnull;
+		Oid			owner = InvalidOid;
+		bool		found;
+
+		stream_begin(&rs);
+		stream_exec(pass == 0 ? find : lock, 1, argtypes, args, NULL,
+					SPI_OK_SELECT);
+		found = SPI_processed > 0;
+		if (found)
+		{
+			owner = DatumGetObjectId(spi_datum(0, 1, &isnull));
+			identity = DatumGetInt64(spi_datum(0, 2, &isnull));
+		}
+		stream_end(&rs);
+		if (!found)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("%s \"%s\" does not exist", what, name)));
+		if (!has_privs_of_role(GetUserId(), owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must be owner of %s \"%s\"", what, name)));
+	}
+	return identity;
+}
+
+#define OWNED_CACHE_SQL \
+	"SELECT owner::pg_catalog.oid, created_at" \
+	" FROM projcache.cache_registry" \
+	" WHERE name OPERATOR(pg_catalog.=) $1"
+#define OWNED_SNAPSHOT_SQL \
+	"SELECT owner::pg_catalog.oid, id" \
+	" FROM projcache.snapshot_registry" \
+	" WHERE name OPERATOR(pg_catalog.=) $1"
+
+/* The created_at of a named cache the caller must own (owned_target()). */
 static TimestampTz
 owned_cache(const char *cache)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(cache)};
-	TimestampTz created_at = 0;
-	PcUserSwitch rs;
-
-	for (int pass = 0; pass < 2; pass++)
-	{
-		bool		isnull;
-		Oid			owner;
-		bool		found;
-
-		stream_begin(&rs);
-		stream_exec(pass == 0 ?
-					"SELECT owner::pg_catalog.oid, created_at"
-					" FROM projcache.cache_registry"
-					" WHERE name OPERATOR(pg_catalog.=) $1" :
-					"SELECT owner::pg_catalog.oid, created_at"
-					" FROM projcache.cache_registry"
-					" WHERE name OPERATOR(pg_catalog.=) $1 FOR KEY SHARE",
-					1, argtypes, args, NULL, SPI_OK_SELECT);
-		found = SPI_processed > 0;
-		if (found)
-		{
-			owner = DatumGetObjectId(spi_datum(0, 1, &isnull));
-			created_at = DatumGetTimestampTz(spi_datum(0, 2, &isnull));
-		}
-		stream_end(&rs);
-		if (!found)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("cache \"%s\" does not exist", cache)));
-		if (!has_privs_of_role(GetUserId(), owner))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("must be owner of cache \"%s\"", cache)));
-	}
-	return created_at;
+	return (TimestampTz) owned_target("cache", OWNED_CACHE_SQL,
+									  OWNED_CACHE_SQL " FOR KEY SHARE", cache);
 }
 
-/* The id of a snapshot the caller must own, locked as owned_cache() does. */
+/* The id of a snapshot the caller must own (owned_target()). */
 static int64
 owned_snapshot(const char *snapshot)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(snapshot)};
-	int64		id = 0;
-	PcUserSwitch rs;
-
-	for (int pass = 0; pass < 2; pass++)
-	{
-		bool		isnull;
-		Oid			owner;
-		bool		found;
-
-		stream_begin(&rs);
-		stream_exec(pass == 0 ?
-					"SELECT owner::pg_catalog.oid, id"
-					" FROM projcache.snapshot_registry"
-					" WHERE name OPERATOR(pg_catalog.=) $1" :
-					"SELECT owner::pg_catalog.oid, id"
-					" FROM projcache.snapshot_registry"
-					" WHERE name OPERATOR(pg_catalog.=) $1 FOR KEY SHARE",
-					1, argtypes, args, NULL, SPI_OK_SELECT);
-		found = SPI_processed > 0;
-		if (found)
-		{
-			owner = DatumGetObjectId(spi_datum(0, 1, &isnull));
-			id = DatumGetInt64(spi_datum(0, 2, &isnull));
-		}
-		stream_end(&rs);
-		if (!found)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("snapshot \"%s\" does not exist", snapshot)));
-		if (!has_privs_of_role(GetUserId(), owner))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("must be owner of snapshot \"%s\"", snapshot)));
-	}
-	return id;
+	return owned_target("snapshot", OWNED_SNAPSHOT_SQL,
+						OWNED_SNAPSHOT_SQL " FOR KEY SHARE", snapshot);
 }
 
 /*
