@@ -51,6 +51,7 @@ OBJS = \
 	src/snapshot_fdw.o \
 	src/snapshot_dump.o \
 	src/stream_registry.o \
+	src/stream_conninfo.o \
 	src/wal_records.o
 
 EXTENSION = projcache
