@@ -592,7 +592,6 @@ libpqsrv_connect_params(const char *const *keywords,
 						int expand_dbname, uint32 wait_event_info)
 {
 	PGconn	   *conn;
-	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
 
 	if (!AcquireExternalFD())
 		ereport(ERROR,
@@ -610,6 +609,8 @@ libpqsrv_connect_params(const char *const *keywords,
 		return conn;
 	PG_TRY();
 	{
+		PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+
 		while (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
 		{
 			int			io = status == PGRES_POLLING_READING ?

@@ -17,7 +17,8 @@
 # d. pg_terminate_backend of a worker: another one takes its place.
 # e. Another role sees no run-time state of streams it does not own.
 # f. No more workers than projcache.max_streams; drop_stream ends the
-#    stream's worker.
+#    stream's worker; alter_stream starts a stopped one again.
+# g. A standby of the cache runs no worker: every stream is "standby".
 
 use strict;
 use warnings;
@@ -57,7 +58,9 @@ my $sysid = $source->safe_psql('postgres',
 # ---------------------------------------------------------------------------
 # The cache: projcache, two roles that may register streams.
 # ---------------------------------------------------------------------------
-my $cache = projcache_node('cache',
+my $cache = projcache_node(
+	'cache',
+	init => { allows_streaming => 1 },
 	conf => "projcache.max_streams = 4\nprojcache.max_retry_backoff = '500ms'\n");
 $cache->safe_psql(
 	'postgres', q{
@@ -250,5 +253,26 @@ ok( $cache->poll_query_until(
 		"SELECT state FROM projcache.streams WHERE name = 'a_trusted'", 'streaming'),
 	'alter_stream: the stopped stream, given a password the source asks for, streams');
 
+# ---------------------------------------------------------------------------
+# g. A standby of the cache: no worker, every stream "standby".
+# ---------------------------------------------------------------------------
+$cache->backup('cache_backup');
+my $standby = PostgreSQL::Test::Cluster->new('cache_standby');
+$standby->init_from_backup($cache, 'cache_backup', has_streaming => 1);
+$standby->start;
+$cache->wait_for_catchup($standby);
+ok( $standby->poll_query_until(
+		'postgres',
+		"SELECT count(*) = 3 AND bool_and(state = 'standby' AND reconnects = 0 AND source_system_id IS NULL) FROM projcache.streams"
+	),
+	'g: on a standby, every stream is "standby"');
+is( $standby->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'projcache stream'"
+	),
+	'0',
+	'g: and no stream has a worker there');
+
 log_shows_no_crash($cache);
+log_shows_no_crash($standby);
 done_testing();
