@@ -954,8 +954,9 @@ projcache_unstream_table(PG_FUNCTION_ARGS)
  * caller has (a superuser: every stream), with the connection string
  * without its password to the owner itself and to superusers (NULL to a
  * member of the owner role), and each stream's run-time state from its
- * worker's slot (stream_worker.c).  A stream with no slot yet is
- * "starting" ("standby" on a standby, where no worker runs).
+ * worker's slot (stream_worker.c), to the same roles (NULL to a member:
+ * its last error may name the source's hosts).  A stream with no slot
+ * yet is "starting" ("standby" on a standby, where no worker runs).
  */
 Datum
 projcache_streams(PG_FUNCTION_ARGS)
@@ -1013,6 +1014,13 @@ projcache_streams(PG_FUNCTION_ARGS)
 		col++;
 		values[col] = spi_datum(r, 5, &nulls[col]);
 		col++;
+		/* the run-time state: to the owner and superusers only, too */
+		if (me != owner && !superuser_arg(me))
+		{
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+								 nulls);
+			continue;
+		}
 		values[col] = CStringGetTextDatum(pc_stream_state_name(rt.state));
 		nulls[col++] = false;
 		if (rt.system_id != 0)

@@ -85,6 +85,9 @@ PGDLLEXPORT void pc_stream_worker_main(Datum main_arg);
 /* How often the scheduler checks the registry against the workers. */
 #define PC_STREAMS_POLL_MS		1000
 
+/* ... and while no stream is registered. */
+#define PC_STREAMS_IDLE_POLL_MS	10000
+
 /* The first wait before connecting again; it doubles. */
 #define PC_STREAM_FIRST_BACKOFF_MS	100
 
@@ -318,6 +321,28 @@ launch_worker(int i, int64 id, const char *name)
 }
 
 /*
+ * End the worker of that pid: through its handle if this scheduler started
+ * it, else (a scheduler before this one did) by its pid.
+ */
+static void
+terminate_worker(pid_t pid)
+{
+	for (int i = 0; i < streams_shared->nslots; i++)
+	{
+		pid_t		hpid;
+
+		if (handles[i] != NULL &&
+			GetBackgroundWorkerPid(handles[i], &hpid) == BGWH_STARTED &&
+			hpid == pid)
+		{
+			TerminateBackgroundWorker(handles[i]);
+			return;
+		}
+	}
+	(void) kill(pid, SIGTERM);
+}
+
+/*
  * Start a worker for each registered stream that has none, and end those
  * of streams dropped or changed.  Called by the scheduler in its loop;
  * returns how long it may sleep before the next call.  On a standby it
@@ -441,7 +466,7 @@ pc_streams_tick(void)
 	LWLockRelease(streams_shared->lock);
 
 	for (int k = 0; k < nstop; k++)
-		(void) kill(stop[k], SIGTERM);
+		terminate_worker(stop[k]);
 	for (int k = 0; k < nstart; k++)
 	{
 		PcStreamListed *l = &listed[start[k]];
@@ -473,6 +498,17 @@ pc_streams_tick(void)
 	pfree(listed);
 	pfree(start);
 	pfree(stop);
+
+	/*
+	 * No stream: nothing to start again.  A commit that creates one sets the
+	 * flag; a registry restored without create_stream is seen within
+	 * PC_STREAMS_IDLE_POLL_MS.
+	 */
+	if (n == 0 && nstop == 0)
+	{
+		next_check_ms = now + PC_STREAMS_IDLE_POLL_MS;
+		return PC_STREAMS_IDLE_POLL_MS;
+	}
 	return PC_STREAMS_POLL_MS;
 }
 

@@ -15,7 +15,9 @@
 # c. The source stopped: reconnecting, reconnects grows, last_error set;
 #    started again: streaming again.
 # d. pg_terminate_backend of a worker: another one takes its place.
-# e. Another role sees no run-time state of streams it does not own.
+# e. Another role sees no run-time state of streams it does not own: a
+#    role that is not a member sees no row, a member of the owner the
+#    rows without their connection strings and run-time state.
 # f. No more workers than projcache.max_streams; drop_stream ends the
 #    stream's worker; alter_stream starts a stopped one again.
 # g. A standby of the cache runs no worker: every stream is "standby".
@@ -213,6 +215,14 @@ is( as_role(
 	),
 	'a_pw:streaming,a_trusted:stopped',
 	'e: the owner sees its own, with their state');
+$cache->safe_psql('postgres', 'CREATE ROLE member_a LOGIN IN ROLE owner_a');
+is( as_role(
+		'member_a',
+		"SELECT string_agg(concat_ws(':', name, conninfo, state, source_system_id, reconnects, last_error), ',' ORDER BY name) FROM projcache.streams"
+	),
+	'a_pw,a_trusted',
+	'e: a member of the owner sees the streams, not their connection strings nor their run-time state'
+);
 
 # ---------------------------------------------------------------------------
 # f. At most max_streams workers; drop_stream ends its worker.
