@@ -16,7 +16,8 @@
  * its row changes (alter_stream).  It asks IDENTIFY_SYSTEM, creates a
  * temporary logical slot (pgoutput), starts replication from the
  * publication, and receives: it counts the transactions and changes it is
- * sent and answers the source's keepalives.  Applying the changes
+ * sent and answers the source's keepalives; a source that sends nothing
+ * for wal_receiver_timeout is taken as gone.  Applying the changes
  * (invalidating keys) is not done yet.  The source down or an error: it
  * connects again after a backoff that doubles up to
  * projcache.max_retry_backoff.  SIGTERM ends it (its slot on the source
@@ -56,6 +57,7 @@
 #include "port/pg_bswap.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "replication/walreceiver.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -790,6 +792,8 @@ static PGresult *
 wait_result(PGconn *conn, ExecStatusType ok, char **err)
 {
 	PGresult   *last = NULL;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   wal_receiver_timeout);
 
 	for (;;)
 	{
@@ -797,12 +801,24 @@ wait_result(PGconn *conn, ExecStatusType ok, char **err)
 
 		while (PQisBusy(conn))
 		{
-			int			rc = WaitLatchOrSocket(MyLatch,
-											   WL_EXIT_ON_PM_DEATH | WL_LATCH_SET |
-											   WL_SOCKET_READABLE,
-											   PQsocket(conn), 0,
-											   pc_wait_event(PC_WAIT_STREAM));
+			long		left = wal_receiver_timeout <= 0 ? 1000 :
+				TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+												deadline);
+			int			rc;
 
+			if (left <= 0)
+			{
+				if (last)
+					PQclear(last);
+				*err = psprintf("the source did not answer within wal_receiver_timeout (%d ms)",
+								wal_receiver_timeout);
+				return NULL;
+			}
+			rc = WaitLatchOrSocket(MyLatch,
+								   WL_EXIT_ON_PM_DEATH | WL_LATCH_SET |
+								   WL_SOCKET_READABLE | WL_TIMEOUT,
+								   PQsocket(conn), Min(left, 1000),
+								   pc_wait_event(PC_WAIT_STREAM));
 			if (rc & WL_LATCH_SET)
 			{
 				ResetLatch(MyLatch);
@@ -901,8 +917,14 @@ protocol_literal(const char *s)
 static bool
 start_replication(PGconn *conn, const PcStreamDef *def, char **err)
 {
-	char	   *slot = psprintf("pc_stream_%lld_%d", (long long) def->id,
-								(int) MyProcPid);
+	static uint32 connections = 0;
+
+	/*
+	 * A name of this connection's own: the slot of one before it may live on
+	 * at the source until its walsender sees that it is gone.
+	 */
+	char	   *slot = psprintf("pc_stream_%lld_%d_%u", (long long) def->id,
+								(int) MyProcPid, ++connections);
 	PGresult   *res;
 
 	res = run_query(conn,
@@ -1050,6 +1072,7 @@ static void
 receive_loop(PGconn *conn, MemoryContext msg_cxt, char **err)
 {
 	TimestampTz last_feedback = GetCurrentTimestamp();
+	TimestampTz last_received = last_feedback;
 
 	in_transaction = false;
 	for (;;)
@@ -1073,6 +1096,7 @@ receive_loop(PGconn *conn, MemoryContext msg_cxt, char **err)
 			reply = handle_message(buf, len);
 			MemoryContextSwitchTo(old);
 			PQfreemem(buf);
+			last_received = GetCurrentTimestamp();
 		}
 		else if (len == -1)
 		{
@@ -1091,6 +1115,15 @@ receive_loop(PGconn *conn, MemoryContext msg_cxt, char **err)
 			if (!send_feedback(conn, err))
 				return;
 			last_feedback = GetCurrentTimestamp();
+		}
+		/* the source sends a keepalive every wal_sender_timeout / 2 */
+		if (len == 0 && wal_receiver_timeout > 0 &&
+			TimestampDifferenceExceeds(last_received, GetCurrentTimestamp(),
+									   wal_receiver_timeout))
+		{
+			*err = psprintf("the source sent nothing for wal_receiver_timeout (%d ms)",
+							wal_receiver_timeout);
+			return;
 		}
 		if (len == 0)
 		{
@@ -1165,6 +1198,7 @@ pc_stream_worker_main(Datum main_arg)
 	bool		super;
 	long		backoff = PC_STREAM_FIRST_BACKOFF_MS;
 	MemoryContext msg_cxt;
+	MemoryContext conn_cxt;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -1183,12 +1217,18 @@ pc_stream_worker_main(Datum main_arg)
 	msg_cxt = AllocSetContextCreate(TopMemoryContext,
 									"projcache stream message",
 									ALLOCSET_DEFAULT_SIZES);
+	conn_cxt = AllocSetContextCreate(TopMemoryContext,
+									 "projcache stream connection",
+									 ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
 		char	   *err = NULL;
 		bool		held;
 
+		/* what one connection allocates goes with it */
+		MemoryContextSwitchTo(conn_cxt);
+		MemoryContextReset(conn_cxt);
 		CHECK_FOR_INTERRUPTS();
 		source_conn = connect_source(&def, super, &err, &held);
 		if (source_conn == NULL && held)

@@ -13,7 +13,8 @@
 #    the source): replies come, and it is never timed out; the source's
 #    transactions and changes are counted.
 # c. The source stopped: reconnecting, reconnects grows, last_error set;
-#    started again: streaming again.
+#    started again: streaming again.  Its walsender stalled: connected
+#    again after wal_receiver_timeout.
 # d. pg_terminate_backend of a worker: another one takes its place.
 # e. Another role sees no run-time state of streams it does not own: a
 #    role that is not a member sees no row, a member of the owner the
@@ -63,7 +64,8 @@ my $sysid = $source->safe_psql('postgres',
 my $cache = projcache_node(
 	'cache',
 	init => { allows_streaming => 1 },
-	conf => "projcache.max_streams = 4\nprojcache.max_retry_backoff = '500ms'\n");
+	conf => "projcache.max_streams = 4\nprojcache.max_retry_backoff = '500ms'\n"
+	  . "wal_receiver_timeout = '3s'\n");
 $cache->safe_psql(
 	'postgres', q{
 CREATE ROLE owner_a LOGIN;
@@ -190,6 +192,20 @@ ok( $cache->poll_query_until(
 		"SELECT bool_and(state = 'streaming') FROM projcache.streams WHERE name IN ('su_trust', 'a_pw')"
 	),
 	'c: the source started again: streaming again');
+
+# The source's side stalls (its walsender stopped): after
+# wal_receiver_timeout without a message, the worker connects again.
+my $walsender = $source->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_replication WHERE application_name = 'projcache stream a_pw'"
+);
+kill 'STOP', $walsender;
+ok( $cache->poll_query_until(
+		'postgres',
+		"SELECT state = 'streaming' AND last_error LIKE 'the source sent nothing for wal_receiver_timeout%' FROM projcache.streams WHERE name = 'a_pw'"
+	),
+	'c: a source that sends nothing is left after wal_receiver_timeout, and connected again'
+);
+kill 'CONT', $walsender;
 
 # ---------------------------------------------------------------------------
 # d. A worker terminated comes back.
