@@ -52,6 +52,7 @@ OBJS = \
 	src/snapshot_dump.o \
 	src/stream_registry.o \
 	src/stream_conninfo.o \
+	src/stream_worker.o \
 	src/wal_records.o
 
 EXTENSION = projcache

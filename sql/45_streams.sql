@@ -118,10 +118,13 @@ SELECT s, st.try(format('SELECT projcache.create_stream(%L, %L, %L, %L)', 'a', '
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT st.try('SELECT projcache.create_stream(''a'', ''host=src'', ''pub'')');
 ROLLBACK;
+-- Each stream has a worker: the source "src" does not resolve, so it is
+-- starting or reconnecting.
 -- A superuser's stream needs no password.
 SELECT projcache.create_stream('su_stream', 'host=src dbname=app user=repl', 'pub');
 SELECT st.try('SELECT projcache.create_stream(''su_stream'', ''host=src'', ''pub'')');
-SELECT name, owner, conninfo, publication, slot_name, state FROM projcache.streams;
+SELECT name, owner, conninfo, publication, slot_name,
+       state IN ('starting', 'reconnecting') AS connecting FROM projcache.streams;
 
 -- Elsewhere than projcache.database (55000).
 CREATE DATABASE st_elsewhere;
@@ -161,7 +164,8 @@ DELETE FROM projcache.stream_registry WHERE name = 'certless';
 SET ROLE st_owner;
 SELECT projcache.create_stream('mine', 'host=src dbname=app user=repl password=owner_secret sslmode=require', 'pub');
 SELECT projcache.create_stream('mine_uri', 'postgresql://repl:uri_secret@src:5433/app?sslrootcert=system', 'pub', 'mine_slot');
-SELECT name, owner, conninfo, publication, slot_name, state, transactions, lag
+SELECT name, owner, conninfo, publication, slot_name,
+       state IN ('starting', 'reconnecting') AS connecting, transactions, lag
   FROM projcache.streams;
 -- A third is past the half of projcache.max_streams (4) one role may own.
 SELECT st.try('SELECT projcache.create_stream(''mine_3'', ''host=src password=x'', ''pub'')');

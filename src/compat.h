@@ -159,6 +159,7 @@ typedef enum PcWaitEvent
 	PC_WAIT_WORKER,				/* the key cache worker between batches */
 	PC_WAIT_LAUNCHER,			/* the launcher between its checks */
 	PC_WAIT_MAP_CHECK,			/* the key map's self-check between walks */
+	PC_WAIT_STREAM,				/* a stream's worker on its source */
 	PC_WAIT_EVENTS				/* how many; not an event */
 } PcWaitEvent;
 
@@ -177,6 +178,7 @@ pc_wait_event(PcWaitEvent which)
 		"projcache worker",
 		"projcache launcher",
 		"projcache map check",
+		"projcache stream",
 	};
 	static uint32 ids[PC_WAIT_EVENTS];
 
@@ -190,5 +192,18 @@ pc_wait_event(PcWaitEvent which)
 		WAIT_EVENT_BGWORKER_SHUTDOWN : PG_WAIT_EXTENSION;
 #endif
 }
+
+/*
+ * libpq-be-fe-helpers.h (libpq in a backend, interruptible) came with 16,
+ * and was backported to later minors of 15; stream_worker.c has a fallback
+ * for a 15 without it.
+ */
+#if PG_VERSION_NUM >= 160000
+#define PC_HAVE_LIBPQSRV 1
+#elif defined(__has_include)
+#if __has_include("libpq/libpq-be-fe-helpers.h")
+#define PC_HAVE_LIBPQSRV 1
+#endif
+#endif
 
 #endif							/* PROJCACHE_COMPAT_H */

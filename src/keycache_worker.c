@@ -42,6 +42,7 @@
 #include "keycache_caches.h"
 #include "keycache_worker.h"
 #include "snapshot.h"
+#include "stream_worker.h"
 #include "wal.h"
 
 /* Longest sleep, in case a wakeup is ever missed. */
@@ -1161,6 +1162,7 @@ pc_worker_main(Datum main_arg)
 		int			n;
 		long		replay_poll;
 		long		caches_poll;
+		long		streams_poll;
 		bool		dumping;
 
 		/*
@@ -1185,6 +1187,10 @@ pc_worker_main(Datum main_arg)
 			(void) pc_caches_reload_due(pc_real_now_ms(), &caches_poll);
 		}
 		replay_poll = pc_replay_poll(refetch_replayed);
+		/* the streams' workers started and stopped (stream_worker.c) */
+		streams_poll = pc_streams_tick();
+		if (streams_poll >= 0)
+			caches_poll = Min(caches_poll, streams_poll);
 		now = pc_now_ms();
 		pc_admission_tick(now);
 		process_requests(now);

@@ -24,6 +24,7 @@
 #include "keycache.h"
 #include "keycache_caches.h"
 #include "snapshot.h"
+#include "stream_worker.h"
 #include "wal.h"
 
 /*
@@ -52,6 +53,7 @@ static const PcShmemPart parts[] = {
 	{pc_snap_shmem_request, pc_snap_shmem_startup}, /* snapshot_store.c */
 	{pc_snap_dump_shmem_request, pc_snap_dump_shmem_startup},	/* snapshot_dump.c */
 	{pc_load_shmem_request, pc_load_shmem_startup}, /* snapshot_load.c */
+	{pc_streams_shmem_request, pc_streams_shmem_startup},	/* stream_worker.c */
 };
 
 PG_MODULE_MAGIC;

@@ -44,8 +44,12 @@
  * create_stream holds a lock on its owner until it commits, and the guard
  * takes the lock DROP ROLE takes on the role before it reads the registry.
  *
- * Nothing runs the streams yet: the views show each stream "stopped",
- * its counters at 0.
+ * Each stream runs in a worker of its own (stream_worker.c), which reads
+ * its row here (pc_stream_read()); the scheduler lists the rows to start
+ * and stop the workers (pc_stream_list()), and a commit that creates,
+ * changes or drops a stream has it do so at once (pc_streams_changed()).
+ * projcache.streams shows each stream's run-time state from its worker's
+ * slot.
  *
  * Copyright (c) 2026, projcache developers
  *
@@ -73,6 +77,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/pg_lsn.h"
 #include "utils/regproc.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -83,6 +88,7 @@
 #include "shmem.h"
 #include "stream_conninfo.h"
 #include "stream_registry.h"
+#include "stream_worker.h"
 #include "user_switch.h"
 
 PG_FUNCTION_INFO_V1(projcache_create_stream);
@@ -530,6 +536,7 @@ projcache_create_stream(PG_FUNCTION_ARGS)
 				5, argtypes, args, nulls, SPI_OK_INSERT);
 	inserted = SPI_processed > 0;
 	stream_end(&rs);
+	pc_streams_changed();
 	if (!inserted)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -580,6 +587,7 @@ projcache_alter_stream(PG_FUNCTION_ARGS)
 				" WHERE id OPERATOR(pg_catalog.=) $1",
 				3, argtypes, args, nulls, SPI_OK_UPDATE);
 	stream_end(&rs);
+	pc_streams_changed();
 	PG_RETURN_VOID();
 }
 
@@ -603,6 +611,7 @@ projcache_drop_stream(PG_FUNCTION_ARGS)
 				" WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes, args, NULL, SPI_OK_DELETE);
 	stream_end(&rs);
+	pc_streams_changed();
 	PG_RETURN_VOID();
 }
 
@@ -944,14 +953,17 @@ projcache_unstream_table(PG_FUNCTION_ARGS)
  * projcache.streams_1_4(): the streams whose owner's privileges the
  * caller has (a superuser: every stream), with the connection string
  * without its password to the owner itself and to superusers (NULL to a
- * member of the owner role).  Until a stream's worker exists, each is
- * "stopped" and has done nothing.
+ * member of the owner role), and each stream's run-time state from its
+ * worker's slot (stream_worker.c), to the same roles (NULL to a member:
+ * its last error may name the source's hosts).  A stream with no slot
+ * yet is "starting" ("standby" on a standby, where no worker runs).
  */
 Datum
 projcache_streams(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			me = GetUserId();
+	bool		standby = RecoveryInProgress();
 	PcUserSwitch rs;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -961,7 +973,7 @@ projcache_streams(PG_FUNCTION_ARGS)
 
 	stream_begin(&rs);
 	stream_exec("SELECT name, owner::pg_catalog.oid, conninfo, publication,"
-				" slot_name FROM projcache.stream_registry ORDER BY name",
+				" slot_name, id FROM projcache.stream_registry ORDER BY name",
 				0, NULL, NULL, NULL, SPI_OK_SELECT);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
@@ -969,11 +981,20 @@ projcache_streams(PG_FUNCTION_ARGS)
 		bool		nulls[STREAMS_COLS];
 		bool		isnull;
 		Oid			owner = DatumGetObjectId(spi_datum(r, 2, &isnull));
+		int64		id = DatumGetInt64(spi_datum(r, 6, &isnull));
+		PcStreamRuntime rt;
 		char	   *shown;
 		int			col = 0;
 
 		if (!has_privs_of_role(me, owner))
 			continue;
+		if (!pc_stream_runtime(id, &rt))
+		{
+			memset(&rt, 0, sizeof(rt));
+			rt.state = standby ? PC_STREAM_STANDBY : PC_STREAM_STARTING;
+		}
+		else if (standby)
+			rt.state = PC_STREAM_STANDBY;
 		memset(nulls, true, sizeof(nulls));
 		values[col] = spi_datum(r, 1, &nulls[col]);
 		col++;
@@ -993,17 +1014,56 @@ projcache_streams(PG_FUNCTION_ARGS)
 		col++;
 		values[col] = spi_datum(r, 5, &nulls[col]);
 		col++;
-		values[col] = CStringGetTextDatum("stopped");
-		nulls[col++] = false;
-		/* source_system_id .. last_commit_at: none yet */
-		col += 6;
-		/* transactions .. reconnects */
-		for (int i = 0; i < 6; i++)
+		/* the run-time state: to the owner and superusers only, too */
+		if (me != owner && !superuser_arg(me))
 		{
-			values[col] = Int64GetDatum(0);
-			nulls[col++] = false;
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+								 nulls);
+			continue;
 		}
-		/* last_error, last_error_at */
+		values[col] = CStringGetTextDatum(pc_stream_state_name(rt.state));
+		nulls[col++] = false;
+		if (rt.system_id != 0)
+		{
+			values[col] = Int64GetDatum((int64) rt.system_id);
+			nulls[col] = false;
+			values[col + 1] = Int32GetDatum((int32) rt.timeline);
+			nulls[col + 1] = false;
+		}
+		col += 2;
+		if (!XLogRecPtrIsInvalid(rt.received_lsn))
+		{
+			values[col] = LSNGetDatum(rt.received_lsn);
+			nulls[col] = false;
+		}
+		col++;
+		if (!XLogRecPtrIsInvalid(rt.confirmed_lsn))
+		{
+			values[col] = LSNGetDatum(rt.confirmed_lsn);
+			nulls[col] = false;
+		}
+		col++;
+		/* lag, last_commit_at: not known until changes are applied */
+		col += 2;
+		values[col] = Int64GetDatum(rt.transactions);
+		nulls[col++] = false;
+		values[col] = Int64GetDatum(rt.changes);
+		nulls[col++] = false;
+		values[col] = Int64GetDatum(rt.keys_invalidated);
+		nulls[col++] = false;
+		values[col] = Int64GetDatum(rt.snapshots_refreshed);
+		nulls[col++] = false;
+		values[col] = Int64GetDatum(rt.full_refetches);
+		nulls[col++] = false;
+		values[col] = Int64GetDatum(rt.reconnects);
+		nulls[col++] = false;
+		if (rt.last_error[0] != '\0')
+		{
+			values[col] = CStringGetTextDatum(rt.last_error);
+			nulls[col] = false;
+			values[col + 1] = TimestampTzGetDatum(rt.last_error_at);
+			nulls[col + 1] = false;
+		}
 		col += 2;
 		Assert(col == STREAMS_COLS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
@@ -1118,4 +1178,85 @@ pc_stream_of_owner(Oid role)
 		name = spi_string(0, 1);
 	stream_end(&rs);
 	return name;
+}
+
+/* ----------------------------------------------------------------
+ * The workers' reads
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The registered streams (at most max), for the scheduler, which starts
+ * their workers; 0 if this database has no registry of ours.  In a
+ * transaction with a snapshot.
+ */
+int
+pc_stream_list(PcStreamListed *out, int max)
+{
+	PcUserSwitch rs;
+	int			n = 0;
+
+	if (!OidIsValid(stream_registry_relid()))
+		return 0;
+	stream_begin(&rs);
+	stream_exec("SELECT id, name, xmin::pg_catalog.text::pg_catalog.int8"
+				" FROM projcache.stream_registry ORDER BY id",
+				0, NULL, NULL, NULL, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed && n < max; r++)
+	{
+		bool		isnull;
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[r],
+										SPI_tuptable->tupdesc, 2);
+
+		out[n].id = DatumGetInt64(spi_datum(r, 1, &isnull));
+		strlcpy(out[n].name, name, NAMEDATALEN);
+		out[n].xmin = (TransactionId) DatumGetInt64(spi_datum(r, 3, &isnull));
+		n++;
+	}
+	stream_end(&rs);
+	return n;
+}
+
+/*
+ * A stream's row, for its worker, copied into TopMemoryContext; false if
+ * it is gone or this database has no registry of ours.  In a transaction
+ * with a snapshot.
+ */
+bool
+pc_stream_read(int64 id, PcStreamDef *def)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Datum		args[1] = {Int64GetDatum(id)};
+	PcUserSwitch rs;
+	bool		found = false;
+
+	if (!OidIsValid(stream_registry_relid()))
+		return false;
+	stream_begin(&rs);
+	stream_exec("SELECT name, owner::pg_catalog.oid, conninfo, publication,"
+				" slot_name, xmin::pg_catalog.text::pg_catalog.int8"
+				" FROM projcache.stream_registry"
+				" WHERE id OPERATOR(pg_catalog.=) $1",
+				1, argtypes, args, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *slot = SPI_getvalue(tup, desc, 5);
+
+		def->id = id;
+		def->name = pstrdup(SPI_getvalue(tup, desc, 1));
+		def->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+		def->conninfo = pstrdup(SPI_getvalue(tup, desc, 3));
+		def->publication = pstrdup(SPI_getvalue(tup, desc, 4));
+		def->slot_name = slot ? pstrdup(slot) : NULL;
+		def->xmin = (TransactionId)
+			DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+		MemoryContextSwitchTo(old);
+		found = true;
+	}
+	stream_end(&rs);
+	return found;
 }

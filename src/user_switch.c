@@ -42,11 +42,14 @@
  *	 at planning, at EXPLAIN and when a scan begins (snapshot_fdw.c).  A
  *	 load it triggers runs in a load worker, as the snapshot's owner.
  *
- *	 pc_worker_connect(): the launcher (no database) and each load worker
- *	 (the reader's database) connect as the bootstrap superuser, so that no
- *	 role needs LOGIN; they run no user code until they switch with
- *	 pc_become().  A load worker keeps its database's settings, as every
- *	 session of that database does.
+ *	 pc_worker_connect(): the launcher (no database), each load worker
+ *	 (the reader's database) and each stream's worker (projcache.database,
+ *	 to read its stream's row, as PC_AS_EXTENSION) connect as the
+ *	 bootstrap superuser, so that no role needs LOGIN; they run no user
+ *	 code until they switch with pc_become().  A load worker keeps its
+ *	 database's settings, as every session of that database does.  A
+ *	 stream's worker runs no SQL of a caller's: what it sends its source
+ *	 is its own replication commands.
  *
  *	 pc_keycache_worker_connect(): the worker connects to projcache.database
  *	 the same way, and then puts back the server's value of every setting
