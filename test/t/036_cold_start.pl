@@ -24,8 +24,7 @@
 #   again (a scan's, or the last deploy's), 5,000 at a time until the
 #   worker evicts for memory (15,000 filled it on 1.2; with one chunk a
 #   key, more), so memory is short when the cold start begins, and the
-#   old keys must make room (asserted: evictions_memory grows), once the
-#   clock has passed projcache.admission_window.  The new
+#   old keys must make room (asserted: evictions_memory grows).  The new
 #   keys fit once they have.  Before issue 29 the reads that found no room
 #   lost their requests and the
 #   read-once bound dropped the keys the reader was about to wait for:
@@ -57,6 +56,13 @@ my @settings = (
 	{
 		name => '6MB, full',
 		memory => '6MB',
+		# Issue 29's cold start alone, without the protection of values in
+		# use that came after it (053 tests that): with the default
+		# window, this cold start into a full cache made 131 and 625
+		# fetch calls instead of 40, and took 9.6 s and 60 s, in two CI
+		# runs out of four, under the load of three majors' suites, and
+		# never on a quiet or busy machine alone (an open question).
+		conf => "projcache.admission_window = 0\n",
 		fill => 5000,
 		batch_sizes => [500],
 	},
@@ -75,7 +81,8 @@ foreach my $st (@settings)
 	my $node = projcache_node(
 		"cold$setting_no",
 		conf => "projcache.max_memory = '$st->{memory}'\n"
-		  . "projcache.batch_interval = '100ms'\n");
+		  . "projcache.batch_interval = '100ms'\n"
+		  . ($st->{conf} // ''));
 	$node->safe_psql(
 		'postgres', q{
 CREATE FUNCTION public.fetch(p_keys text[], p_revisions text[])
@@ -113,13 +120,6 @@ GRANT EXECUTE ON FUNCTION projcache.get(text), projcache.get(text, interval)
 		cmp_ok(stat_value($node, 'evictions_memory'),
 			'>', 0, "$st->{name}: $filled old keys filled the cache");
 		diag("$st->{name}: $filled old keys read to fill the cache");
-
-		# The last deploy's keys were read long before this one: a minute
-		# on the worker's clock, past projcache.admission_window (10 s),
-		# so that however fast the fill ran they are not values in use,
-		# which a new key never evicts (the setting 053 tests).
-		$node->safe_psql('postgres',
-			"SELECT projcache.debug_advance_clock('1 min')");
 	}
 	my $evicted0 = stat_value($node, 'evictions_memory');
 
